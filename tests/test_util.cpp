@@ -1,0 +1,118 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace bestofn::test {
+namespace fs = std::filesystem;
+
+fs::path shared_path(const std::string& rel) {
+  const char* env = std::getenv("BESTOFN_SHARED");
+  const fs::path root = env ? fs::path(env) : fs::path(BESTOFN_SOURCE_DIR) / ".." / "shared";
+  return (root / rel).lexically_normal();
+}
+
+fs::path require_shared(const std::string& rel) {
+  fs::path p = shared_path(rel);
+  if (!fs::exists(p)) throw std::runtime_error("missing shared test file: " + p.string());
+  return p;
+}
+
+fs::path source_path(const std::string& rel) { return fs::path(BESTOFN_SOURCE_DIR) / rel; }
+
+TempDir::TempDir() {
+  std::string templ = (fs::temp_directory_path() / "bestofn-test-XXXXXX").string();
+  if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+namespace {
+std::string slurp_fd(int fd) {
+  std::string s;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    s.append(buf, static_cast<std::size_t>(n));
+  }
+  return s;
+}
+}  // namespace
+
+CliResult run_cli(const std::vector<std::string>& args) {
+  // stdout and stderr go to temp files (no pipe deadlock on large output).
+  TempDir tmp;
+  const fs::path out_path = tmp / "out", err_path = tmp / "err";
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char*> argv;
+    std::string bin = BESTOFN_BINARY;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  int fo = open(out_path.c_str(), O_RDONLY), fe = open(err_path.c_str(), O_RDONLY);
+  r.out = slurp_fd(fo);
+  r.err = slurp_fd(fe);
+  close(fo);
+  close(fe);
+  return r;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+}
+
+std::vector<std::uint8_t> read_bytes(const fs::path& p) {
+  std::string s = read_text(p);
+  return {s.begin(), s.end()};
+}
+
+void write_bytes(const fs::path& p, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float stddev) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace bestofn::test

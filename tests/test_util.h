@@ -1,0 +1,48 @@
+#pragma once
+// Helpers shared by the tests: paths into ../shared, temporary directories, running the CLI.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace bestofn::test {
+
+// <repo>/../shared/<rel> (or $BESTOFN_SHARED/<rel>). A missing file is a test failure that names
+// it, never a silent pass: check the result with `ASSERT_TRUE(exists(...))` or use require_shared.
+std::filesystem::path shared_path(const std::string& rel);
+// Like shared_path, but throws std::runtime_error naming the file when it is missing.
+std::filesystem::path require_shared(const std::string& rel);
+// <repo>/<rel>
+std::filesystem::path source_path(const std::string& rel);
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+// Runs the built bestofn binary with `args` (no shell), stdin from /dev/null.
+CliResult run_cli(const std::vector<std::string>& args);
+
+std::string read_text(const std::filesystem::path& p);
+void write_text(const std::filesystem::path& p, const std::string& text);
+std::vector<std::uint8_t> read_bytes(const std::filesystem::path& p);
+void write_bytes(const std::filesystem::path& p, const std::vector<std::uint8_t>& bytes);
+
+// Seeded random floats, normal(0, stddev): fresh draws per (seed) so tests never run on zeros.
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float stddev = 1.0f);
+
+}  // namespace bestofn::test
