@@ -1,0 +1,97 @@
+// bestofn: best-of-N code generation. main() parses the command line, runs one subcommand,
+// and turns every error into one line on stderr and an exit code.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <memory>
+
+#include "bestofn/backends.h"
+#include "bestofn/error.h"
+#include "bestofn_version.h"
+#include "cli/commands.h"
+
+namespace {
+
+std::string version_string() {
+  const auto info = bestofn::backend_info();
+  std::string s = "bestofn " BESTOFN_VERSION " (commit " BESTOFN_COMMIT "), CUDA backend: ";
+  if (!info.cuda_built) return s + "not built";
+  if (info.cuda_devices.empty()) return s + "built, no device (" + info.cuda_error + ")";
+  s += "built, devices:";
+  for (const auto& d : info.cuda_devices) s += " [" + d + "]";
+  return s;
+}
+
+// Errors are printed on exactly one line.
+std::string one_line(std::string s) {
+  for (auto& ch : s)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace bestofn::cli;
+  auto logger = spdlog::stderr_color_mt("bestofn");
+  logger->set_pattern("%^%l%$: %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::warn);
+
+  CLI::App app{"bestofn: best-of-N code generation with a small model, many samples and a test verifier.\n"
+               "Exit codes: 0 ok, 1 bad input or failure, 2 usage error.",
+               "bestofn"};
+  app.set_version_flag("--version", version_string);
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log progress to stderr");
+  app.add_flag("-q,--quiet", quiet, "Log only errors");
+  app.require_subcommand(1);
+  app.fallthrough();
+  Runner inspect = add_inspect(app);
+  Runner synth = add_make_synthetic(app);
+
+  // A first word that is no option and no command: say so, rather than "a subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const auto* sub : app.get_subcommands({})) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "bestofn: usage error: unknown command '" << one_line(argv[1]) << "'; commands: " << names
+                << " (see 'bestofn --help')\n";
+      return kExitUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "bestofn: usage error: " << one_line(e.what()) << " (see 'bestofn --help')\n";
+    return kExitUsage;
+  }
+  if (verbose) spdlog::set_level(spdlog::level::info);
+  if (quiet) spdlog::set_level(spdlog::level::err);
+
+  try {
+    for (auto* sub : app.get_subcommands()) {
+      if (sub->get_name() == "inspect") return inspect();
+      if (sub->get_name() == "make-synthetic") return synth();
+    }
+    return kExitUsage;
+  } catch (const bestofn::Error& e) {
+    std::cerr << "bestofn: error: " << one_line(e.what()) << "\n";
+  } catch (const std::bad_alloc&) {
+    std::cerr << "bestofn: error: out of memory\n";
+  } catch (const std::exception& e) {
+    std::cerr << "bestofn: error: " << one_line(e.what()) << "\n";
+  }
+  return kExitError;
+}

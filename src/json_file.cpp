@@ -1,0 +1,39 @@
+#include "json_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "bestofn/error.h"
+
+namespace bestofn {
+namespace fs = std::filesystem;
+
+nlohmann::json read_json_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string(), std::string("cannot open: ") + std::strerror(errno));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path.string(), std::string("not valid JSON: ") + e.what());
+  }
+}
+
+void write_json_file(const fs::path& path, const nlohmann::json& j) {
+  const fs::path partial = path.string() + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out << j.dump(2) << "\n";
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(partial, ec);
+      throw Error(path.string(), "write failed");
+    }
+  }
+  std::error_code ec;
+  fs::rename(partial, path, ec);
+  if (ec) throw Error(path.string(), "cannot rename into place: " + ec.message());
+}
+
+}  // namespace bestofn

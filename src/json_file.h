@@ -1,0 +1,13 @@
+#pragma once
+// Reading and writing JSON files with errors that name the file.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace bestofn {
+
+// Throws bestofn::Error "FILE: cannot open" / "FILE: not valid JSON: ...".
+nlohmann::json read_json_file(const std::filesystem::path& path);
+// Writes `j` (indented) to "<path>.partial", then renames into place.
+void write_json_file(const std::filesystem::path& path, const nlohmann::json& j);
+
+}  // namespace bestofn

@@ -1,0 +1,167 @@
+// The bestofn binary end to end: inspect, make-synthetic, exit codes and one-line errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using bestofn::test::run_cli;
+using nlohmann::json;
+
+namespace {
+
+// An error run: the expected exit code, and one line on stderr containing every part.
+void expect_failure(const std::vector<std::string>& args, int code, std::initializer_list<std::string> parts) {
+  const auto r = run_cli(args);
+  std::string cmd;
+  for (const auto& a : args) cmd += a + " ";
+  EXPECT_EQ(r.exit_code, code) << cmd << "\nstderr: " << r.err;
+  EXPECT_TRUE(r.out.empty()) << cmd << "\nstdout: " << r.out;
+  ASSERT_FALSE(r.err.empty()) << cmd;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << cmd << ": not one line: " << r.err;
+  for (const auto& p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << cmd << ": '" << p << "' not in: " << r.err;
+}
+
+std::string synth(const bestofn::test::TempDir& dir, const std::string& name, const std::string& dtype) {
+  const std::string out = (dir / name).string();
+  const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", dtype, "--seed", "3", "--out", out});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return out;
+}
+
+}  // namespace
+
+TEST(CliInspect, Llama260kJson) {
+  const auto dir = bestofn::test::require_shared("models/llama-260k");
+  const auto r = run_cli({"inspect", dir.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  // The shared README's description of the model.
+  EXPECT_EQ(j["hidden_size"], 64);
+  EXPECT_EQ(j["num_layers"], 5);
+  EXPECT_EQ(j["num_heads"], 8);
+  EXPECT_EQ(j["num_kv_heads"], 4);
+  EXPECT_EQ(j["head_dim"], 8);
+  EXPECT_EQ(j["vocab_size"], 512);
+  EXPECT_EQ(j["context_length"], 512);
+  EXPECT_EQ(j["quantization"], "none");
+  EXPECT_EQ(j["tie_word_embeddings"], true);
+  EXPECT_EQ(j["rope"]["theta"], 10000.0);
+  EXPECT_EQ(j["tensor_count"], 48);
+  // weight_bytes = the data section: file size - 8 - header length (read here from the raw file).
+  const auto bytes = bestofn::test::read_bytes(dir / "model.safetensors");
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | bytes[static_cast<std::size_t>(i)];
+  EXPECT_EQ(j["weight_bytes"].get<std::uint64_t>(), bytes.size() - 8 - header);
+  EXPECT_EQ(j["bytes_by_dtype"]["F32"], j["weight_bytes"]);
+  // One decode step reads all but the token embedding, which is read as the tied lm_head: all
+  // 260,032 parameters except the duplicate lm_head tensor, in F32.
+  EXPECT_EQ(j["decode_bytes_per_step"], 260032 * 4);
+  EXPECT_EQ(j["kv_bytes_per_token"], 2 * 5 * 4 * 8 * 2);
+}
+
+TEST(CliInspect, TextOutput) {
+  const auto r = run_cli({"inspect", bestofn::test::require_shared("models/llama-260k").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("hidden size              64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heads / kv heads         8 / 4"), std::string::npos) << r.out;
+}
+
+TEST(CliInspect, SyntheticFp8AndOnlineQuantization) {
+  bestofn::test::TempDir dir;
+  const json fp8 = json::parse(run_cli({"inspect", synth(dir, "fp8", "fp8"), "--json"}).out);
+  EXPECT_EQ(fp8["quantization"], "fp8-compressed-tensors");
+  EXPECT_EQ(fp8["weight_scales"], "per-channel");
+  EXPECT_TRUE(fp8["bytes_by_dtype"].contains("F8_E4M3"));
+  const std::string bf16 = synth(dir, "bf16", "bf16");
+  const json plain = json::parse(run_cli({"inspect", bf16, "--json"}).out);
+  const json online = json::parse(run_cli({"inspect", bf16, "--json", "--quantize", "fp8"}).out);
+  EXPECT_EQ(online["quantization"], "fp8-online");
+  EXPECT_LT(online["decode_bytes_per_step"], plain["decode_bytes_per_step"]);
+  EXPECT_EQ(online["weight_bytes"], plain["weight_bytes"]);  // the checkpoint is unchanged
+}
+
+TEST(CliMakeSynthetic, CopiesTheTokenizerAndTakesItsVocabulary) {
+  bestofn::test::TempDir dir;
+  const auto tok = bestofn::test::require_shared("tokenizers/llama3/tokenizer.json");
+  const std::string out = (dir / "m").string();
+  const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "bf16", "--out", out, "--tokenizer", tok.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "m" / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(dir / "m" / "tokenizer_config.json"));
+  const json j = json::parse(run_cli({"inspect", out, "--json"}).out);
+  EXPECT_EQ(j["vocab_size"], 128256);  // 128,000 BPE tokens + 256 special (shared README)
+  EXPECT_EQ(j["bos_token_id"], 128000);
+  const auto eos = j["eos_token_ids"].get<std::vector<int>>();
+  EXPECT_NE(std::find(eos.begin(), eos.end(), 128009), eos.end());  // <|eot_id|>
+}
+
+TEST(CliMakeSynthetic, ShardsWithAnIndex) {
+  bestofn::test::TempDir dir;
+  const std::string out = (dir / "m").string();
+  ASSERT_EQ(run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "f32", "--out", out, "--max-shard-size", "200kB"}).exit_code, 0);
+  EXPECT_TRUE(fs::exists(dir / "m" / "model.safetensors.index.json"));
+  const json j = json::parse(run_cli({"inspect", out, "--json"}).out);
+  EXPECT_GT(j["shards"].get<int>(), 1);
+  EXPECT_EQ(j["hidden_size"], 64);
+}
+
+TEST(CliErrors, UsageErrorsExit2) {
+  expect_failure({}, 2, {"usage error"});
+  expect_failure({"inspect"}, 2, {"MODEL_DIR"});
+  expect_failure({"inspect", "x", "--frobnicate"}, 2, {"--frobnicate"});
+  expect_failure({"make-synthetic", "--shape", "tiny", "--dtype", "f64", "--out", "/tmp/x"}, 2, {"--dtype", "f64"});
+  expect_failure({"make-synthetic", "--dtype", "f32", "--out", "/tmp/x"}, 2, {"--shape"});
+  expect_failure({"frob"}, 2, {"unknown command 'frob'", "inspect"});
+}
+
+TEST(CliErrors, HelpTeaches) {
+  const auto r = run_cli({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("inspect"), std::string::npos);
+  EXPECT_NE(r.out.find("make-synthetic"), std::string::npos);
+  const auto s = run_cli({"make-synthetic", "--help"});
+  EXPECT_EQ(s.exit_code, 0);
+  EXPECT_NE(s.out.find("llama-3.1-8b"), std::string::npos);
+  EXPECT_NE(s.out.find("Examples"), std::string::npos);
+}
+
+TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
+  bestofn::test::TempDir dir;
+  expect_failure({"inspect", (dir / "nope").string()}, 1, {(dir / "nope").string(), "no such model directory"});
+  expect_failure({"make-synthetic", "--shape", "huge", "--out", (dir / "x").string()}, 1, {"unknown preset 'huge'", "tiny"});
+  bestofn::test::write_text(dir / "file.txt", "x");
+  expect_failure({"make-synthetic", "--shape", "tiny", "--out", dir.path().string()}, 1, {"not an empty directory"});
+  expect_failure({"make-synthetic", "--shape", "tiny", "--out", (dir / "y").string(), "--max-shard-size", "5XB"}, 1, {"--max-shard-size"});
+
+  const std::string m = synth(dir, "m", "bf16");
+  bestofn::test::write_text(fs::path(m) / "config.json", "{\"hidden_size\": 64,");
+  expect_failure({"inspect", m}, 1, {"config.json", "not valid JSON"});
+
+  const std::string t = synth(dir, "t", "bf16");
+  fs::resize_file(fs::path(t) / "model.safetensors", 1000);
+  expect_failure({"inspect", t}, 1, {"model.safetensors", "truncated"});
+
+  const std::string a = synth(dir, "a", "bf16");
+  {
+    auto bytes = bestofn::test::read_bytes(fs::path(a) / "model.safetensors");
+    bytes[5] = 0x7f;  // header length ~ 2^46
+    bestofn::test::write_bytes(fs::path(a) / "model.safetensors", bytes);
+  }
+  expect_failure({"inspect", a}, 1, {"model.safetensors", "absurd header length"});
+
+  const std::string s = synth(dir, "s", "bf16");
+  bestofn::test::write_text(fs::path(s) / "model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"model-00002-of-00002.safetensors"}})");
+  expect_failure({"inspect", s}, 1, {"model.safetensors.index.json", "missing shard 'model-00002-of-00002.safetensors'"});
+}
+
+TEST(CliErrors, NoPartialModelIsLeftBehind) {
+  bestofn::test::TempDir dir;
+  // A config that fails validation after the output directory was planned.
+  bestofn::test::write_text(dir / "cfg.json", R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
+    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":100})");
+  expect_failure({"make-synthetic", "--shape", (dir / "cfg.json").string(), "--out", (dir / "out").string()}, 1,
+                 {"cfg.json", "num_key_value_heads"});
+  for (const auto& e : fs::directory_iterator(dir.path())) EXPECT_EQ(e.path().filename(), "cfg.json") << e.path();
+}

@@ -1,0 +1,225 @@
+// config.json parsing. Expected values are the published configs of the named models
+// (meta-llama, codellama, mistralai, RedHatAI on the Hugging Face hub) and ../shared/README.md.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bestofn/error.h"
+#include "bestofn/model_config.h"
+#include "test_util.h"
+
+using namespace bestofn;
+using nlohmann::json;
+
+namespace {
+
+const char* kLlama31_8B = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
+  "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 128256})";
+
+ModelConfig parse(const std::string& text) { return parse_model_config(json::parse(text), "config.json"); }
+
+json base() { return json::parse(kLlama31_8B); }
+
+// Expects an Error naming config.json and containing `part`.
+void expect_error(const json& j, const std::string& part) {
+  try {
+    parse_model_config(j, "config.json");
+    ADD_FAILURE() << "accepted: " << part;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("config.json: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  }
+}
+
+}  // namespace
+
+TEST(ModelConfig, Llama260kFromShared) {
+  const auto dir = test::require_shared("models/llama-260k");
+  const ModelConfig c = load_model_config(dir);
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.max_position_embeddings, 512);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::None);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{2});
+  EXPECT_EQ(c.quant.method, QuantMethod::None);
+}
+
+TEST(ModelConfig, Llama31_8B) {
+  const ModelConfig c = parse(kLlama31_8B);
+  EXPECT_EQ(c.dim, 4096);
+  EXPECT_EQ(c.hidden_dim, 14336);
+  EXPECT_EQ(c.n_layers, 32);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);  // hidden / heads
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::Llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_FALSE(c.tie_word_embeddings);
+}
+
+TEST(ModelConfig, GenerationConfigReplacesEosWithTheInstructList) {
+  ModelConfig c = parse(kLlama31_8B);
+  apply_generation_config(c, json::parse(R"({"bos_token_id":128000,"do_sample":true,"eos_token_id":[128001,128008,128009],
+                                            "temperature":0.6,"top_p":0.9})"), "generation_config.json");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int>{128001, 128008, 128009}));
+  EXPECT_EQ(c.generation.temperature, 0.6);
+  EXPECT_EQ(c.generation.top_p, 0.9);
+  EXPECT_EQ(c.generation.do_sample, true);
+}
+
+TEST(ModelConfig, Llama32_1B_TiedWithExplicitHeadDim) {
+  json j = base();
+  j.update(json::parse(R"({"hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":16,"head_dim":64,
+    "tie_word_embeddings":true,"eos_token_id":[128001,128008,128009],
+    "rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"}})"));
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.eos_token_ids.size(), 3u);
+}
+
+TEST(ModelConfig, Llama2AndCodeLlamaDefaults) {
+  const ModelConfig l2 = parse(R"({"architectures":["LlamaForCausalLM"],"bos_token_id":1,"eos_token_id":2,"hidden_act":"silu",
+    "hidden_size":4096,"intermediate_size":11008,"max_position_embeddings":4096,"model_type":"llama","num_attention_heads":32,
+    "num_hidden_layers":32,"num_key_value_heads":32,"pretraining_tp":1,"rms_norm_eps":1e-05,"rope_scaling":null,
+    "tie_word_embeddings":false,"torch_dtype":"float16","vocab_size":32000})");
+  EXPECT_EQ(l2.n_kv_heads, 32);
+  EXPECT_EQ(l2.rope_theta, 10000.0);  // absent: the Llama default
+  EXPECT_EQ(l2.rope_scaling.type, RopeScalingType::None);
+  const ModelConfig cl = parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":11008,
+    "max_position_embeddings":16384,"model_type":"llama","num_attention_heads":32,"num_hidden_layers":32,
+    "rms_norm_eps":1e-05,"rope_theta":1000000,"vocab_size":32016})");
+  EXPECT_EQ(cl.n_kv_heads, 32);  // absent: equal to the heads
+  EXPECT_EQ(cl.rope_theta, 1e6);
+  EXPECT_EQ(cl.vocab_size, 32016);
+}
+
+TEST(ModelConfig, LinearRopeScaling) {
+  json j = base();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::Linear);
+  EXPECT_EQ(c.rope_scaling.factor, 4.0);
+}
+
+TEST(ModelConfig, MistralWithoutSlidingWindowIsALlama) {
+  const char* v03 = R"({"architectures":["MistralForCausalLM"],"bos_token_id":1,"eos_token_id":2,"hidden_act":"silu",
+    "hidden_size":4096,"intermediate_size":14336,"max_position_embeddings":32768,"model_type":"mistral",
+    "num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"rms_norm_eps":1e-05,
+    "rope_theta":1000000.0,"sliding_window":null,"tie_word_embeddings":false,"vocab_size":32768})";
+  const ModelConfig c = parse(v03);
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  EXPECT_EQ(c.n_kv_heads, 8);
+  json v01 = json::parse(v03);
+  v01["sliding_window"] = 4096;
+  expect_error(v01, "sliding_window");
+}
+
+TEST(ModelConfig, CompressedTensorsFp8LikeRedHat) {
+  json j = base();
+  j["quantization_config"] = json::parse(R"({"quant_method":"compressed-tensors","format":"float-quantized",
+    "config_groups":{"group_0":{"targets":["Linear"],
+      "weights":{"num_bits":8,"type":"float","strategy":"tensor","symmetric":true,"dynamic":false},
+      "input_activations":{"num_bits":8,"type":"float","strategy":"tensor","symmetric":true,"dynamic":false}}},
+    "ignore":["lm_head"]})");
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.quant.method, QuantMethod::CompressedTensors);
+  EXPECT_EQ(c.quant.weight_strategy, ScaleStrategy::Tensor);
+  EXPECT_EQ(c.quant.activations, ActivationScheme::Static);
+  EXPECT_FALSE(c.quant.quantizes("lm_head"));
+  EXPECT_TRUE(c.quant.quantizes("model.layers.0.mlp.down_proj"));
+
+  j["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  j["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}};
+  j["quantization_config"]["ignore"] = {"lm_head", "re:.*layers\\.0\\..*"};
+  const ModelConfig d = parse_model_config(j, "config.json");
+  EXPECT_EQ(d.quant.weight_strategy, ScaleStrategy::Channel);
+  EXPECT_EQ(d.quant.activations, ActivationScheme::Dynamic);
+  EXPECT_FALSE(d.quant.quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(d.quant.quantizes("model.layers.10.mlp.down_proj"));
+
+  j["quantization_config"]["config_groups"]["group_0"]["weights"]["type"] = "int";
+  expect_error(j, "unsupported weight scheme");
+}
+
+TEST(ModelConfig, LegacyFp8) {
+  json j = base();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"ignored_layers", {"lm_head"}}};
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.quant.method, QuantMethod::Fp8);
+  EXPECT_EQ(c.quant.activations, ActivationScheme::Static);
+  EXPECT_FALSE(c.quant.quantizes("lm_head"));
+  j["quantization_config"]["weight_block_size"] = {128, 128};
+  expect_error(j, "weight_block_size");
+  j["quantization_config"] = {{"quant_method", "awq"}};
+  expect_error(j, "unsupported quantization 'awq'; supported: compressed-tensors (FP8), fp8");
+}
+
+TEST(ModelConfig, ErrorsNameTheFieldAndTheSupportedChoices) {
+  json j = base();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  expect_error(j, "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM");
+  j = base();
+  j.erase("hidden_size");
+  expect_error(j, "field 'hidden_size' is missing");
+  j = base();
+  j["num_hidden_layers"] = "32";
+  expect_error(j, "field 'num_hidden_layers' must be an integer");
+  j = base();
+  j["num_key_value_heads"] = 5;
+  expect_error(j, "must be a multiple of num_key_value_heads");
+  j = base();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error(j, "unsupported rope_scaling type 'yarn'; supported: default, linear, llama3");
+  j = base();
+  j["rope_scaling"].erase("low_freq_factor");
+  expect_error(j, "field 'low_freq_factor' is missing");
+  j = base();
+  j["eos_token_id"] = 999999;
+  expect_error(j, "outside the vocabulary");
+  j = base();
+  j["hidden_act"] = "gelu";
+  expect_error(j, "hidden_act 'gelu'");
+  expect_error(json::array(), "must be a JSON object");
+}
+
+TEST(ModelConfig, LoadNamesAMissingOrBrokenFile) {
+  test::TempDir dir;
+  EXPECT_THROW(load_model_config(dir.path()), Error);
+  test::write_text(dir / "config.json", "{\"hidden_size\": 64,");
+  try {
+    load_model_config(dir.path());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, ToConfigJsonRoundTrips) {
+  const ModelConfig c = parse(kLlama31_8B);
+  const ModelConfig d = parse_model_config(to_config_json(c), "config.json");
+  EXPECT_EQ(d.dim, c.dim);
+  EXPECT_EQ(d.n_kv_heads, c.n_kv_heads);
+  EXPECT_EQ(d.rope_scaling.type, c.rope_scaling.type);
+  EXPECT_EQ(d.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(d.eos_token_ids, c.eos_token_ids);
+}

@@ -1,0 +1,221 @@
+// Weights: llama-260k (values against HF safetensors' reading), synthetic round trips in every
+// dtype, online FP8 quantization, and the model-level malformed cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "bestofn/safetensors.h"
+#include "bestofn/safetensors_writer.h"
+#include "bestofn/synthetic.h"
+#include "bestofn/weights.h"
+#include "test_util.h"
+
+using namespace bestofn;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+fs::path synth(const test::TempDir& dir, const std::string& name, const std::string& dtype, std::uint64_t seed = 1,
+               const std::string& scheme = "channel") {
+  SyntheticOptions o;
+  o.shape = "tiny";
+  o.dtype = dtype;
+  o.seed = seed;
+  o.fp8_scheme = scheme;
+  o.out = dir / name;
+  make_synthetic(o);
+  return o.out;
+}
+
+// Runs f and expects an Error containing every part.
+template <typename F>
+void expect_error(F f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
+  }
+}
+
+// Dequantized value of element (r, c) of a linear layer.
+float dequant(const Linear& l, std::int64_t r, std::int64_t c) {
+  const float v = l.weight.at(r * l.in_features() + c);
+  if (!l.is_fp8()) return v;
+  return v * l.weight_scale[l.weight_scale.size() == 1 ? 0 : static_cast<std::size_t>(r)];
+}
+
+void expect_config_shapes(const Weights& w) {
+  const ModelConfig& c = w.config;
+  ASSERT_EQ(w.layers.size(), static_cast<std::size_t>(c.n_layers));
+  for (const auto& l : w.layers) {
+    EXPECT_EQ(l.wq.weight.shape, (std::vector<std::int64_t>{c.q_dim(), c.dim}));
+    EXPECT_EQ(l.wk.weight.shape, (std::vector<std::int64_t>{c.kv_dim(), c.dim}));
+    EXPECT_EQ(l.wo.weight.shape, (std::vector<std::int64_t>{c.dim, c.q_dim()}));
+    EXPECT_EQ(l.w_down.weight.shape, (std::vector<std::int64_t>{c.dim, c.hidden_dim}));
+  }
+  EXPECT_EQ(w.lm_head.weight.shape, (std::vector<std::int64_t>{c.vocab_size, c.dim}));
+}
+
+}  // namespace
+
+TEST(Weights, Llama260kLoadsWithTiedLmHead) {
+  const Weights w = load_model(test::require_shared("models/llama-260k"));
+  const auto golden = json::parse(test::read_text(test::source_path("tests/data/llama260k_tensors.json")));
+  expect_config_shapes(w);
+  EXPECT_EQ(w.quantization, "none");
+  EXPECT_EQ(w.lm_head.weight.data, w.token_embedding.data);  // tied: the embedding's bytes
+  EXPECT_TRUE(w.unused_tensors.empty());                       // lm_head.weight is benign when tied
+  const auto& g = golden["model.layers.3.mlp.up_proj.weight"]["first"];
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w.layers[3].w_up.weight.at(i), g[i].get<float>());
+  // 260K: llama2.c's 264,128 floats less the 4,096 of its freq_cis tables (shared README).
+  EXPECT_EQ(w.parameter_count(), 260032);
+  EXPECT_EQ(w.kv_bytes_per_token(), 2u * 5 * 4 * 8 * 2);
+}
+
+TEST(Weights, SyntheticModelsRoundTripInEveryDtype) {
+  test::TempDir dir;
+  const Weights f32 = load_model(synth(dir, "f32", "f32"));
+  const Weights bf16 = load_model(synth(dir, "bf16", "bf16"));
+  const Weights fp8c = load_model(synth(dir, "fp8c", "fp8"));
+  const Weights fp8t = load_model(synth(dir, "fp8t", "fp8", 1, "tensor"));
+  for (const Weights* w : {&f32, &bf16, &fp8c, &fp8t}) {
+    expect_config_shapes(*w);
+    EXPECT_TRUE(w->unused_tensors.empty());
+    EXPECT_EQ(w->config.rope_scaling.type, RopeScalingType::Llama3);
+    EXPECT_LT(w->config.n_kv_heads, w->config.n_heads);  // GQA
+  }
+  EXPECT_EQ(f32.token_embedding.dtype, DType::F32);
+  EXPECT_EQ(bf16.layers[0].wq.weight.dtype, DType::BF16);
+  EXPECT_EQ(fp8c.quantization, "fp8-compressed-tensors");
+  EXPECT_EQ(fp8c.layers[0].wq.weight.dtype, DType::F8_E4M3);
+  EXPECT_EQ(fp8c.layers[0].wq.weight_scale.size(), static_cast<std::size_t>(fp8c.config.q_dim()));
+  EXPECT_FALSE(fp8c.layers[0].wq.input_scale);
+  EXPECT_EQ(fp8c.lm_head.weight.dtype, DType::BF16);  // ignored: ["lm_head"]
+  EXPECT_EQ(fp8t.layers[0].wq.weight_scale.size(), 1u);
+  ASSERT_TRUE(fp8t.layers[2].w_down.input_scale);
+  EXPECT_FLOAT_EQ(*fp8t.layers[2].w_down.input_scale, 8.0f / 448.0f);
+
+  // The same seed gives the same weights in every dtype, up to each dtype's rounding.
+  const auto& a = f32.layers[1].w_gate;
+  for (std::int64_t r = 0; r < a.out_features(); r += 7) {
+    for (std::int64_t c = 0; c < a.in_features(); c += 5) {
+      const float x = dequant(a, r, c);
+      EXPECT_EQ(dequant(bf16.layers[1].w_gate, r, c), bf16_to_float(bf16_from_float(x)));
+      EXPECT_NEAR(dequant(fp8c.layers[1].w_gate, r, c), x, std::fabs(x) / 16 + 1e-4f);
+      EXPECT_NEAR(dequant(fp8t.layers[1].w_gate, r, c), x, std::fabs(x) / 16 + 1e-3f);
+    }
+  }
+  // Realistic scale: std ~ 1/sqrt(in_features).
+  double ss = 0;
+  for (std::int64_t i = 0; i < a.weight.numel(); ++i) ss += a.weight.at(i) * a.weight.at(i);
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(a.weight.numel())), 1.0 / std::sqrt(a.in_features()), 0.01);
+}
+
+TEST(Weights, SyntheticIsDeterministicPerSeed) {
+  test::TempDir dir;
+  const auto a = test::read_bytes(synth(dir, "a", "fp8", 7) / "model.safetensors");
+  const auto b = test::read_bytes(synth(dir, "b", "fp8", 7) / "model.safetensors");
+  const auto c = test::read_bytes(synth(dir, "c", "fp8", 8) / "model.safetensors");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Weights, OnlineFp8QuantizationIsPerChannelAmaxOver448) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "bf16", "bf16", 3);
+  const Weights ref = load_model(p);
+  LoadOptions o;
+  o.quantize_fp8 = true;
+  const Weights q = load_model(p, o);
+  EXPECT_EQ(q.quantization, "fp8-online");
+  EXPECT_EQ(q.lm_head.weight.dtype, DType::BF16);  // lm_head stays as it is
+  const Linear& src = ref.layers[2].wo;
+  const Linear& dst = q.layers[2].wo;
+  ASSERT_TRUE(dst.is_fp8());
+  ASSERT_EQ(dst.weight_scale.size(), static_cast<std::size_t>(src.out_features()));
+  EXPECT_FALSE(dst.input_scale);
+  for (std::int64_t r = 0; r < src.out_features(); ++r) {
+    float amax = 0;
+    for (std::int64_t c = 0; c < src.in_features(); ++c) amax = std::max(amax, std::fabs(src.weight.at(r * src.in_features() + c)));
+    ASSERT_EQ(dst.weight_scale[static_cast<std::size_t>(r)], amax / 448.0f) << "row " << r;
+    for (std::int64_t c = 0; c < src.in_features(); ++c) {
+      const float x = src.weight.at(r * src.in_features() + c);
+      ASSERT_EQ(dst.weight.data[r * src.in_features() + c], fp8_e4m3_from_float(x / (amax / 448.0f))) << r << "," << c;
+    }
+  }
+  EXPECT_LT(q.decode_bytes_per_step(), ref.decode_bytes_per_step());
+}
+
+TEST(Weights, MisalignedTensorsAreCopiedAndReadCorrectly) {
+  // A 3-byte tensor first shifts every later tensor off its natural alignment.
+  test::TempDir dir;
+  const fs::path good = synth(dir, "good", "f32", 5);
+  const fs::path bad = dir / "shifted";
+  fs::create_directory(bad);
+  fs::copy_file(good / "config.json", bad / "config.json");
+  {
+    SafetensorsFile src(good / "model.safetensors");
+    std::vector<TensorSpec> specs = {{"aaa.pad", DType::U8, {3}}};
+    for (const auto& t : src.tensors()) specs.push_back({t.name, t.dtype, t.shape});
+    SafetensorsWriter w(bad / "model.safetensors", specs);
+    const std::uint8_t pad[3] = {1, 2, 3};
+    w.write(pad, 3);
+    for (const auto& t : src.tensors()) w.write(src.data(t), t.nbytes);
+    w.finish();
+  }
+  const Weights a = load_model(good), b = load_model(bad);
+  EXPECT_EQ(b.unused_tensors, std::vector<std::string>{"aaa.pad"});
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.layers[0].wq.weight.data) % 4, 0u);
+  EXPECT_EQ(std::memcmp(a.layers[0].wq.weight.data, b.layers[0].wq.weight.data, a.layers[0].wq.weight.nbytes), 0);
+}
+
+TEST(WeightsMalformed, ShapeContradictingTheConfigNamesTensorAndShapes) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "m", "bf16");
+  json cfg = json::parse(test::read_text(p / "config.json"));
+  cfg["intermediate_size"] = 160;
+  test::write_text(p / "config.json", cfg.dump());
+  expect_error([&] { load_model(p); },
+               {"model.safetensors", "tensor 'model.layers.0.mlp.gate_proj.weight'", "expected shape [160, 64]", "found [176, 64]"});
+}
+
+TEST(WeightsMalformed, MissingTensorIsNamed) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "m", "bf16");
+  json cfg = json::parse(test::read_text(p / "config.json"));
+  cfg["num_hidden_layers"] = 4;
+  test::write_text(p / "config.json", cfg.dump());
+  expect_error([&] { load_model(p); }, {"missing tensor 'model.layers.3.input_layernorm.weight'", "expected shape [64]"});
+}
+
+TEST(WeightsMalformed, Fp8WithoutQuantizationConfigOrScales) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "m", "fp8");
+  json cfg = json::parse(test::read_text(p / "config.json"));
+  json no_quant = cfg;
+  no_quant.erase("quantization_config");
+  test::write_text(p / "config.json", no_quant.dump());
+  expect_error([&] { load_model(p); }, {"q_proj.weight'", "dtype F8_E4M3 is not supported here"});
+  // Per-tensor declared, per-channel stored.
+  cfg["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "tensor";
+  test::write_text(p / "config.json", cfg.dump());
+  expect_error([&] { load_model(p); }, {"q_proj.weight_scale'", "a single scale", "found [64, 1]"});
+  // Static activations declared, no input_scale stored.
+  cfg["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "channel";
+  cfg["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false}};
+  test::write_text(p / "config.json", cfg.dump());
+  expect_error([&] { load_model(p); }, {"missing tensor 'model.layers.0.self_attn.q_proj.input_scale'"});
+}
+
+TEST(WeightsMalformed, TruncatedShardIsNamed) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "m", "f32");
+  fs::resize_file(p / "model.safetensors", fs::file_size(p / "model.safetensors") - 100);
+  expect_error([&] { load_model(p); }, {"model.safetensors", "truncated"});
+}
