@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The one prepared script for a lent GPU machine (H200): builds, runs the gpu-labelled tests and
+# the benchmarks, and leaves everything under $OUT. It must stay under ~8 minutes in all (the
+# session's device time is 15 minutes, machine start included): every step has a time limit and
+# the whole run a deadline (DEVICE_CHECK_BUDGET_S, default 450 s); a step past the deadline is
+# skipped and recorded, a failed step is recorded and the next one still runs.
+#
+# Before the call, on the dev machine: scripts/stage_deps.sh   (fills .deps/, which is gitignored;
+# the GPU machine has a compiler, CUDA and CMake but no Debian dev packages and no network).
+# Then, with the device tool, from the repo root:
+#   run(command="BESTOFN_COMMIT=$(git rev-parse --short=12 HEAD) bash benchmarks/device_check.sh",
+#       carry=[".deps"], timeout_s=540)
+# (write the commit into the command literally: the device copy of the tree may have no .git).
+# Results: $OUT/summary.json, device.txt, device_check.log, ctest_gpu.xml, gemm_fp8.json; commit
+# them under benchmarks/results/<date>-<device>/ (see benchmarks/GPU_TODO.md).
+# Future benchmarks: add a `step` line below, with a time limit, and their file under $OUT.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+[[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
+
+BUDGET_S=${DEVICE_CHECK_BUDGET_S:-450}
+START_S=$SECONDS
+STEPS_JSON=""
+FAILED=0
+
+# step NAME MAX_SECONDS COMMAND...: runs COMMAND under a time limit, records its exit status.
+step() {
+  local name=$1 max_s=$2
+  shift 2
+  local left=$((BUDGET_S - (SECONDS - START_S)))
+  local limit=$((max_s < left ? max_s : left))
+  local t0=$SECONDS rc note=""
+  echo
+  echo "=== [$name] $(date -u +%H:%M:%S) limit ${limit}s: $*"
+  if ((limit < 10)); then
+    rc=-1
+    note="skipped: out of time"
+  else
+    timeout --kill-after=10 "$limit" "$@"
+    rc=$?
+    ((rc == 124 || rc == 137)) && note="timed out after ${limit}s"
+  fi
+  ((rc != 0)) && FAILED=1
+  echo "=== [$name] rc=$rc $note ($((SECONDS - t0))s)"
+  STEPS_JSON+="${STEPS_JSON:+,}{\"step\":\"$name\",\"rc\":$rc,\"seconds\":$((SECONDS - t0)),\"note\":\"$note\"}"
+}
+
+# shellcheck disable=SC2317  # run through `bash -c` by step
+device_info() {
+  local rc=0
+  {
+    echo "# nvidia-smi --query-gpu"
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv || rc=1
+    echo
+    echo "# nvcc --version"
+    nvcc --version
+    echo
+    echo "# cmake --version / c++ --version"
+    cmake --version | head -1
+    c++ --version | head -1
+    echo
+    echo "# nvidia-smi -q (head)"
+    nvidia-smi -q | head -80
+  } > "$OUT/device.txt" 2>&1
+  head -3 "$OUT/device.txt"
+  return "$rc"
+}
+
+# ctest of the gpu label. On the GPU machine a skipped test means the device was not seen: a failure.
+# shellcheck disable=SC2317  # run through `bash -c` by step
+ctest_gpu() {
+  ctest --test-dir build-device -L gpu --output-on-failure --output-junit "$OUT/ctest_gpu.xml"
+  local rc=$?
+  if grep -qE 'skipped="[1-9]' "$OUT/ctest_gpu.xml" 2>/dev/null; then
+    echo "ctest_gpu: gpu tests were skipped (no device seen): counted as a failure"
+    rc=1
+  fi
+  return "$rc"
+}
+
+main() {
+  COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo "${BESTOFN_COMMIT:-unknown}")
+  export BESTOFN_COMMIT=$COMMIT  # gemm_fp8 reports it when CMake found no git
+  echo "device_check.sh: commit $COMMIT, out $OUT, budget ${BUDGET_S}s"
+
+  export OUT
+  export -f device_info ctest_gpu
+  step device_info 30 bash -c device_info
+  step configure 90 cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DBESTOFN_STAGED_DEPS="$PWD/.deps"
+  # What the GPU steps need first; the rest of the tree after them, so a broken CPU-side target
+  # cannot cost the GPU results.
+  step build_gpu 240 cmake --build build-device -j 16 --target test_gpu_quantize gemm_fp8
+  step ctest_gpu 90 bash -c ctest_gpu
+  step gemm_fp8 180 build-device/benchmarks/gemm_fp8 --out "$OUT/gemm_fp8.json"
+  step build_all 120 cmake --build build-device -j 16
+
+  local device
+  device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  printf '{"date":"%s","device":"%s","commit":"%s","ok":%s,"seconds":%d,"steps":[%s]}\n' \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${device:-none}" "$COMMIT" "$([[ $FAILED == 0 ]] && echo true || echo false)" \
+    $((SECONDS - START_S)) "$STEPS_JSON" > "$OUT/summary.json"
+  echo
+  cat "$OUT/summary.json"
+  return $FAILED
+}
+
+main 2>&1 | tee "$OUT/device_check.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,44 @@
+# The CUDA backend is built when nvcc is found, unless -DBESTOFN_CUDA=OFF.
+# Default target: Hopper with its arch-specific features (sm_90a: wgmma, TMA, FP8 tensor cores).
+# CMAKE_CUDA_ARCHITECTURES on the command line overrides it.
+set(BESTOFN_HAVE_CUDA OFF)
+if(BESTOFN_CUDA)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90a)
+    endif()
+    enable_language(CUDA)
+    # CMake < 3.26 (Debian 12 ships 3.25) does not know that nvcc >= 12 takes -std=c++20 and
+    # refuses CMAKE_CUDA_STANDARD 20: teach it the flag.
+    if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(BESTOFN_HAVE_CUDA ON)
+    message(STATUS "bestofn: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES})")
+  else()
+    message(STATUS "bestofn: nvcc not found, building CPU only")
+  endif()
+else()
+  message(STATUS "bestofn: CUDA backend forced OFF")
+endif()
+
+if(BESTOFN_HAVE_CUDA)
+  # Device code only, one op per file, each with its host launcher (kernels/), plus the host side
+  # of the CUDA backend (src/cuda/). Public headers stay pure C++.
+  add_library(bestofn_cuda STATIC
+    kernels/quantize_fp8.cu
+    src/cuda/cuda_device.cpp
+  )
+  target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
+  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublasLt)
+  set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+  bestofn_warnings(bestofn_cuda)
+endif()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Stages the header-only dependencies from this machine's Debian packages into .deps/, for a
+# machine that has a compiler and CMake but no Debian dev packages (the lent GPU machine).
+#   scripts/stage_deps.sh [DEST]        (default DEST: <repo>/.deps, gitignored)
+#   cmake -S . -B build-x -DBESTOFN_STAGED_DEPS=$PWD/.deps ...   (cmake/Dependencies.cmake)
+# Staged: nlohmann-json3-dev, libcli11-dev, libspdlog-dev + libfmt-dev (used header-only there:
+# SPDLOG_FMT_EXTERNAL, FMT_HEADER_ONLY) and the GoogleTest sources (googletest), built from source.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dest=${1:-$root/.deps}
+
+die() { echo "stage_deps.sh: $*" >&2; exit 1; }
+
+for dir in /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt /usr/src/googletest; do
+  [[ -d $dir ]] || die "missing $dir (scripts/setup.sh installs the Debian packages)"
+done
+
+rm -rf "$dest"
+mkdir -p "$dest/include"
+cp -a /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt "$dest/include/"
+cp -a /usr/src/googletest "$dest/googletest"
+
+# spdlog header-only includes its -inl.h files, and fmt header-only includes format-inl.h: check
+# that Debian shipped every one of them (it splits spdlog into a compiled and a header package).
+missing=0
+check() { [[ -f $1 ]] || { echo "stage_deps.sh: missing ${1#"$dest"/include/} (included by ${2#"$dest"/include/})" >&2; missing=1; }; }
+while IFS= read -r header; do
+  while IFS= read -r inc; do
+    case $inc in
+      spdlog/fmt/bundled/*) ;;                       # spdlog's own fmt copy: removed by Debian, unused
+      spdlog/* | fmt/*) check "$dest/include/$inc" "$header" ;;
+      *-inl.h | *.h) check "$(dirname "$header")/$inc" "$header" ;;  # "logger-inl.h", relative
+    esac
+  done < <(grep -oE '^[[:space:]]*#[[:space:]]*include[[:space:]]*("[^"]+"|<(spdlog|fmt)/[^>]+>)' "$header" \
+             | sed -E 's/.*[<"]([^>"]+)[>"]/\1/')
+done < <(find "$dest/include/spdlog" "$dest/include/fmt" -name '*.h')
+for f in fmt/core.h fmt/format.h fmt/format-inl.h spdlog/spdlog-inl.h spdlog/logger-inl.h spdlog/common-inl.h; do
+  check "$dest/include/$f" "stage_deps.sh"
+done
+[[ $missing == 0 ]] || die "incomplete staging in $dest"
+
+# What was staged, for the record.
+{
+  echo "# staged by scripts/stage_deps.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(hostname)"
+  dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest 2>/dev/null || true
+} > "$dest/MANIFEST"
+echo "staged into $dest ($(du -sh "$dest" | cut -f1)):"
+cat "$dest/MANIFEST"

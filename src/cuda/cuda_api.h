@@ -1,0 +1,19 @@
+#pragma once
+// The host-side CUDA API that the rest of bestofn may call. Pure C++: no CUDA header here, so
+// that backends.cpp and the tests compile with the host compiler alone.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bestofn::cuda {
+
+// Names of the visible devices. Never throws: with no driver or no device it returns an empty
+// list and sets *error to the runtime's message.
+std::vector<std::string> list_devices(std::string* error);
+
+// GPU twin of cpu::quantize_fp8_rows, on host buffers (copies in, runs kernel_quantize_fp8_rows,
+// copies out). Throws bestofn::Error on any CUDA failure.
+void quantize_fp8_rows_host(const float* x, std::size_t rows, std::size_t cols, std::uint8_t* q, float* scales);
+
+}  // namespace bestofn::cuda
