@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages bestofn builds with, then builds Release into build/.
+# Idempotent and non-interactive: packages already installed are left alone, and a second run
+# only rebuilds what changed. Extra arguments go to the cmake configure step, e.g.
+#   scripts/setup.sh -DBESTOFN_CUDA=OFF
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake git pkg-config libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
+          clang libclang-rt-14-dev python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA backend is built when nvcc is found; the CUDA Toolkit installs it outside PATH.
+if ! command -v nvcc >/dev/null && [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build -j "$(nproc)"
+echo "setup: built build/bestofn"
