@@ -30,6 +30,22 @@ std::string synth(const bestofn::test::TempDir& dir, const std::string& name, co
   return out;
 }
 
+// Rewrites the JSON header of a safetensors file through `edit`, keeping the data section.
+template <typename Edit>
+void rewrite_header(const fs::path& file, Edit edit) {
+  auto bytes = bestofn::test::read_bytes(file);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<std::size_t>(i)];
+  json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  edit(h);
+  const std::string text = h.dump();
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  out += text;
+  out.append(reinterpret_cast<const char*>(bytes.data()) + 8 + n, bytes.size() - 8 - n);
+  bestofn::test::write_text(file, out);
+}
+
 }  // namespace
 
 TEST(CliInspect, Llama260kJson) {
@@ -154,6 +170,43 @@ TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
   const std::string s = synth(dir, "s", "bf16");
   bestofn::test::write_text(fs::path(s) / "model.safetensors.index.json", R"({"weight_map":{"model.norm.weight":"model-00002-of-00002.safetensors"}})");
   expect_failure({"inspect", s}, 1, {"model.safetensors.index.json", "missing shard 'model-00002-of-00002.safetensors'"});
+}
+
+TEST(CliErrors, MalformedCheckpointsExit1NamingTensorAndProblem) {
+  bestofn::test::TempDir dir;
+  const std::string norm = "model.layers.1.input_layernorm.weight";
+  auto fresh = [&](const std::string& name) { return fs::path(synth(dir, name, "bf16")); };
+
+  const fs::path a = fresh("dtype");
+  rewrite_header(a / "model.safetensors", [&](json& h) { h[norm]["dtype"] = "Q4_K"; });
+  expect_failure({"inspect", a.string()}, 1, {"model.safetensors", "tensor '" + norm + "'", "unknown dtype 'Q4_K'"});
+
+  const fs::path b = fresh("overlap");
+  rewrite_header(b / "model.safetensors", [&](json& h) {
+    auto off = h[norm]["data_offsets"].get<std::vector<std::uint64_t>>();
+    h[norm]["data_offsets"] = {off[0] - 2, off[1] - 2};
+  });
+  expect_failure({"inspect", b.string()}, 1, {"model.safetensors", "overlapping"});
+
+  const fs::path c = fresh("range");
+  rewrite_header(c / "model.safetensors", [&](json& h) { h[norm]["data_offsets"][1] = 1ull << 40; });
+  expect_failure({"inspect", c.string()}, 1, {"model.safetensors", "tensor '" + norm + "'", "outside the data section"});
+
+  const fs::path d = fresh("shape");
+  json cfg = json::parse(bestofn::test::read_text(d / "config.json"));
+  cfg["hidden_size"] = 96;
+  bestofn::test::write_text(d / "config.json", cfg.dump());
+  expect_failure({"inspect", d.string()}, 1, {"tensor 'model.embed_tokens.weight'", "expected shape [512, 96]", "found [512, 64]"});
+
+  const fs::path f = fresh("missing");
+  cfg = json::parse(bestofn::test::read_text(f / "config.json"));
+  cfg["num_hidden_layers"] = 5;
+  bestofn::test::write_text(f / "config.json", cfg.dump());
+  expect_failure({"inspect", f.string()}, 1, {"missing tensor 'model.layers.3.input_layernorm.weight'"});
+
+  const fs::path g = fresh("genconfig");
+  bestofn::test::write_text(g / "generation_config.json", "{\"eos_token_id\": [1,");
+  expect_failure({"inspect", g.string()}, 1, {"generation_config.json", "not valid JSON"});
 }
 
 TEST(CliErrors, NoPartialModelIsLeftBehind) {
