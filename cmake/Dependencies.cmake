@@ -8,6 +8,10 @@ find_package(Threads REQUIRED)
 set(BESTOFN_STAGED_DEPS "" CACHE PATH "Folder made by scripts/stage_deps.sh (empty: find_package)")
 
 if(NOT BESTOFN_STAGED_DEPS)
+  # PCRE2 (libpcre2-dev): the Unicode-aware regex of the Llama 3 pre-tokenizer.
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+  find_package(ZLIB REQUIRED)  # zlib1g-dev: gzip datasets
   find_package(nlohmann_json 3.10 REQUIRED)
   find_package(CLI11 2.0 REQUIRED)
   find_package(spdlog 1.9 REQUIRED)
@@ -25,6 +29,14 @@ foreach(_file include/nlohmann/json.hpp include/CLI/CLI.hpp include/spdlog/spdlo
   endif()
 endforeach()
 message(STATUS "bestofn: dependencies from the staged folder ${_staged}")
+
+# The two compiled libraries, staged as header + shared object.
+add_library(PkgConfig::PCRE2 SHARED IMPORTED)
+set_target_properties(PkgConfig::PCRE2 PROPERTIES IMPORTED_LOCATION "${_staged}/lib/libpcre2-8.so"
+  IMPORTED_NO_SONAME TRUE INTERFACE_INCLUDE_DIRECTORIES "${_staged}/include")
+add_library(ZLIB::ZLIB SHARED IMPORTED)
+set_target_properties(ZLIB::ZLIB PROPERTIES IMPORTED_LOCATION "${_staged}/lib/libz.so"
+  IMPORTED_NO_SONAME TRUE INTERFACE_INCLUDE_DIRECTORIES "${_staged}/include")
 
 # Imported targets: their include directories are SYSTEM, so the project's -Werror skips them.
 foreach(_target nlohmann_json::nlohmann_json CLI11::CLI11 spdlog::spdlog)

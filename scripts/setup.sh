@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git pkg-config libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
-          clang libclang-rt-14-dev python3)
+          libpcre2-dev zlib1g-dev clang libclang-rt-14-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,15 @@ rm -rf "$dest"
 mkdir -p "$dest/include"
 cp -a /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt "$dest/include/"
 cp -a /usr/src/googletest "$dest/googletest"
+# Two compiled libraries, headers and shared objects: PCRE2 (the tokenizer's regex) and zlib.
+mkdir -p "$dest/lib"
+cp -a /usr/include/pcre2.h /usr/include/zlib.h /usr/include/zconf.h "$dest/include/"
+for lib in libpcre2-8.so:libpcre2-8.so.0 libz.so:libz.so.1; do
+  dev=${lib%%:*} soname=${lib##*:}  # the build links $dev; the loader looks for $soname (RUNPATH)
+  real=$(readlink -f "/usr/lib/x86_64-linux-gnu/$dev") || die "missing /usr/lib/x86_64-linux-gnu/$dev"
+  cp "$real" "$dest/lib/$soname"
+  ln -sf "$soname" "$dest/lib/$dev"
+done
 
 # spdlog header-only includes its -inl.h files, and fmt header-only includes format-inl.h: check
 # that Debian shipped every one of them (it splits spdlog into a compiled and a header package).
@@ -43,7 +52,7 @@ done
 # What was staged, for the record.
 {
   echo "# staged by scripts/stage_deps.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(hostname)"
-  dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest 2>/dev/null || true
+  dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest libpcre2-dev zlib1g-dev 2>/dev/null || true
 } > "$dest/MANIFEST"
 echo "staged into $dest ($(du -sh "$dest" | cut -f1)):"
 cat "$dest/MANIFEST"

@@ -1,0 +1,296 @@
+// Loading a HF tokenizer.json (+ tokenizer_config.json) into Tokenizer::Impl, validating every
+// part and naming what is supported when a part is not.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "bestofn/error.h"
+#include "bestofn/utf8.h"
+#include "json_file.h"
+#include "tokenizer_impl.h"
+
+namespace bestofn {
+using nlohmann::json;
+
+const std::array<std::uint32_t, 256>& byte_to_unicode() {
+  static const std::array<std::uint32_t, 256> table = [] {
+    std::array<std::uint32_t, 256> t{};
+    std::uint32_t extra = 256;
+    for (std::uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      t[b] = printable ? b : extra++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+int unicode_to_byte(std::uint32_t cp) {
+  static const std::array<int, 0x144> inverse = [] {
+    std::array<int, 0x144> inv{};
+    inv.fill(-1);
+    for (std::size_t b = 0; b < 256; ++b) inv[byte_to_unicode()[b]] = static_cast<int>(b);
+    return inv;
+  }();
+  return cp < inverse.size() ? inverse[cp] : -1;
+}
+
+std::optional<std::string> byte_level_bytes(std::string_view token) {
+  std::string bytes;
+  bytes.reserve(token.size());
+  for (std::size_t i = 0; i < token.size();) {
+    const auto lead = static_cast<unsigned char>(token[i]);
+    std::uint32_t cp = lead;
+    std::size_t n = 1;
+    if (lead >= 0xC0 && lead < 0xE0 && i + 1 < token.size()) {  // the table stops at U+0143: two bytes at most
+      cp = ((lead & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
+      n = 2;
+    } else if (lead >= 0x80) {
+      return std::nullopt;
+    }
+    const int b = unicode_to_byte(cp);
+    if (b < 0) return std::nullopt;
+    bytes += static_cast<char>(b);
+    i += n;
+  }
+  return bytes;
+}
+
+namespace {
+
+struct Loader {
+  Tokenizer::Impl& t;
+  const std::string& file;
+
+  Error fail(const std::string& what) const { return Error(file, what); }
+
+  std::string str(const json& j, const char* key, const std::string& where) const {
+    if (!j.contains(key) || !j[key].is_string()) throw fail(where + ": missing string \"" + key + "\"");
+    return j[key].get<std::string>();
+  }
+
+  void vocab(const json& model) {
+    if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object of token -> id");
+    const std::size_t n = model["vocab"].size();
+    t.id_to_token.assign(n, std::string());
+    std::vector<bool> seen(n, false);
+    for (auto& [tok, id] : model["vocab"].items()) {
+      if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() >= static_cast<long long>(n))
+        throw fail("model.vocab: id " + id.dump() + " of token " + json(tok).dump() + " is outside 0.." + std::to_string(n - 1));
+      const auto i = id.get<std::size_t>();
+      if (seen[i]) throw fail("model.vocab: id " + std::to_string(i) + " is given to two tokens");
+      seen[i] = true;
+      t.id_to_token[i] = tok;
+      t.vocab.emplace(tok, static_cast<int>(i));
+    }
+  }
+
+  void merges(const json& model) {
+    if (!model.contains("merges") || !model["merges"].is_array()) throw fail("model.merges must be a list");
+    const auto& m = model["merges"];
+    t.merges.reserve(m.size());
+    for (std::size_t rank = 0; rank < m.size(); ++rank) {
+      std::string a, b;
+      if (m[rank].is_string()) {  // "a b"
+        const auto s = m[rank].get<std::string>();
+        const auto sp = s.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
+          throw fail("model.merges[" + std::to_string(rank) + "]: " + json(s).dump() + " is not \"left right\"");
+        a = s.substr(0, sp), b = s.substr(sp + 1);
+      } else if (m[rank].is_array() && m[rank].size() == 2 && m[rank][0].is_string() && m[rank][1].is_string()) {
+        a = m[rank][0].get<std::string>(), b = m[rank][1].get<std::string>();
+      } else {
+        throw fail("model.merges[" + std::to_string(rank) + "]: expected \"left right\" or [left, right], got " + m[rank].dump());
+      }
+      const auto ia = t.vocab.find(a), ib = t.vocab.find(b), im = t.vocab.find(a + b);
+      if (ia == t.vocab.end() || ib == t.vocab.end() || im == t.vocab.end())
+        throw fail("model.merges[" + std::to_string(rank) + "]: " + json(a + " " + b).dump() + " uses a token missing from the vocab");
+      t.merges.add(ia->second, ib->second, static_cast<int>(rank), im->second);
+    }
+  }
+
+  void model(const json& j) {
+    if (!j.contains("model") || !j["model"].is_object()) throw fail("no \"model\" object");
+    const json& m = j["model"];
+    const std::string type = m.value("type", std::string("BPE"));
+    if (type != "BPE") throw fail("unsupported model type '" + type + "'; supported: BPE");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+      if (m.contains(key) && !m[key].is_null()) throw fail(std::string("model.") + key + " is not supported");
+    if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0) throw fail("BPE dropout is not supported");
+    vocab(m);
+    merges(m);
+    t.ignore_merges = m.value("ignore_merges", false);
+    t.byte_fallback = m.value("byte_fallback", false);
+    t.fuse_unk = m.value("fuse_unk", false);
+    if (m.contains("unk_token") && m["unk_token"].is_string()) {
+      const auto it = t.vocab.find(m["unk_token"].get<std::string>());
+      if (it == t.vocab.end()) throw fail("model.unk_token " + m["unk_token"].dump() + " is not in the vocab");
+      t.unk_id = it->second;
+    }
+  }
+
+  void added_tokens(const json& j) {
+    if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
+    if (!j["added_tokens"].is_array()) throw fail("added_tokens must be a list");
+    for (const auto& a : j["added_tokens"]) {
+      AddedToken at;
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || a["id"].get<long long>() < 0 ||
+          a["id"].get<long long>() > 100000000)
+        throw fail("added_tokens: entry " + a.dump().substr(0, 80) + " needs a non-negative integer id");
+      at.id = a["id"].get<int>();
+      at.content = str(a, "content", "added_tokens");
+      if (at.content.empty() || utf8::first_invalid(at.content)) throw fail("added_tokens: token " + std::to_string(at.id) + " has empty or invalid content");
+      at.special = a.value("special", false);
+      at.lstrip = a.value("lstrip", false);
+      at.rstrip = a.value("rstrip", false);
+      at.single_word = a.value("single_word", false);
+      if (static_cast<std::size_t>(at.id) >= t.id_to_token.size()) t.id_to_token.resize(static_cast<std::size_t>(at.id) + 1);
+      t.id_to_token[static_cast<std::size_t>(at.id)] = at.content;
+      t.vocab[at.content] = at.id;
+      t.added_first_byte[static_cast<unsigned char>(at.content[0])] = true;
+      t.added.push_back(std::move(at));
+    }
+    t.special.assign(t.id_to_token.size(), false);
+    for (const auto& a : t.added) t.special[static_cast<std::size_t>(a.id)] = a.special;
+  }
+
+  void normalizer(const json& n) {
+    if (n.is_null()) return;
+    const std::string type = str(n, "type", "normalizer");
+    if (type == "Sequence") {
+      for (const auto& s : n.value("normalizers", json::array())) normalizer(s);
+    } else if (type == "Prepend") {
+      t.normalizer.push_back({true, "", str(n, "prepend", "Prepend normalizer")});
+    } else if (type == "Replace") {
+      if (!n.contains("pattern") || !n["pattern"].contains("String"))
+        throw fail("Replace normalizer: only a String pattern is supported");
+      t.normalizer.push_back({false, n["pattern"]["String"].get<std::string>(), str(n, "content", "Replace normalizer")});
+    } else {
+      throw fail("unsupported normalizer '" + type + "'; supported: Sequence, Prepend, Replace");
+    }
+  }
+
+  void add_regex(const std::string& pattern) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+    if (!re) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw fail("pre_tokenizer regex does not compile at offset " + std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // best effort: the interpreter gives the same matches
+    t.splits.emplace_back(re);
+  }
+
+  void pre_tokenizer(const json& p) {
+    if (p.is_null()) return;
+    const std::string type = str(p, "type", "pre_tokenizer");
+    if (type == "Sequence") {
+      for (const auto& s : p.value("pretokenizers", json::array())) pre_tokenizer(s);
+    } else if (type == "Split") {
+      if (!p.contains("pattern") || !p["pattern"].contains("Regex")) throw fail("Split pre_tokenizer: only a Regex pattern is supported");
+      if (p.value("behavior", std::string()) != "Isolated" || p.value("invert", false))
+        throw fail("Split pre_tokenizer: only behavior Isolated without invert is supported");
+      add_regex(p["pattern"]["Regex"].get<std::string>());
+    } else if (type == "ByteLevel") {
+      if (p.value("add_prefix_space", false)) throw fail("ByteLevel pre_tokenizer: add_prefix_space is not supported");
+      if (p.value("use_regex", true))  // GPT-2's own split
+        add_regex(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
+      t.byte_level = true;
+    } else {
+      throw fail("unsupported pre_tokenizer '" + type + "'; supported: Sequence, Split, ByteLevel");
+    }
+  }
+
+  void decoder(const json& d) {
+    if (d.is_null()) return;
+    const std::string type = str(d, "type", "decoder");
+    if (type == "Sequence") {
+      for (const auto& s : d.value("decoders", json::array())) decoder(s);
+    } else if (type == "ByteLevel") {
+      t.decoder.push_back({DecodeStep::ByteLevel, "", "", ' ', 0, 0});
+    } else if (type == "Replace") {
+      if (!d.contains("pattern") || !d["pattern"].contains("String")) throw fail("Replace decoder: only a String pattern is supported");
+      t.decoder.push_back({DecodeStep::Replace, d["pattern"]["String"].get<std::string>(), str(d, "content", "Replace decoder"), ' ', 0, 0});
+    } else if (type == "ByteFallback") {
+      t.decoder.push_back({DecodeStep::ByteFallback, "", "", ' ', 0, 0});
+    } else if (type == "Fuse") {
+      t.decoder.push_back({DecodeStep::Fuse, "", "", ' ', 0, 0});
+    } else if (type == "Strip") {
+      const std::string c = str(d, "content", "Strip decoder");
+      if (c.size() != 1) throw fail("Strip decoder: content must be one ASCII character");
+      t.decoder.push_back({DecodeStep::Strip, "", "", c[0], d.value("start", 0), d.value("stop", 0)});
+    } else {
+      throw fail("unsupported decoder '" + type + "'; supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip");
+    }
+  }
+
+  void byte_tables() {
+    t.byte_ids.fill(-1);
+    for (int b = 0; b < 256; ++b) {
+      std::string key;
+      if (t.byte_level) {
+        utf8::append(key, byte_to_unicode()[static_cast<std::size_t>(b)]);
+      } else {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+        key = buf;
+      }
+      if (auto it = t.vocab.find(key); it != t.vocab.end()) t.byte_ids[static_cast<std::size_t>(b)] = it->second;
+      else if (t.byte_level) throw fail("byte-level vocab lacks the token for byte " + std::to_string(b));
+    }
+  }
+
+  std::optional<int> special_id(const json& v) const {
+    std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content") && v["content"].is_string()) ? v["content"].get<std::string>() : "";
+    if (s.empty()) return std::nullopt;
+    auto it = t.vocab.find(s);
+    return it == t.vocab.end() ? std::nullopt : std::optional<int>(it->second);
+  }
+
+  // BOS: the post-processor's leading special token, else tokenizer_config's bos_token.
+  void specials(const json& j, const json& config) {
+    const json& post = j.contains("post_processor") ? j["post_processor"] : json();
+    std::vector<const json*> procs;
+    if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") && post["processors"].is_array())
+      for (const auto& p : post["processors"]) procs.push_back(&p);
+    else if (post.is_object())
+      procs.push_back(&post);
+    for (const json* p : procs)
+      if (p->value("type", "") == "TemplateProcessing" && p->contains("single") && (*p)["single"].is_array() &&
+          !(*p)["single"].empty() && (*p)["single"][0].contains("SpecialToken"))
+        t.bos = special_id((*p)["single"][0]["SpecialToken"]["id"]);
+    if (config.is_object()) {
+      if (!t.bos && config.contains("bos_token")) t.bos = special_id(config["bos_token"]);
+      if (config.contains("eos_token")) t.eos = special_id(config["eos_token"]);
+      if (config.contains("chat_template") && config["chat_template"].is_string()) t.chat_template = config["chat_template"].get<std::string>();
+    }
+  }
+};
+
+}  // namespace
+
+void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string* config_path) {
+  path = tokenizer_json;
+  const json j = read_json_file(tokenizer_json);
+  if (!j.is_object()) throw Error(tokenizer_json, "must be a JSON object");
+  Loader ld{*this, path};
+  ld.model(j);
+  ld.added_tokens(j);
+  if (special.size() < id_to_token.size()) special.resize(id_to_token.size(), false);
+  ld.normalizer(j.value("normalizer", json()));
+  ld.pre_tokenizer(j.value("pre_tokenizer", json()));
+  ld.decoder(j.value("decoder", json()));
+  ld.byte_tables();
+  json config;
+  if (config_path) config = read_json_file(*config_path);
+  ld.specials(j, config);
+
+  // Per-token raw bytes for the incremental decoder; the Strip step applies to whole text only.
+  token_bytes.resize(id_to_token.size());
+  for (std::size_t id = 0; id < id_to_token.size(); ++id) token_bytes[id] = raw_bytes(id_to_token[id]);
+  for (const auto& s : decoder)
+    if (s.kind == DecodeStep::Strip) strip_leading = s.strip_start;
+}
+
+}  // namespace bestofn

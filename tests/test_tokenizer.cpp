@@ -1,0 +1,202 @@
+// Tokenizers against independent truths: llama.cpp's and third-party Llama 3 vectors (../shared),
+// and HF `tokenizers` ids for every HumanEval prompt and solution and a multilingual corpus
+// (tests/data/tokenizer_golden.json, made by tools/gen_tokenizer_golden.py).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bestofn/error.h"
+#include "bestofn/text_file.h"
+#include "bestofn/tokenizer.h"
+#include "bestofn/utf8.h"
+#include "test_util.h"
+
+using namespace bestofn;
+using nlohmann::json;
+
+namespace {
+
+const json& golden() {
+  static const json j = json::parse(test::read_text(test::source_path("tests/data/tokenizer_golden.json")));
+  return j;
+}
+
+const Tokenizer& tok(const std::string& name) {
+  static const Tokenizer llama3 = Tokenizer::load(test::require_shared("tokenizers/llama3"));
+  static const Tokenizer mistral = Tokenizer::load(test::require_shared("tokenizers/mistral"));
+  return name == "llama3" ? llama3 : mistral;
+}
+
+struct Problem {
+  std::string task_id, prompt, solution;
+};
+
+const std::vector<Problem>& humaneval() {
+  static const std::vector<Problem> problems = [] {
+    std::vector<Problem> v;
+    std::istringstream in(read_text_file(test::require_shared("data/humaneval/HumanEval.jsonl.gz")));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) {
+        const json j = json::parse(line);
+        v.push_back({j["task_id"], j["prompt"], j["canonical_solution"]});
+      }
+    return v;
+  }();
+  return problems;
+}
+
+std::string show(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+class BothTokenizers : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST(TokenizerLlama3, LlamaCppVectors) {
+  const std::string inp = test::read_text(test::require_shared("testvectors/llama3-bpe/ggml-vocab-llama-bpe.inp"));
+  const std::string out = test::read_text(test::require_shared("testvectors/llama3-bpe/ggml-vocab-llama-bpe.out"));
+  std::vector<std::string> cases;
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  for (std::size_t pos = 0, next; (next = inp.find(sep, pos)) != std::string::npos; pos = next + sep.size())
+    cases.push_back(inp.substr(pos, next - pos));
+  std::istringstream lines(out);
+  std::size_t n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    ASSERT_LT(n, cases.size());
+    std::vector<int> want;
+    std::istringstream ids(line);
+    for (int id; ids >> id;) want.push_back(id);
+    EXPECT_EQ(show(tok("llama3").encode(cases[n])), show(want)) << "case " << n << ": " << json(cases[n]).dump();
+  }
+  EXPECT_EQ(n, 46u);
+  EXPECT_EQ(cases.size(), 46u);
+}
+
+TEST(TokenizerLlama3, ThirdPartyVectors) {
+  const json v = json::parse(test::read_text(test::require_shared("testvectors/llama3-bpe/third_party_vectors.json")));
+  ASSERT_FALSE(v["vectors"].empty());
+  for (const auto& c : v["vectors"]) {
+    std::vector<int> ids = tok("llama3").encode(c["text"].get<std::string>(), c.value("bos", false));
+    if (c.value("eos", false)) ids.push_back(*tok("llama3").token_id("<|end_of_text|>"));
+    EXPECT_EQ(show(ids), show(c["ids"].get<std::vector<int>>())) << c["text"] << " (" << c["source"] << ")";
+  }
+}
+
+TEST_P(BothTokenizers, HumanEvalIdsEqualHfAndRoundTrip) {
+  const auto& g = golden()[GetParam()]["humaneval"];
+  const auto& problems = humaneval();
+  ASSERT_EQ(problems.size(), 164u);
+  ASSERT_EQ(g.size(), problems.size());
+  int failures = 0;
+  for (std::size_t i = 0; i < problems.size() && failures < 5; ++i) {
+    ASSERT_EQ(g[i]["task_id"], problems[i].task_id);
+    for (const auto& [text, key] : {std::pair{&problems[i].prompt, "prompt"}, std::pair{&problems[i].solution, "solution"}}) {
+      const auto ids = tok(GetParam()).encode(*text);
+      const auto want = g[i][key].get<std::vector<int>>();
+      if (ids != want) {
+        ++failures;
+        ADD_FAILURE() << problems[i].task_id << " " << key << "\n got: " << show(ids) << "\nwant: " << show(want);
+      }
+      EXPECT_EQ(tok(GetParam()).decode(ids), *text) << problems[i].task_id << " " << key;
+    }
+  }
+}
+
+TEST_P(BothTokenizers, CorpusIdsEqualHf) {
+  for (const auto& c : golden()[GetParam()]["corpus"]) {
+    const std::string text = c["text"];
+    EXPECT_EQ(show(tok(GetParam()).encode(text)), show(c["ids"].get<std::vector<int>>())) << json(text).dump();
+  }
+}
+
+TEST_P(BothTokenizers, BosFollowsThePostProcessor) {
+  for (const auto& c : golden()[GetParam()]["with_bos"])
+    EXPECT_EQ(show(tok(GetParam()).encode(c["text"].get<std::string>(), true)), show(c["ids"].get<std::vector<int>>())) << c["text"];
+}
+
+TEST_P(BothTokenizers, DecodeEqualsHf) {
+  for (const auto& c : golden()[GetParam()]["decode"]) {
+    const auto ids = c["ids"].get<std::vector<int>>();
+    EXPECT_EQ(json(tok(GetParam()).decode(ids)).dump(), json(c["text"].get<std::string>()).dump()) << show(ids);
+  }
+}
+
+TEST_P(BothTokenizers, IncrementalDecodingEmitsCompleteUtf8AndTheWholeText) {
+  std::vector<std::string> texts;
+  for (const auto& c : golden()[GetParam()]["corpus"]) texts.push_back(c["text"]);
+  for (std::size_t i = 0; i < 20; ++i) texts.push_back(humaneval()[i].prompt);
+  for (const auto& text : texts) {
+    const auto ids = tok(GetParam()).encode(text);
+    IncrementalDecoder dec(tok(GetParam()));
+    std::string streamed;
+    for (int id : ids) {
+      const std::string piece = dec.push(id);
+      EXPECT_FALSE(utf8::first_invalid(piece)) << json(text).dump();
+      streamed += piece;
+    }
+    streamed += dec.finish();
+    EXPECT_EQ(json(streamed).dump(), json(tok(GetParam()).decode(ids)).dump());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, BothTokenizers, ::testing::Values("llama3", "mistral"));
+
+TEST(Tokenizer, NeverCleansUpTokenizationSpaces) {
+  for (const char* name : {"llama3", "mistral"}) {
+    const std::string code = "assert f(x) == 'a' and g(y) != \"b\" , [1 , 2] ; it 's";
+    EXPECT_EQ(tok(name).decode(tok(name).encode(code)), code) << name;
+  }
+}
+
+TEST(Tokenizer, SpecialIdsAndInvalidInput) {
+  EXPECT_EQ(tok("llama3").bos_id(), 128000);
+  EXPECT_EQ(tok("llama3").eos_id(), 128009);  // tokenizer_config eos_token <|eot_id|>
+  EXPECT_EQ(tok("llama3").vocab_size(), 128256);
+  EXPECT_TRUE(tok("llama3").is_special(128009));
+  EXPECT_EQ(tok("mistral").bos_id(), 1);
+  EXPECT_EQ(tok("mistral").token_id("▁Hello"), 22557);
+  EXPECT_THROW(tok("llama3").encode("bad \xff byte"), Error);
+  EXPECT_THROW(tok("llama3").decode(std::vector<int>{128256}), Error);
+}
+
+namespace {
+// Writes a variant of the mistral tokenizer.json with `edit` applied and expects load to fail
+// with a message containing `part` and the file name.
+template <typename Edit>
+void expect_bad_tokenizer(Edit edit, const std::string& part) {
+  static const json base = json::parse(test::read_text(test::require_shared("tokenizers/mistral/tokenizer.json")));
+  test::TempDir dir;
+  json j = base;
+  edit(j);
+  test::write_text(dir / "tokenizer.json", j.dump());
+  try {
+    Tokenizer::load(dir / "tokenizer.json");
+    ADD_FAILURE() << "accepted: " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "'" << part << "' not in: " << e.what();
+  }
+}
+}  // namespace
+
+TEST(TokenizerMalformed, ClearErrors) {
+  expect_bad_tokenizer([](json& j) { j.erase("model"); }, "no \"model\" object");
+  expect_bad_tokenizer([](json& j) { j["model"]["type"] = "Unigram"; }, "unsupported model type 'Unigram'; supported: BPE");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"][5] = "nospace"; }, "model.merges[5]");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"][7] = "qqqzzz xyzzyx"; }, "missing from the vocab");
+  expect_bad_tokenizer([](json& j) { j["model"]["vocab"]["▁Hello"] = 99999999; }, "outside 0..31999");
+  expect_bad_tokenizer([](json& j) { j["model"]["vocab"]["▁Hello"] = -1; }, "outside");
+  expect_bad_tokenizer([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "unsupported pre_tokenizer 'Whitespace'");
+  expect_bad_tokenizer([](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "unsupported normalizer 'NFKC'");
+  expect_bad_tokenizer([](json& j) {
+    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  }, "regex does not compile");
+  test::TempDir dir;
+  test::write_text(dir / "tokenizer.json", "{\"model\": ");
+  EXPECT_THROW(Tokenizer::load(dir / "tokenizer.json"), Error);
+  EXPECT_THROW(Tokenizer::load(dir / "nope.json"), Error);
+}
