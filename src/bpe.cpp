@@ -1,6 +1,7 @@
 #include "bpe.h"
 
-#include <queue>
+#include <algorithm>
+#include <functional>
 
 namespace bestofn::bpe {
 
@@ -14,13 +15,6 @@ void MergeTable::reserve(std::size_t n) {
     if (e.key != kEmpty) slots_[slot(e.key)] = e, ++size_;
 }
 
-std::size_t MergeTable::slot(std::uint64_t k) const {
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t i = static_cast<std::size_t>((k * 0x9e3779b97f4a7c15ull) >> 20) & mask;
-  while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask;
-  return i;
-}
-
 bool MergeTable::add(int left, int right, int rank, int merged) {
   if (2 * (size_ + 1) > slots_.size()) reserve(2 * (size_ + 1));
   const std::uint64_t k = key(left, right);
@@ -29,12 +23,6 @@ bool MergeTable::add(int left, int right, int rank, int merged) {
   e = {k, rank, merged};
   ++size_;
   return true;
-}
-
-const MergeTable::Entry* MergeTable::find(int left, int right) const {
-  if (slots_.empty()) return nullptr;
-  const Entry& e = slots_[slot(key(left, right))];
-  return e.key == kEmpty ? nullptr : &e;
 }
 
 namespace {
@@ -51,18 +39,29 @@ struct Candidate {
 void merge(std::vector<int>& ids, const MergeTable& merges) {
   const int n = static_cast<int>(ids.size());
   if (n < 2) return;
-  std::vector<int> prev(ids.size()), next(ids.size());
-  std::vector<bool> alive(ids.size(), true);
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  // Scratch reused across calls on this thread: no allocation per word once warmed up.
+  thread_local std::vector<int> prev, next;
+  thread_local std::vector<char> alive;
+  prev.resize(ids.size());
+  next.resize(ids.size());
+  alive.assign(ids.size(), 1);
+  thread_local std::vector<Candidate> heap;  // a min-heap through std::push_heap / pop_heap
+  heap.clear();
+  const auto push = [](const Candidate& c) {
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
   for (int i = 0; i < n; ++i) {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
     if (i + 1 < n)
-      if (const auto* e = merges.find(ids[i], ids[i + 1])) heap.push({e->rank, i, e->merged});
+      if (const auto* e = merges.find(ids[i], ids[i + 1])) heap.push_back({e->rank, i, e->merged});
   }
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
   while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const Candidate c = heap.back();
+    heap.pop_back();
     // Stale when the left symbol was merged away, has no right neighbour any more, or the pair
     // at this position changed since the candidate was pushed.
     if (!alive[c.pos] || next[c.pos] < 0) continue;
@@ -70,13 +69,13 @@ void merge(std::vector<int>& ids, const MergeTable& merges) {
     const auto* e = merges.find(ids[c.pos], ids[right]);
     if (!e || e->merged != c.merged) continue;
     ids[c.pos] = c.merged;
-    alive[right] = false;
+    alive[right] = 0;
     next[c.pos] = next[right];
     if (next[right] >= 0) prev[next[right]] = c.pos;
     if (prev[c.pos] >= 0)
-      if (const auto* l = merges.find(ids[prev[c.pos]], ids[c.pos])) heap.push({l->rank, prev[c.pos], l->merged});
+      if (const auto* l = merges.find(ids[prev[c.pos]], ids[c.pos])) push({l->rank, prev[c.pos], l->merged});
     if (next[c.pos] >= 0)
-      if (const auto* r = merges.find(ids[c.pos], ids[next[c.pos]])) heap.push({r->rank, c.pos, r->merged});
+      if (const auto* r = merges.find(ids[c.pos], ids[next[c.pos]])) push({r->rank, c.pos, r->merged});
   }
   int w = 0;
   for (int i = 0; i >= 0; i = next[i]) ids[w++] = ids[i];

@@ -72,7 +72,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int>& out
   } else {
     for (std::size_t i = 0; i < piece.size();) {
       const std::size_t n = std::max<std::size_t>(1, utf8::sequence_length(piece, i));
-      if (auto it = vocab.find(std::string(piece.substr(i, n))); it != vocab.end()) {
+      if (auto it = char_ids.find(piece.substr(i, n)); it != char_ids.end()) {
         ids.push_back(it->second);
       } else if (byte_fallback && std::all_of(piece.begin() + static_cast<std::ptrdiff_t>(i), piece.begin() + static_cast<std::ptrdiff_t>(i + n),
                                               [&](char c) { return byte_ids[static_cast<unsigned char>(c)] >= 0; })) {

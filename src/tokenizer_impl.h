@@ -50,7 +50,9 @@ struct Tokenizer::Impl {
   bool byte_fallback = false;
   bool fuse_unk = false;
   std::optional<int> unk_id;
-  std::array<int, 256> byte_ids{};  // byte-level: the token of each byte's char; fallback: <0xNN> (-1: none)
+  std::array<int, 256> byte_ids{};
+  // Byte-fallback: the token of each single-code-point string (the BPE's starting symbols).
+  std::unordered_map<std::string_view, int> char_ids;  // byte-level: the token of each byte's char; fallback: <0xNN> (-1: none)
 
   // Added tokens, matched leftmost-longest before everything else.
   std::vector<AddedToken> added;

@@ -282,6 +282,8 @@ void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string*
   ld.pre_tokenizer(j.value("pre_tokenizer", json()));
   ld.decoder(j.value("decoder", json()));
   ld.byte_tables();
+  for (const auto& [tok, id] : vocab)  // keys live in `vocab`, which is not modified after load
+    if (!tok.empty() && utf8::sequence_length(tok, 0) == tok.size()) char_ids.emplace(tok, id);
   json config;
   if (config_path) config = read_json_file(*config_path);
   ld.specials(j, config);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bestofn/chat_template.h"
 #include "bestofn/error.h"
 #include "bestofn/text_file.h"
 #include "bestofn/tokenizer.h"
@@ -199,4 +200,33 @@ TEST(TokenizerMalformed, ClearErrors) {
   test::write_text(dir / "tokenizer.json", "{\"model\": ");
   EXPECT_THROW(Tokenizer::load(dir / "tokenizer.json"), Error);
   EXPECT_THROW(Tokenizer::load(dir / "nope.json"), Error);
+}
+
+TEST(ChatTemplate, MatchesTheJinjaTemplatesRenderedByHf) {
+  const json g = json::parse(test::read_text(test::source_path("tests/data/chat_golden.json")));
+  ASSERT_EQ(g["cases"].size(), 10u);
+  for (const auto& c : g["cases"]) {
+    const Tokenizer& t = tok(c["tokenizer"]);
+    const ChatFormat f = chat_format(t, c["format"]);
+    EXPECT_EQ(json(render_chat(f, c["system"].get<std::string>(), c["user"].get<std::string>())).dump(), json(c["text"]).dump());
+    EXPECT_EQ(show(encode_chat(t, f, c["system"].get<std::string>(), c["user"].get<std::string>())), show(c["ids"].get<std::vector<int>>()))
+        << c["text"];
+  }
+}
+
+TEST(ChatTemplate, FormatFromTokenizerConfig) {
+  EXPECT_EQ(chat_format(tok("llama3")), ChatFormat::Llama3);  // its chat_template has <|start_header_id|>
+  try {
+    chat_format(tok("mistral"));  // this tokenizer_config.json has no chat_template
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: no chat_template"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("llama3"), std::string::npos) << e.what();
+  }
+  test::TempDir dir;
+  std::filesystem::copy_file(test::require_shared("tokenizers/llama3/tokenizer.json"), dir / "tokenizer.json");
+  test::write_text(dir / "tokenizer_config.json", R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"})");
+  const Tokenizer t = Tokenizer::load(dir.path());
+  EXPECT_THROW(chat_format(t), Error);
+  EXPECT_EQ(chat_format(t, "llama2"), ChatFormat::Llama2);
 }

@@ -14,5 +14,7 @@ inline constexpr int kExitUsage = 2;
 
 Runner add_inspect(CLI::App& app);
 Runner add_make_synthetic(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_detokenize(CLI::App& app);
 
 }  // namespace bestofn::cli

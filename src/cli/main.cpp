@@ -48,8 +48,12 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Log only errors");
   app.require_subcommand(1);
   app.fallthrough();
-  Runner inspect = add_inspect(app);
-  Runner synth = add_make_synthetic(app);
+  const std::vector<std::pair<std::string, Runner>> commands = {
+      {"inspect", add_inspect(app)},
+      {"make-synthetic", add_make_synthetic(app)},
+      {"tokenize", add_tokenize(app)},
+      {"detokenize", add_detokenize(app)},
+  };
 
   // A first word that is no option and no command: say so, rather than "a subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
@@ -81,10 +85,9 @@ int main(int argc, char** argv) {
   if (quiet) spdlog::set_level(spdlog::level::err);
 
   try {
-    for (auto* sub : app.get_subcommands()) {
-      if (sub->get_name() == "inspect") return inspect();
-      if (sub->get_name() == "make-synthetic") return synth();
-    }
+    for (auto* sub : app.get_subcommands())
+      for (const auto& [name, run] : commands)
+        if (sub->get_name() == name) return run();
     return kExitUsage;
   } catch (const bestofn::Error& e) {
     std::cerr << "bestofn: error: " << one_line(e.what()) << "\n";
