@@ -230,3 +230,17 @@ TEST(ChatTemplate, FormatFromTokenizerConfig) {
   EXPECT_THROW(chat_format(t), Error);
   EXPECT_EQ(chat_format(t, "llama2"), ChatFormat::Llama2);
 }
+
+TEST(Tokenizer, MergesGivenAsPairsEncodeTheSame) {
+  // Newer tokenizers libraries write merges as [left, right] pairs; the ranks are the same.
+  json j = json::parse(test::read_text(test::require_shared("tokenizers/mistral/tokenizer.json")));
+  for (auto& m : j["model"]["merges"]) {
+    const std::string s = m.get<std::string>();
+    m = json::array({s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1)});
+  }
+  test::TempDir dir;
+  test::write_text(dir / "tokenizer.json", j.dump());
+  const Tokenizer pairs = Tokenizer::load(dir / "tokenizer.json");
+  for (std::size_t i = 0; i < 30; ++i)
+    EXPECT_EQ(pairs.encode(humaneval()[i].prompt), tok("mistral").encode(humaneval()[i].prompt)) << humaneval()[i].task_id;
+}
