@@ -73,11 +73,13 @@ struct Reader {
   }
 };
 
+// `rope_scaling`, or transformers 5's `rope_parameters` (which also holds rope_theta).
 RopeScaling parse_rope_scaling(const json& j, const std::string& file) {
   RopeScaling r;
-  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return r;
-  const json& s = j["rope_scaling"];
-  if (!s.is_object()) throw Error(file, "field 'rope_scaling' must be an object or null, got " + s.dump());
+  const char* key = j.contains("rope_scaling") && !j["rope_scaling"].is_null() ? "rope_scaling" : "rope_parameters";
+  if (!j.contains(key) || j[key].is_null()) return r;
+  const json& s = j[key];
+  if (!s.is_object()) throw Error(file, std::string("field '") + key + "' must be an object or null, got " + s.dump());
   Reader rd{s, file};
   std::string type = rd.get_string("rope_type", rd.get_string("type"));
   if (type.empty() || type == "default") return r;
@@ -222,6 +224,8 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   c.max_position_embeddings = rd.get_int("max_position_embeddings", 2048);
   c.rms_norm_eps = rd.get_float("rms_norm_eps", 1e-6);
   c.rope_theta = rd.get_float("rope_theta", 10000.0);
+  if (!rd.has("rope_theta") && j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    c.rope_theta = Reader{j["rope_parameters"], file}.get_float("rope_theta", 10000.0);
   c.rope_scaling = parse_rope_scaling(j, file);
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   const auto bos = rd.get_ids("bos_token_id");
@@ -231,7 +235,7 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
     if (id >= c.vocab_size) throw Error(file, "eos_token_id " + std::to_string(id) + " is outside the vocabulary");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     throw Error(file, "bos_token_id " + std::to_string(*c.bos_token_id) + " is outside the vocabulary");
-  c.torch_dtype = rd.get_string("torch_dtype");
+  c.torch_dtype = rd.get_string("torch_dtype", rd.get_string("dtype"));  // transformers 5 says "dtype"
   const std::string act = rd.get_string("hidden_act", "silu");
   if (act != "silu") throw Error(file, "hidden_act '" + act + "' is not supported; supported: silu");
   if (rd.get_bool("attention_bias", false) || rd.get_bool("mlp_bias", false))

@@ -113,6 +113,26 @@ TEST(ModelConfig, Llama2AndCodeLlamaDefaults) {
   EXPECT_EQ(cl.vocab_size, 32016);
 }
 
+TEST(ModelConfig, Transformers5RopeParameters) {
+  // transformers 5.x writes rope_parameters (with rope_theta inside) and dtype.
+  json j = base();
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j.erase("torch_dtype");
+  j["dtype"] = "bfloat16";
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::Llama3);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const ModelConfig d = parse_model_config(j, "config.json");
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope_scaling.type, RopeScalingType::None);
+}
+
 TEST(ModelConfig, LinearRopeScaling) {
   json j = base();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};

@@ -1,0 +1,47 @@
+#pragma once
+// The engine contract (DESIGN.md): a prompt is prefilled once into a prefix whose KV is kept once;
+// a slot is one candidate, referencing its prefix and owning its suffix KV; one decode step takes
+// a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
+// ids and positions, never strings. CPU and CUDA engines implement it; src/backends.cpp picks one.
+#include <memory>
+#include <span>
+#include <string>
+
+#include "bestofn/model_config.h"
+
+namespace bestofn {
+
+struct Weights;
+
+enum class KvDtype { F32, BF16 };
+
+struct EngineOptions {
+  int threads = 0;          // CPU threads (0: default_threads())
+  // KV cache precision. Auto: F32 for an F32 checkpoint (the reference, exact against llama2.c and
+  // HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
+  enum class Kv { Auto, F32, BF16 } kv = Kv::Auto;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string name() const = 0;
+  // Prefills `tokens` (1 <= size <= context) as a new prefix and writes the logits of its last
+  // position into last_logits (vocab_size floats). Returns the prefix id.
+  virtual int prefill(std::span<const int> tokens, std::span<float> last_logits) = 0;
+  // Frees a prefix; its slots must have been released first.
+  virtual void release_prefix(int prefix) = 0;
+  // A new candidate on `prefix`, with an empty suffix.
+  virtual int add_slot(int prefix) = 0;
+  virtual void release_slot(int slot) = 0;
+  // Positions the slot holds (prefix + suffix): its next token goes at this position.
+  virtual int slot_length(int slot) const = 0;
+  // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
+  // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
+  virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
+};
+
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);
+
+}  // namespace bestofn

@@ -1,0 +1,56 @@
+#pragma once
+// Best-of-N batching: every prompt is prefilled once; up to `batch` candidates decode together
+// in one engine step, across prompts; a finished slot is refilled at once with the next pending
+// candidate. Stops on EOS ids, max_new_tokens, the context limit, or stop strings matched on the
+// incrementally decoded text.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bestofn/sampler.h"
+
+namespace bestofn {
+
+class Engine;
+class Tokenizer;
+
+struct GenerationRequest {
+  std::string id;
+  std::vector<int> prompt_ids;
+  int n = 1;
+  std::vector<std::string> stop;  // stop strings, in addition to the options'
+};
+
+struct GenerationOptions {
+  SamplingParams sampling;
+  int max_new_tokens = 256;
+  int batch = 64;
+  std::vector<int> eos_ids;
+  std::vector<std::string> stop;
+  std::uint64_t prompt_index_base = 0;  // prompt i draws with RNG prompt index base + i
+};
+
+struct Candidate {
+  std::size_t prompt = 0;  // index into the requests
+  int index = 0;           // candidate number within its prompt
+  std::string text;        // without the stop string and EOS
+  std::string finish_reason;           // "stop" | "eos" | "length"
+  std::optional<std::string> stop;     // the stop string that fired
+  std::vector<int> token_ids;          // generated ids (an EOS included)
+  double cumulative_logprob = 0.0;
+};
+
+struct GenerationStats {
+  std::uint64_t generated_tokens = 0, prompt_tokens = 0, steps = 0;
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+// Runs every request to completion. on_done receives each candidate as it finishes;
+// on_step (optional) is called after every decode step with the running totals.
+GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                         const GenerationOptions& options, const std::function<void(Candidate&&)>& on_done,
+                         const std::function<void(const GenerationStats&, std::size_t done)>& on_step = {});
+
+}  // namespace bestofn

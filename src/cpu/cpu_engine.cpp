@@ -1,0 +1,381 @@
+// The CPU reference engine: the full Llama forward over a batch of slots. Its step comments are
+// the ones the CUDA engine's forward repeats.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "bestofn/engine.h"
+#include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "bestofn/parallel.h"
+#include "bestofn/weights.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+
+namespace bestofn {
+namespace {
+
+// K or V rows of one layer, (len, kv_dim), in F32 or BF16.
+class KvRows {
+ public:
+  KvRows(bool bf16, std::size_t width) : bf16_(bf16), width_(width) {}
+  void append(const float* row) {
+    if (bf16_)
+      for (std::size_t i = 0; i < width_; ++i) h_.push_back(bf16_from_float(row[i]));
+    else
+      f_.insert(f_.end(), row, row + width_);
+  }
+  // Elements [off, off + n) of row j, as floats.
+  void read(std::size_t j, std::size_t off, std::size_t n, float* out) const {
+    const std::size_t base = j * width_ + off;
+    if (bf16_)
+      for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
+    else
+      std::memcpy(out, f_.data() + base, n * sizeof(float));
+  }
+  std::size_t rows() const { return (bf16_ ? h_.size() : f_.size()) / width_; }
+
+ private:
+  bool bf16_;
+  std::size_t width_;
+  std::vector<float> f_;
+  std::vector<std::uint16_t> h_;
+};
+
+struct Cache {  // per layer K and V
+  std::vector<KvRows> k, v;
+  Cache(int layers, bool bf16, std::size_t width) {
+    for (int l = 0; l < layers; ++l) k.emplace_back(bf16, width), v.emplace_back(bf16, width);
+  }
+};
+
+struct Prefix {
+  int len = 0;
+  int slots = 0;
+  Cache kv;
+};
+
+struct Slot {
+  int prefix = -1;
+  Cache kv;  // the suffix
+};
+
+// Online softmax state of one query row over a run of positions.
+struct Softmax {
+  float m = -INFINITY, l = 0.0f;
+};
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
+      : w_(std::move(w)), c_(w_->config), pool_(opt.threads > 0 ? opt.threads : default_threads()),
+        inv_freq_(cpu::rope_inv_freq(c_)) {
+    const bool f32 = w_->token_embedding.dtype == DType::F32;
+    bf16_kv_ = opt.kv == EngineOptions::Kv::BF16 || (opt.kv == EngineOptions::Kv::Auto && !f32);
+  }
+
+  const ModelConfig& config() const override { return c_; }
+  std::string name() const override { return "cpu"; }
+
+  int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
+  void release_prefix(int p) override {
+    auto& pre = prefixes_.at(static_cast<std::size_t>(p));
+    if (!pre) throw Error("release_prefix: no prefix " + std::to_string(p));
+    if (pre->slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
+    pre.reset();
+  }
+  int add_slot(int p) override {
+    prefix_at(p).slots++;
+    auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
+    return put(slots_, std::move(s));
+  }
+  void release_slot(int s) override {
+    auto& slot = slot_at(s);
+    prefix_at(slot.prefix).slots--;
+    slots_[static_cast<std::size_t>(s)].reset();
+  }
+  int slot_length(int s) const override {
+    const Slot& slot = *slots_.at(static_cast<std::size_t>(s));
+    return prefixes_.at(static_cast<std::size_t>(slot.prefix))->len + static_cast<int>(slot.kv.k[0].rows());
+  }
+  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+
+ private:
+  template <typename T>
+  static int put(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> x) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!v[i]) {
+        v[i] = std::move(x);
+        return static_cast<int>(i);
+      }
+    v.push_back(std::move(x));
+    return static_cast<int>(v.size() - 1);
+  }
+  Prefix& prefix_at(int p) {
+    if (p < 0 || static_cast<std::size_t>(p) >= prefixes_.size() || !prefixes_[static_cast<std::size_t>(p)])
+      throw Error("no prefix " + std::to_string(p));
+    return *prefixes_[static_cast<std::size_t>(p)];
+  }
+  Slot& slot_at(int s) {
+    if (s < 0 || static_cast<std::size_t>(s) >= slots_.size() || !slots_[static_cast<std::size_t>(s)])
+      throw Error("no slot " + std::to_string(s));
+    return *slots_[static_cast<std::size_t>(s)];
+  }
+
+  void resize(std::size_t T);
+  void embed(std::span<const int> tokens);
+  void attend_prefill(int layer, const Prefix& p, std::size_t T);
+  void attend_decode(int layer, std::span<Slot* const> slots);
+  void ffn(int layer, std::size_t T);
+  void logits_rows(std::size_t first, std::size_t T, float* out);
+
+  std::shared_ptr<const Weights> w_;
+  const ModelConfig& c_;
+  cpu::ThreadPool pool_;
+  std::vector<float> inv_freq_;
+  bool bf16_kv_ = false;
+  std::vector<std::unique_ptr<Prefix>> prefixes_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  // Activations for T tokens.
+  std::vector<float> x_;     // (T, dim) the residual stream
+  std::vector<float> xn_;    // (T, dim) normed
+  std::vector<float> q_;     // (T, n_heads * head_dim)
+  std::vector<float> k_;     // (T, n_kv_heads * head_dim)
+  std::vector<float> v_;     // (T, n_kv_heads * head_dim)
+  std::vector<float> att_;   // (T, n_heads * head_dim)
+  std::vector<float> o_;     // (T, dim)
+  std::vector<float> gate_;  // (T, hidden_dim)
+  std::vector<float> up_;    // (T, hidden_dim)
+};
+
+void CpuEngine::resize(std::size_t T) {
+  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()),
+             kd = static_cast<std::size_t>(c_.kv_dim()), h = static_cast<std::size_t>(c_.hidden_dim);
+  x_.resize(T * d), xn_.resize(T * d), o_.resize(T * d);
+  q_.resize(T * qd), att_.resize(T * qd);
+  k_.resize(T * kd), v_.resize(T * kd);
+  gate_.resize(T * h), up_.resize(T * h);
+}
+
+void CpuEngine::embed(std::span<const int> tokens) {
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c_.vocab_size)
+      throw Error("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (" + std::to_string(c_.vocab_size) + ")");
+    cpu::tensor_row(w_->token_embedding, tokens[t], x_.data() + t * static_cast<std::size_t>(c_.dim));
+  }
+}
+
+void CpuEngine::ffn(int layer, std::size_t T) {
+  const LayerWeights& L = w_->layers[static_cast<std::size_t>(layer)];
+  const auto d = static_cast<std::size_t>(c_.dim);
+  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
+  cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+  cpu::linear(L.w_gate, xn_.data(), T, gate_.data(), pool_);
+  cpu::linear(L.w_up, xn_.data(), T, up_.data(), pool_);
+  cpu::silu_mul(gate_.data(), up_.data(), T * static_cast<std::size_t>(c_.hidden_dim));
+  cpu::linear(L.w_down, gate_.data(), T, o_.data(), pool_);
+  for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
+}
+
+void CpuEngine::logits_rows(std::size_t first, std::size_t T, float* out) {
+  const auto d = static_cast<std::size_t>(c_.dim);
+  // logits = lm_head(rmsnorm(x))
+  cpu::rmsnorm(xn_.data(), x_.data() + first * d, w_->final_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+  cpu::linear(w_->lm_head, xn_.data(), T, out, pool_);
+}
+
+int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
+  const std::size_t T = tokens.size();
+  if (T == 0) throw Error("prefill: empty prompt");
+  if (T > static_cast<std::size_t>(c_.max_position_embeddings))
+    throw Error("prompt of " + std::to_string(T) + " tokens is longer than the context (" + std::to_string(c_.max_position_embeddings) + ")");
+  if (last_logits.size() != static_cast<std::size_t>(c_.vocab_size)) throw Error("prefill: logits buffer has the wrong size");
+  auto p = std::make_unique<Prefix>(Prefix{static_cast<int>(T), 0, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
+  resize(T);
+  embed(tokens);
+  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
+    // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+    cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
+    cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
+    cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
+    for (std::size_t t = 0; t < T; ++t) {
+      cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, static_cast<int>(t), inv_freq_);
+      cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, static_cast<int>(t), inv_freq_);
+      p->kv.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
+      p->kv.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
+    }
+    attend_prefill(l, *p, T);
+    cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
+    for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
+    ffn(l, T);
+  }
+  logits_rows(T - 1, 1, last_logits.data());
+  return put(prefixes_, std::move(p));
+}
+
+// Causal attention over the prompt: row t sees positions 0..t of the prefix (from the cache, so
+// that prefill and decode read K and V at the same precision).
+void CpuEngine::attend_prefill(int layer, const Prefix& p, std::size_t T) {
+  const int hd = c_.head_dim, group = c_.n_heads / c_.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const KvRows& K = p.kv.k[static_cast<std::size_t>(layer)];
+  const KvRows& V = p.kv.v[static_cast<std::size_t>(layer)];
+  pool_.run(static_cast<std::size_t>(c_.n_heads), [&](std::size_t h0, std::size_t h1) {
+    std::vector<float> kv(static_cast<std::size_t>(hd)), scores(T);
+    for (std::size_t h = h0; h < h1; ++h) {
+      const std::size_t off = (h / static_cast<std::size_t>(group)) * static_cast<std::size_t>(hd);
+      for (std::size_t t = 0; t < T; ++t) {
+        const float* q = q_.data() + t * static_cast<std::size_t>(c_.q_dim()) + h * static_cast<std::size_t>(hd);
+        float m = -INFINITY;
+        for (std::size_t j = 0; j <= t; ++j) {
+          K.read(j, off, static_cast<std::size_t>(hd), kv.data());
+          float s = 0.0f;
+          for (int i = 0; i < hd; ++i) s += q[i] * kv[static_cast<std::size_t>(i)];
+          scores[j] = s * scale;
+          m = std::max(m, scores[j]);
+        }
+        float sum = 0.0f;
+        for (std::size_t j = 0; j <= t; ++j) sum += scores[j] = std::exp(scores[j] - m);
+        float* out = att_.data() + t * static_cast<std::size_t>(c_.q_dim()) + h * static_cast<std::size_t>(hd);
+        std::fill_n(out, hd, 0.0f);
+        for (std::size_t j = 0; j <= t; ++j) {
+          V.read(j, off, static_cast<std::size_t>(hd), kv.data());
+          const float pj = scores[j] / sum;
+          for (int i = 0; i < hd; ++i) out[i] += pj * kv[static_cast<std::size_t>(i)];
+        }
+      }
+    }
+  });
+}
+
+void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) {
+  const std::size_t T = slots.size();
+  if (tokens.size() != T || logits.size() != T * static_cast<std::size_t>(c_.vocab_size))
+    throw Error("decode: slots, tokens and logits sizes disagree");
+  if (T == 0) return;
+  std::vector<Slot*> batch(T);
+  std::vector<int> pos(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    batch[t] = &slot_at(slots[t]);
+    pos[t] = slot_length(slots[t]);
+    if (pos[t] >= c_.max_position_embeddings)
+      throw Error("slot " + std::to_string(slots[t]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
+    for (std::size_t u = 0; u < t; ++u)
+      if (slots[u] == slots[t]) throw Error("decode: slot " + std::to_string(slots[t]) + " appears twice in one step");
+  }
+  resize(T);
+  embed(tokens);
+  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
+    // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+    cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
+    cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
+    cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
+    for (std::size_t t = 0; t < T; ++t) {
+      cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
+      cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
+      batch[t]->kv.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
+      batch[t]->kv.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
+    }
+    attend_decode(l, batch);
+    cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
+    for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
+    ffn(l, T);
+  }
+  logits_rows(0, T, logits.data());
+}
+
+// Decode attention (Hydragen, arXiv 2402.05099): for each prefix, the queries of all its slots
+// meet the prefix keys together (each K/V row is read once per prefix and KV head, a matrix
+// product); each slot then attends over its own suffix; the two softmaxes merge by log-sum-exp.
+// Row arithmetic depends only on that row: a slot gets the same numbers in any batch.
+void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch) {
+  const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
+  const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows
+  for (std::size_t t = 0; t < batch.size(); ++t) by_prefix[batch[t]->prefix].push_back(t);
+  std::vector<std::pair<const Prefix*, const std::vector<std::size_t>*>> groups;
+  for (const auto& [p, rows] : by_prefix) groups.emplace_back(prefixes_[static_cast<std::size_t>(p)].get(), &rows);
+  const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
+
+  pool_.run(items, [&](std::size_t i0, std::size_t i1) {
+    std::vector<float> kv(hd), scores, acc;
+    for (std::size_t item = i0; item < i1; ++item) {
+      const Prefix& P = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].first;
+      const auto& rows = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].second;
+      const std::size_t h = item % static_cast<std::size_t>(c_.n_kv_heads), off = h * hd;
+      const std::size_t R = rows.size() * group, Lp = static_cast<std::size_t>(P.len);
+      auto q_of = [&](std::size_t r) { return q_.data() + rows[r / group] * qd + (h * group + r % group) * hd; };
+      const KvRows& PK = P.kv.k[static_cast<std::size_t>(layer)];
+      const KvRows& PV = P.kv.v[static_cast<std::size_t>(layer)];
+      // Prefix: S = Q K^T (R x Lp), row softmax statistics, O_p = exp(S - m) V.
+      scores.assign(R * Lp, 0.0f);
+      for (std::size_t j = 0; j < Lp; ++j) {
+        PK.read(j, off, hd, kv.data());
+        for (std::size_t r = 0; r < R; ++r) {
+          const float* q = q_of(r);
+          float s = 0.0f;
+          for (std::size_t i = 0; i < hd; ++i) s += q[i] * kv[i];
+          scores[r * Lp + j] = s * scale;
+        }
+      }
+      std::vector<Softmax> sp(R);
+      for (std::size_t r = 0; r < R; ++r) {
+        for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);
+        for (std::size_t j = 0; j < Lp; ++j) sp[r].l += scores[r * Lp + j] = std::exp(scores[r * Lp + j] - sp[r].m);
+      }
+      acc.assign(R * hd, 0.0f);
+      for (std::size_t j = 0; j < Lp; ++j) {
+        PV.read(j, off, hd, kv.data());
+        for (std::size_t r = 0; r < R; ++r)
+          for (std::size_t i = 0; i < hd; ++i) acc[r * hd + i] += scores[r * Lp + j] * kv[i];
+      }
+      // Suffix, per slot, then the log-sum-exp merge into att.
+      std::vector<float> s_scores, o_s(hd);
+      for (std::size_t r = 0; r < R; ++r) {
+        const Slot& S = *batch[rows[r / group]];
+        const KvRows& SK = S.kv.k[static_cast<std::size_t>(layer)];
+        const KvRows& SV = S.kv.v[static_cast<std::size_t>(layer)];
+        const std::size_t Ls = SK.rows();
+        const float* q = q_of(r);
+        s_scores.assign(Ls, 0.0f);
+        Softmax ss;
+        for (std::size_t j = 0; j < Ls; ++j) {
+          SK.read(j, off, hd, kv.data());
+          float s = 0.0f;
+          for (std::size_t i = 0; i < hd; ++i) s += q[i] * kv[i];
+          s_scores[j] = s * scale;
+          ss.m = std::max(ss.m, s_scores[j]);
+        }
+        std::fill(o_s.begin(), o_s.end(), 0.0f);
+        for (std::size_t j = 0; j < Ls; ++j) {
+          const float e = std::exp(s_scores[j] - ss.m);
+          ss.l += e;
+          SV.read(j, off, hd, kv.data());
+          for (std::size_t i = 0; i < hd; ++i) o_s[i] += e * kv[i];
+        }
+        const float m = std::max(sp[r].m, ss.m);
+        const float a = std::exp(sp[r].m - m), b = std::exp(ss.m - m);
+        const float denom = sp[r].l * a + ss.l * b;
+        float* out = att_.data() + rows[r / group] * qd + (h * group + r % group) * hd;
+        for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hd + i] * a + o_s[i] * b) / denom;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options) {
+  return std::make_unique<CpuEngine>(std::move(weights), options);
+}
+
+}  // namespace bestofn

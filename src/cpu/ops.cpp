@@ -1,0 +1,197 @@
+#include "cpu/ops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "cpu/thread_pool.h"
+
+namespace bestofn::cpu {
+namespace {
+
+constexpr int kLanes = 8;     // partial sums per dot product: a fixed order, vectorizable
+constexpr int kRows = 4;      // weight rows per block, each read once for all tokens
+constexpr std::size_t kTokenTile = 32;  // tokens per tile, so a tile of x stays in L2
+
+// E4M3 -> float: the 7 magnitude bits placed at float bits 20..26 give value * 2^-120 for normal
+// and subnormal codes alike; the scale by 2^120 is exact. (The NaN codes never occur in weights.)
+inline float e4m3_fast(std::uint8_t c) {
+  const std::uint32_t bits = (static_cast<std::uint32_t>(c & 0x80u) << 24) | (static_cast<std::uint32_t>(c & 0x7fu) << 20);
+  return std::bit_cast<float>(bits) * 0x1p120f;
+}
+
+void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
+  const std::size_t off = static_cast<std::size_t>(r) * n;
+  switch (t.dtype) {
+    case DType::F32: std::memcpy(out, t.data + off * 4, n * 4); break;
+    case DType::BF16: {
+      const auto* p = t.data + off * 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+      }
+      break;
+    }
+    case DType::F16: {
+      const auto* p = t.data + off * 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = f16_to_float(h);
+      }
+      break;
+    }
+    case DType::F8_E4M3: {
+      const auto* p = t.data + off;
+      for (std::size_t i = 0; i < n; ++i) out[i] = e4m3_fast(p[i]);
+      break;
+    }
+    default: throw Error("tensor '" + t.name + "': unsupported dtype for compute");
+  }
+}
+
+// acc[k] = dot(x, w[k]) for kRows rows, with kLanes partial sums summed in a fixed order.
+void dot_rows(const float* x, const float* const* w, std::size_t n, int rows, float* acc) {
+  float s[kRows][kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kRows; ++k)
+      for (int l = 0; l < kLanes; ++l) s[k][l] += x[i + l] * w[k][i + l];
+  for (int k = 0; k < rows; ++k) {
+    float tail = 0.0f;
+    for (std::size_t j = i; j < n; ++j) tail += x[j] * w[k][j];
+    float a = 0.0f;
+    for (int l = 0; l < kLanes; ++l) a += s[k][l];
+    acc[k] = a + tail;
+  }
+}
+
+// The activations as the GEMM sees them: E4M3 values (as floats) and a scale per token.
+void quantize_activations(const Linear& l, const float* x, std::size_t T, std::size_t in, std::vector<float>& xq,
+                          std::vector<float>& sx) {
+  xq.resize(T * in);
+  sx.resize(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* row = x + t * in;
+    float scale = 0.0f;
+    if (l.input_scale) {
+      scale = *l.input_scale;
+    } else {
+      float amax = 0.0f;
+      for (std::size_t i = 0; i < in; ++i) amax = std::fmax(amax, std::fabs(row[i]));
+      scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+    }
+    sx[t] = scale;
+    for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_to_float(fp8_e4m3_from_float(row[i] / scale));
+  }
+}
+
+}  // namespace
+
+void tensor_row(const Tensor& t, std::int64_t r, float* out) { widen(t, r, static_cast<std::size_t>(t.shape.back()), out); }
+
+void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std::size_t dim, float eps) {
+  thread_local std::vector<float> g;
+  g.resize(dim);
+  widen(w, 0, dim, g.data());
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float ss = 0.0f;
+    for (std::size_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (std::size_t i = 0; i < dim; ++i) out[r * dim + i] = g[i] * (xr[i] * inv);
+  }
+}
+
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
+  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  thread_local std::vector<float> xq, sx;
+  const float* xa = x;
+  if (l.is_fp8()) {
+    quantize_activations(l, x, T, in, xq, sx);
+    xa = xq.data();
+  }
+  const float* sxp = l.is_fp8() ? sx.data() : nullptr;
+  const std::size_t blocks = (out + kRows - 1) / kRows;
+  pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
+    thread_local std::vector<float> wbuf;
+    wbuf.resize(kRows * in);
+    for (std::size_t t0 = 0; t0 < T; t0 += kTokenTile) {
+      const std::size_t t1 = std::min(T, t0 + kTokenTile);
+      for (std::size_t b = b0; b < b1; ++b) {
+        const std::size_t r0 = b * kRows;
+        const int rows = static_cast<int>(std::min<std::size_t>(kRows, out - r0));
+        const float* w[kRows];
+        for (int k = 0; k < kRows; ++k) {
+          w[k] = wbuf.data() + static_cast<std::size_t>(k) * in;
+          if (k < rows) widen(l.weight, static_cast<std::int64_t>(r0) + k, in, wbuf.data() + static_cast<std::size_t>(k) * in);
+          else std::fill_n(wbuf.data() + static_cast<std::size_t>(k) * in, in, 0.0f);
+        }
+        for (std::size_t t = t0; t < t1; ++t) {
+          float acc[kRows];
+          dot_rows(xa + t * in, w, in, rows, acc);
+          for (int k = 0; k < rows; ++k) {
+            const std::size_t o = r0 + static_cast<std::size_t>(k);
+            float v = acc[k];
+            if (sxp) v = v * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+            y[t * out + o] = v;
+          }
+        }
+      }
+    }
+  });
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> f(static_cast<std::size_t>(half));
+  for (int i = 0; i < half; ++i)
+    f[static_cast<std::size_t>(i)] =
+        1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::Linear) {
+    for (auto& v : f) v /= static_cast<float>(s.factor);
+  } else if (s.type == RopeScalingType::Llama3) {
+    // HF _compute_llama3_parameters: long wavelengths are divided by `factor`, short ones kept,
+    // and the band between interpolates smoothly.
+    const float old_ctx = static_cast<float>(s.original_max_position_embeddings);
+    const float factor = static_cast<float>(s.factor), lo = static_cast<float>(s.low_freq_factor),
+                hi = static_cast<float>(s.high_freq_factor);
+    const float low_wavelen = old_ctx / lo, high_wavelen = old_ctx / hi;
+    for (auto& v : f) {
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / v;
+      const float scaled = wavelen > low_wavelen ? v / factor : v;
+      if (wavelen < high_wavelen || wavelen > low_wavelen) {
+        v = scaled;
+      } else {
+        const float smooth = (old_ctx / wavelen - lo) / (hi - lo);
+        v = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+    }
+  }
+  return f;
+}
+
+void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<float>& inv_freq) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[static_cast<std::size_t>(i)];
+    const float c = std::cos(angle), s = std::sin(angle);
+    for (int h = 0; h < n_heads; ++h) {
+      float* x = vec + h * head_dim;
+      const float a = x[i], b = x[i + half];
+      x[i] = a * c - b * s;
+      x[i + half] = b * c + a * s;
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace bestofn::cpu

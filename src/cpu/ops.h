@@ -1,0 +1,37 @@
+#pragma once
+// The CPU reference ops (the oracle every GPU kernel is tested against). Activations are fp32;
+// weights are read in their stored dtype and widened on the fly, so an FP8 model reads one byte
+// per weight per step.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "bestofn/model_config.h"
+#include "bestofn/weights.h"
+
+namespace bestofn::cpu {
+
+class ThreadPool;
+
+// out = x / rms(x) * w, per row of `dim` floats; fp32 throughout (HF: x * rsqrt(mean(x^2) + eps)).
+void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std::size_t dim, float eps);
+
+// Row r of an embedding / weight tensor, widened to float.
+void tensor_row(const Tensor& t, std::int64_t r, float* out);
+
+// y (T x out) = x (T x in) W^T. FP8 weights: the activations are quantized to E4M3 first (the
+// static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
+// summed in fp32 and scaled by x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does.
+// Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
+// a candidate's numbers never depend on the batch around it.
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool);
+
+// RoPE inverse frequencies (head_dim / 2), with llama3 or linear scaling, in fp32 as HF computes them.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+// Rotates each of `n_heads` heads of `vec` (HF rotate_half layout: pairs (i, i + head_dim/2)).
+void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<float>& inv_freq);
+
+// gate = silu(gate) * up, elementwise.
+void silu_mul(float* gate, const float* up, std::size_t n);
+
+}  // namespace bestofn::cpu

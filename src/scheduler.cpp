@@ -1,0 +1,196 @@
+#include "bestofn/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <memory>
+
+#include "bestofn/engine.h"
+#include "bestofn/error.h"
+#include "bestofn/parallel.h"
+#include "bestofn/tokenizer.h"
+
+namespace bestofn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct PromptState {
+  int prefix = -1;
+  std::vector<float> logits;  // of the prompt's last position: every candidate's first draw
+  int unfinished = 0;
+};
+
+struct Active {
+  int slot = -1;
+  Candidate c;
+  std::unique_ptr<IncrementalDecoder> decoder;
+  int next_token = -1;  // sampled, not yet fed to the engine
+};
+
+class Run {
+ public:
+  Run(Engine& e, const Tokenizer& t, const std::vector<GenerationRequest>& r, const GenerationOptions& o,
+      const std::function<void(Candidate&&)>& done)
+      : engine_(e), tok_(t), reqs_(r), opt_(o), done_(done), prompts_(r.size()),
+        vocab_(static_cast<std::size_t>(e.config().vocab_size)), context_(e.config().max_position_embeddings) {
+    for (std::size_t p = 0; p < r.size(); ++p) {
+      if (r[p].prompt_ids.empty()) throw Error("prompt " + r[p].id + " is empty");
+      if (static_cast<int>(r[p].prompt_ids.size()) >= context_)
+        throw Error("prompt " + r[p].id + " has " + std::to_string(r[p].prompt_ids.size()) + " tokens; the context is " +
+                    std::to_string(context_) + " and leaves no room to generate");
+      for (int id : r[p].prompt_ids)
+        if (id < 0 || static_cast<std::size_t>(id) >= vocab_)
+          throw Error("prompt " + r[p].id + ": token id " + std::to_string(id) + " is outside the model's vocabulary");
+      for (int i = 0; i < r[p].n; ++i) pending_.emplace_back(p, i);
+    }
+  }
+
+  GenerationStats go(const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
+    std::vector<float> logits;
+    std::vector<SamplerScratch> scratch(static_cast<std::size_t>(std::max(1, default_threads())));
+    for (;;) {
+      admit();
+      if (active_.empty()) break;
+      const std::size_t B = active_.size();
+      std::vector<int> slots(B), tokens(B);
+      for (std::size_t b = 0; b < B; ++b) slots[b] = active_[b]->slot, tokens[b] = active_[b]->next_token;
+      logits.resize(B * vocab_);
+      const auto t0 = Clock::now();
+      engine_.decode(slots, tokens, logits);
+      stats_.decode_seconds += since(t0);
+      stats_.steps++;
+      // Draws are independent per candidate: sample in parallel, then apply in order.
+      std::vector<Sample> drawn(B);
+      parallel_for(B, [&](std::size_t b0, std::size_t b1) {
+        SamplerScratch local;
+        for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*active_[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
+      });
+      for (std::size_t b = 0; b < B; ++b) accept(*active_[b], drawn[b]);
+      sweep();
+      if (on_step) on_step(stats_, finished_);
+    }
+    return stats_;
+  }
+
+ private:
+  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
+    return sample_token(logits, opt_.sampling, opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index),
+                        a.c.token_ids.size(), s);
+  }
+
+  // Fill free slots with pending candidates; prefill prompts on first use.
+  void admit() {
+    SamplerScratch s;
+    while (static_cast<int>(active_.size()) < opt_.batch && !pending_.empty()) {
+      const auto [p, i] = pending_.front();
+      pending_.pop_front();
+      PromptState& ps = prompts_[p];
+      if (ps.prefix < 0) {
+        ps.logits.resize(vocab_);
+        const auto t0 = Clock::now();
+        ps.prefix = engine_.prefill(reqs_[p].prompt_ids, ps.logits);
+        stats_.prefill_seconds += since(t0);
+        stats_.prompt_tokens += reqs_[p].prompt_ids.size();
+        ps.unfinished = reqs_[p].n;
+      }
+      auto a = std::make_unique<Active>();
+      a->slot = engine_.add_slot(ps.prefix);
+      a->c.prompt = p;
+      a->c.index = i;
+      a->decoder = std::make_unique<IncrementalDecoder>(tok_, false);
+      accept(*a, draw(*a, ps.logits, s));
+      active_.push_back(std::move(a));
+      sweep();
+    }
+  }
+
+  // Takes a sampled token: EOS, text and stop strings, length.
+  void accept(Active& a, const Sample& smp) {
+    Candidate& c = a.c;
+    c.token_ids.push_back(smp.token);
+    c.cumulative_logprob += smp.logprob;
+    stats_.generated_tokens++;
+    if (std::find(opt_.eos_ids.begin(), opt_.eos_ids.end(), smp.token) != opt_.eos_ids.end()) {
+      c.text += a.decoder->finish();
+      c.finish_reason = "eos";
+      return;
+    }
+    const std::size_t before = c.text.size();
+    c.text += a.decoder->push(smp.token);
+    if (match_stop(c, before)) return;
+    const bool at_context = engine_.slot_length(a.slot) + 1 >= context_;  // no position left for this token
+    if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
+      c.text += a.decoder->finish();
+      if (match_stop(c, before)) return;
+      c.finish_reason = "length";
+      return;
+    }
+    a.next_token = smp.token;
+  }
+
+  // The earliest stop string that ends in the text added since `before`; the text is cut there.
+  bool match_stop(Candidate& c, std::size_t before) const {
+    std::size_t best = std::string::npos;
+    const std::string* which = nullptr;
+    auto check = [&](const std::string& s) {
+      if (s.empty()) return;
+      const std::size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+      const std::size_t at = c.text.find(s, from);
+      if (at != std::string::npos && at < best) best = at, which = &s;
+    };
+    for (const auto& s : opt_.stop) check(s);
+    for (const auto& s : reqs_[c.prompt].stop) check(s);
+    if (!which) return false;
+    c.text.resize(best);
+    c.finish_reason = "stop";
+    c.stop = *which;
+    return true;
+  }
+
+  // Finished candidates leave: slot released, result handed over, prefix freed with its last one.
+  void sweep() {
+    for (std::size_t b = 0; b < active_.size();) {
+      Active& a = *active_[b];
+      if (a.c.finish_reason.empty()) {
+        ++b;
+        continue;
+      }
+      engine_.release_slot(a.slot);
+      PromptState& ps = prompts_[a.c.prompt];
+      if (--ps.unfinished == 0) {
+        engine_.release_prefix(ps.prefix);
+        ps.logits = {};
+      }
+      ++finished_;
+      done_(std::move(a.c));
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(b));
+    }
+  }
+
+  Engine& engine_;
+  const Tokenizer& tok_;
+  const std::vector<GenerationRequest>& reqs_;
+  const GenerationOptions& opt_;
+  const std::function<void(Candidate&&)>& done_;
+  std::vector<PromptState> prompts_;
+  std::deque<std::pair<std::size_t, int>> pending_;
+  std::vector<std::unique_ptr<Active>> active_;
+  std::size_t vocab_;
+  int context_;
+  std::size_t finished_ = 0;
+  GenerationStats stats_;
+};
+
+}  // namespace
+
+GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                         const GenerationOptions& options, const std::function<void(Candidate&&)>& on_done,
+                         const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
+  if (options.batch < 1) throw Error("--batch must be at least 1");
+  if (options.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
+  return Run(engine, tokenizer, requests, options, on_done).go(on_step);
+}
+
+}  // namespace bestofn
