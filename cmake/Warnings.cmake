@@ -9,3 +9,12 @@ function(bestofn_warnings target)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()
+
+# The CPU engine's hot loops are written to vectorize: build them for this machine's vector units
+# (AVX2 / AVX-512 here). -DBESTOFN_NATIVE=OFF for a portable binary.
+option(BESTOFN_NATIVE "Build CPU code with -march=native" ON)
+function(bestofn_native target)
+  if(BESTOFN_NATIVE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+endfunction()

@@ -40,12 +40,11 @@ std::uint8_t fp8_e4m3_from_float(float x) {
 }
 
 float fp8_e4m3_to_float(std::uint8_t code) {
-  const float sign = (code & 0x80) ? -1.0f : 1.0f;
-  const int exp = (code >> 3) & 0xf;
-  const int mant = code & 0x7;
-  if (exp == 0xf && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);
-  return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+  if ((code & 0x7f) == 0x7f) return std::numeric_limits<float>::quiet_NaN();
+  // The 7 magnitude bits at float bits 20..26 read as value * 2^-120, for normal and subnormal
+  // codes alike (a subnormal code lands on a float subnormal); the scale by 2^120 is exact.
+  const std::uint32_t bits = (static_cast<std::uint32_t>(code & 0x80u) << 24) | (static_cast<std::uint32_t>(code & 0x7fu) << 20);
+  return std::bit_cast<float>(bits) * 0x1p120f;
 }
 
 float fp8_e5m2_to_float(std::uint8_t code) {

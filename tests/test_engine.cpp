@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bestofn/engine.h"
+#include "bestofn/error.h"
 #include "bestofn/sampler.h"
 #include "bestofn/synthetic.h"
 #include "bestofn/weights.h"
@@ -169,4 +170,109 @@ TEST(CpuEngine, Fp8OnlineQuantizedStaysCloseToTransformersF32) {
       EXPECT_EQ(argmax(pl.rows[t]), argmax(ref)) << "position " << t;
     }
   }
+}
+
+namespace {
+
+std::shared_ptr<const Weights> synthetic(const test::TempDir& dir, const std::string& dtype) {
+  SyntheticOptions o;
+  o.shape = "tiny";
+  o.dtype = dtype;
+  o.seed = 11;
+  o.out = dir / dtype;
+  make_synthetic(o);
+  return load(o.out);
+}
+
+// The logits of candidate (prompt 0, index 0) over `steps` decode steps, greedy or sampled,
+// decoded alone or in the middle of `others` distractor candidates (half on its own prefix, half
+// on other prompts of other lengths).
+std::vector<float> trajectory(Engine& e, const std::vector<int>& prompt, int steps, float temperature, int others) {
+  const auto V = static_cast<std::size_t>(e.config().vocab_size);
+  std::vector<float> first(V), scratch(V);
+  const int p = e.prefill(prompt, first);
+  std::vector<int> slots, tokens;
+  for (int i = 0; i < others; ++i) {
+    std::vector<int> other(static_cast<std::size_t>(3 + i % 7));
+    for (std::size_t j = 0; j < other.size(); ++j) other[j] = static_cast<int>((j * 31 + static_cast<std::size_t>(i) * 7) % V);
+    slots.push_back(e.add_slot(i % 2 ? p : e.prefill(other, scratch)));
+    tokens.push_back(static_cast<int>(static_cast<std::size_t>(i) % V));
+  }
+  const std::size_t me = static_cast<std::size_t>(others / 2);
+  SamplingParams sp;
+  sp.temperature = temperature;
+  sp.seed = 5;
+  SamplerScratch ss;
+  slots.insert(slots.begin() + static_cast<std::ptrdiff_t>(me), e.add_slot(p));
+  tokens.insert(tokens.begin() + static_cast<std::ptrdiff_t>(me), sample_token(first, sp, 0, 0, 0, ss).token);
+  std::vector<float> mine, logits(slots.size() * V);
+  for (int step = 0; step < steps; ++step) {
+    e.decode(slots, tokens, logits);
+    const std::span<const float> row = std::span<const float>(logits).subspan(me * V, V);
+    mine.insert(mine.end(), row.begin(), row.end());
+    for (auto& t : tokens) t = static_cast<int>((static_cast<std::size_t>(t) * 7 + 1) % V);
+    tokens[me] = sample_token(row, sp, 0, 0, static_cast<std::uint64_t>(step + 1), ss).token;
+  }
+  return mine;
+}
+
+}  // namespace
+
+TEST(CpuEngine, BatchInvarianceAloneOrAmong64) {
+  test::TempDir dir;
+  for (const char* dtype : {"bf16", "fp8"}) {
+    auto w = synthetic(dir, dtype);
+    const std::vector<int> prompt = {1, 17, 300, 42, 99, 7};
+    for (float temperature : {0.0f, 0.8f}) {
+      const auto alone = trajectory(*make_cpu_engine(w, {}), prompt, 12, temperature, 0);
+      const auto crowd = trajectory(*make_cpu_engine(w, {}), prompt, 12, temperature, 64);
+      ASSERT_EQ(alone.size(), crowd.size());
+      std::size_t diff = 0;
+      for (std::size_t i = 0; i < alone.size(); ++i) diff += alone[i] != crowd[i];  // bit for bit
+      EXPECT_EQ(diff, 0u) << dtype << " T=" << temperature;
+    }
+  }
+}
+
+TEST(CpuEngine, ThreadCountDoesNotChangeTheNumbers) {
+  test::TempDir dir;
+  auto w = synthetic(dir, "fp8");
+  EngineOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  const std::vector<int> prompt = {1, 5, 9, 200};
+  EXPECT_EQ(trajectory(*make_cpu_engine(w, one), prompt, 8, 0.7f, 9), trajectory(*make_cpu_engine(w, two), prompt, 8, 0.7f, 9));
+}
+
+TEST(CpuEngine, SharedPrefixCandidatesWithIdenticalHistoriesGetIdenticalLogits) {
+  test::TempDir dir;
+  auto w = synthetic(dir, "bf16");
+  auto e = make_cpu_engine(w, {});
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  std::vector<float> first(V);
+  const int p = e->prefill(std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, first);
+  std::vector<int> slots;
+  for (int i = 0; i < 8; ++i) slots.push_back(e->add_slot(p));
+  std::vector<float> logits(8 * V);
+  for (int step = 0; step < 5; ++step) {
+    e->decode(slots, std::vector<int>(8, 40 + step), logits);
+    for (std::size_t s = 1; s < 8; ++s)
+      EXPECT_TRUE(std::equal(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(V), logits.begin() + static_cast<std::ptrdiff_t>(s * V)))
+          << "slot " << s << " step " << step;
+  }
+  EXPECT_EQ(e->slot_length(slots[3]), 15);
+}
+
+TEST(CpuEngine, ContextLimitAndBadIdsAreErrorsNotOverruns) {
+  test::TempDir dir;
+  auto w = synthetic(dir, "bf16");
+  auto e = make_cpu_engine(w, {});
+  const int ctx = w->config.max_position_embeddings;
+  std::vector<float> logits(static_cast<std::size_t>(w->config.vocab_size));
+  EXPECT_THROW(e->prefill(std::vector<int>(static_cast<std::size_t>(ctx) + 1, 5), logits), Error);
+  EXPECT_THROW(e->prefill(std::vector<int>{1, w->config.vocab_size}, logits), Error);
+  const int p = e->prefill(std::vector<int>(static_cast<std::size_t>(ctx) - 1, 5), logits);
+  const int s = e->add_slot(p);
+  e->decode(std::vector<int>{s}, std::vector<int>{3}, logits);  // fills the last position
+  EXPECT_THROW(e->decode(std::vector<int>{s}, std::vector<int>{3}, logits), Error);
 }

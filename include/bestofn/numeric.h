@@ -11,7 +11,7 @@ namespace bestofn {
 inline constexpr float kFp8E4M3Max = 448.0f;
 
 std::uint8_t fp8_e4m3_from_float(float x);
-float fp8_e4m3_to_float(std::uint8_t code);
+float fp8_e4m3_to_float(std::uint8_t code);  // exact; NaN for the codes 0x7f and 0xff
 float fp8_e5m2_to_float(std::uint8_t code);
 
 inline float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }

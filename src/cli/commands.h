@@ -16,5 +16,8 @@ Runner add_inspect(CLI::App& app);
 Runner add_make_synthetic(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
+Runner add_generate(CLI::App& app);
+// `command`: the whole command line, recorded in each JSON line.
+Runner add_bench(CLI::App& app, const std::string& command);
 
 }  // namespace bestofn::cli

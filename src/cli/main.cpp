@@ -30,6 +30,12 @@ std::string one_line(std::string s) {
   return s;
 }
 
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +59,8 @@ int main(int argc, char** argv) {
       {"make-synthetic", add_make_synthetic(app)},
       {"tokenize", add_tokenize(app)},
       {"detokenize", add_detokenize(app)},
+      {"generate", add_generate(app)},
+      {"bench", add_bench(app, command_line(argc, argv))},
   };
 
   // A first word that is no option and no command: say so, rather than "a subcommand is required".

@@ -12,9 +12,10 @@
 namespace bestofn::cpu {
 namespace {
 
-constexpr int kLanes = 8;     // partial sums per dot product: a fixed order, vectorizable
+constexpr int kLanes = 16;    // partial sums per dot product: a fixed order, one AVX-512 vector
 constexpr int kRows = 4;      // weight rows per block, each read once for all tokens
 constexpr std::size_t kTokenTile = 32;  // tokens per tile, so a tile of x stays in L2
+constexpr int kTokens = 4;              // tokens per micro-kernel call
 
 // E4M3 -> float: the 7 magnitude bits placed at float bits 20..26 give value * 2^-120 for normal
 // and subnormal codes alike; the scale by 2^120 is exact. (The NaN codes never occur in weights.)
@@ -54,20 +55,71 @@ void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
   }
 }
 
-// acc[k] = dot(x, w[k]) for kRows rows, with kLanes partial sums summed in a fixed order.
-void dot_rows(const float* x, const float* const* w, std::size_t n, int rows, float* acc) {
-  float s[kRows][kLanes] = {};
+// The GEMM micro-kernel: kRows weight rows x TT tokens, each dot product kept as kLanes partial
+// sums over i (a fixed order), then summed lane 0..kLanes-1 and the tail added last. Every
+// (token, row) pair goes through the same instruction sequence whatever TT is and wherever it
+// sits in the tile, so a token's result never depends on the tokens beside it.
+// One vector of kLanes floats (GCC/Clang vector extension: AVX-512 here, split into narrower
+// registers by the compiler elsewhere).
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+inline Vec load_vec(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Sum of a vector's lanes in lane order, then the scalar tail: the one reduction every dot
+// product uses.
+inline float finish_dot(const Vec& acc, const float* __restrict x, const float* __restrict w, std::size_t i, std::size_t n) {
+  float a = 0.0f;
+  for (int l = 0; l < kLanes; ++l) a += acc[l];
+  for (; i < n; ++i) a += x[i] * w[i];
+  return a;
+}
+
+// 4 rows x 1 token.
+void kernel_4x1(const float* __restrict x, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
+                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
+  Vec a0 = {}, a1 = {}, a2 = {}, a3 = {};
   std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kRows; ++k)
-      for (int l = 0; l < kLanes; ++l) s[k][l] += x[i + l] * w[k][i + l];
-  for (int k = 0; k < rows; ++k) {
-    float tail = 0.0f;
-    for (std::size_t j = i; j < n; ++j) tail += x[j] * w[k][j];
-    float a = 0.0f;
-    for (int l = 0; l < kLanes; ++l) a += s[k][l];
-    acc[k] = a + tail;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Vec xv = load_vec(x + i);
+    a0 += xv * load_vec(w0 + i);
+    a1 += xv * load_vec(w1 + i);
+    a2 += xv * load_vec(w2 + i);
+    a3 += xv * load_vec(w3 + i);
   }
+  out[0][0] = finish_dot(a0, x, w0, i, n);
+  out[0][1] = finish_dot(a1, x, w1, i, n);
+  out[0][2] = finish_dot(a2, x, w2, i, n);
+  out[0][3] = finish_dot(a3, x, w3, i, n);
+}
+
+// 4 rows x 4 tokens: 16 accumulators, 8 loads per 16 multiply-adds.
+void kernel_4x4(const float* const* xs, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
+                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
+  const float* __restrict x0 = xs[0];
+  const float* __restrict x1 = xs[1];
+  const float* __restrict x2 = xs[2];
+  const float* __restrict x3 = xs[3];
+  Vec a00 = {}, a01 = {}, a02 = {}, a03 = {}, a10 = {}, a11 = {}, a12 = {}, a13 = {};
+  Vec a20 = {}, a21 = {}, a22 = {}, a23 = {}, a30 = {}, a31 = {}, a32 = {}, a33 = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Vec v0 = load_vec(w0 + i), v1 = load_vec(w1 + i), v2 = load_vec(w2 + i), v3 = load_vec(w3 + i);
+    Vec xv = load_vec(x0 + i);
+    a00 += xv * v0, a01 += xv * v1, a02 += xv * v2, a03 += xv * v3;
+    xv = load_vec(x1 + i);
+    a10 += xv * v0, a11 += xv * v1, a12 += xv * v2, a13 += xv * v3;
+    xv = load_vec(x2 + i);
+    a20 += xv * v0, a21 += xv * v1, a22 += xv * v2, a23 += xv * v3;
+    xv = load_vec(x3 + i);
+    a30 += xv * v0, a31 += xv * v1, a32 += xv * v2, a33 += xv * v3;
+  }
+  const Vec* acc[4][4] = {{&a00, &a01, &a02, &a03}, {&a10, &a11, &a12, &a13}, {&a20, &a21, &a22, &a23}, {&a30, &a31, &a32, &a33}};
+  const float* ws[4] = {w0, w1, w2, w3};
+  for (int t = 0; t < 4; ++t)
+    for (int k = 0; k < kRows; ++k) out[t][k] = finish_dot(*acc[t][k], xs[t], ws[k], i, n);
 }
 
 // The activations as the GEMM sees them: E4M3 values (as floats) and a scale per token.
@@ -131,15 +183,20 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
           if (k < rows) widen(l.weight, static_cast<std::int64_t>(r0) + k, in, wbuf.data() + static_cast<std::size_t>(k) * in);
           else std::fill_n(wbuf.data() + static_cast<std::size_t>(k) * in, in, 0.0f);
         }
-        for (std::size_t t = t0; t < t1; ++t) {
-          float acc[kRows];
-          dot_rows(xa + t * in, w, in, rows, acc);
-          for (int k = 0; k < rows; ++k) {
-            const std::size_t o = r0 + static_cast<std::size_t>(k);
-            float v = acc[k];
-            if (sxp) v = v * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
-            y[t * out + o] = v;
-          }
+        for (std::size_t t = t0; t < t1; t += kTokens) {
+          const int tt = static_cast<int>(std::min<std::size_t>(kTokens, t1 - t));
+          const float* xs[kTokens];
+          for (int j = 0; j < kTokens; ++j) xs[j] = xa + (t + static_cast<std::size_t>(std::min(j, tt - 1))) * in;
+          float acc[kTokens][kRows];
+          if (tt == 1) kernel_4x1(xs[0], w[0], w[1], w[2], w[3], in, acc);
+          else kernel_4x4(xs, w[0], w[1], w[2], w[3], in, acc);  // a short tile repeats its last token
+          for (int j = 0; j < tt; ++j)
+            for (int k = 0; k < rows; ++k) {
+              const std::size_t o = r0 + static_cast<std::size_t>(k);
+              float v = acc[j][k];
+              if (sxp) v = v * sxp[t + static_cast<std::size_t>(j)] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+              y[(t + static_cast<std::size_t>(j)) * out + o] = v;
+            }
         }
       }
     }

@@ -1,0 +1,173 @@
+// bestofn bench: decode-step time against the number of candidates N sharing one prompt — the
+// measurement behind "N candidates for the price of one". One JSON line per configuration.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "bestofn/backends.h"
+#include "bestofn/error.h"
+#include "bestofn/parallel.h"
+#include "bestofn/synthetic.h"
+#include "bestofn/weights.h"
+#include "bestofn_version.h"
+#include "cli/commands.h"
+
+namespace bestofn::cli {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
+  int prompt_len = 256, steps = 16, threads = 0;
+  bool json = false;
+  std::string command;
+};
+
+std::vector<int> parse_n(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    try {
+      std::size_t used = 0;
+      const int n = std::stoi(part, &used);
+      if (used != part.size() || n < 1 || n > 4096) throw std::invalid_argument(part);
+      out.push_back(n);
+    } catch (const std::exception&) {
+      throw Error("--n: '" + part + "' is not a count between 1 and 4096 (e.g. --n 1,2,4,8)");
+    }
+  }
+  if (out.empty()) throw Error("--n: empty list");
+  return out;
+}
+
+json machine() {
+  std::string cpu = "unknown";
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return {{"host", host}, {"cpu", cpu}, {"cores", default_threads()}};
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The model: a directory, or a synthetic one made (or reused) for the run.
+fs::path model_dir(const BenchOptions& o, std::optional<fs::path>& temp) {
+  if (!o.model.empty()) return o.model;
+  fs::path dir = o.keep_model;
+  if (!dir.empty() && fs::exists(dir / "config.json")) return dir;
+  if (dir.empty()) {
+    temp = fs::temp_directory_path() / ("bestofn-bench-" + std::to_string(getpid()));
+    dir = *temp;
+  }
+  SyntheticOptions so;
+  so.shape = o.synthetic;
+  so.dtype = o.dtype;
+  so.out = dir;
+  make_synthetic(so);
+  return dir;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app, const std::string& command) {
+  auto o = std::make_shared<BenchOptions>();
+  o->command = command;
+  auto* sub = app.add_subcommand("bench", "Decode speed against the number of candidates N, as JSON lines");
+  sub->footer(
+      "For each N: prefill one random prompt of --prompt-len tokens, add N candidates on it, then\n"
+      "time --steps decode steps (after 2 warm-up steps). Reports ms per step, tok/s, prefill ms,\n"
+      "the weight + KV bytes one step reads and the GB/s that achieves.\n"
+      "Examples:\n"
+      "  bestofn bench --synthetic bench-100m --device cpu --n 1,2,4,8,16,32 --prompt-len 256 --json\n"
+      "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json");
+  auto* m = sub->add_option("--model", o->model, "Model directory");
+  auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m");
+  m->excludes(s);
+  sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "bf16", "fp8"}))->default_str("fp8");
+  sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)");
+  sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
+  sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")->default_str("1,2,4,8,16,32");
+  sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens")->check(CLI::Range(1, 1000000))->default_str("256");
+  sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
+  sub->callback([sub] {
+    if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
+  });
+  return [o] {
+    const std::vector<int> ns = parse_n(o->n_list);
+    std::optional<fs::path> temp;
+    struct Cleanup {
+      std::optional<fs::path>& p;
+      ~Cleanup() {
+        std::error_code ec;
+        if (p) fs::remove_all(*p, ec);
+      }
+    } cleanup{temp};
+    const fs::path dir = model_dir(*o, temp);
+    auto w = std::make_shared<const Weights>(load_model(dir));
+    const ModelConfig& c = w->config;
+    if (o->prompt_len + o->steps + 2 >= c.max_position_embeddings)
+      throw Error("--prompt-len " + std::to_string(o->prompt_len) + " + steps do not fit the context of " + std::to_string(c.max_position_embeddings));
+    EngineOptions eo;
+    eo.threads = o->threads;
+    auto engine = make_engine(w, o->device, eo);
+    std::mt19937 rng(1234);
+    std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
+    for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
+    const std::size_t V = static_cast<std::size_t>(c.vocab_size);
+    const std::size_t kv_elem = w->token_embedding.dtype == DType::F32 ? 4 : 2;
+    const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * static_cast<std::size_t>(c.kv_dim()) * kv_elem;
+    if (!o->json) std::printf("%6s %12s %12s %12s %12s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s");
+    for (int n : ns) {
+      std::vector<float> logits(V);
+      auto t0 = Clock::now();
+      const int prefix = engine->prefill(prompt, logits);
+      const double prefill_ms = ms_since(t0);
+      std::vector<int> slots, tokens(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) slots.push_back(engine->add_slot(prefix));
+      for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = (prompt.back() + i) % c.vocab_size;
+      logits.resize(V * static_cast<std::size_t>(n));
+      double timed = 0;
+      for (int step = 0; step < o->steps + 2; ++step) {
+        t0 = Clock::now();
+        engine->decode(slots, tokens, logits);
+        if (step >= 2) timed += ms_since(t0);
+        for (auto& t : tokens) t = (t + 7) % c.vocab_size;
+      }
+      for (int slot : slots) engine->release_slot(slot);
+      engine->release_prefix(prefix);
+      const double ms = timed / o->steps;
+      // Bytes one step reads: the weights once, the prefix KV once, each slot's suffix KV
+      // (on average half the timed steps plus the warm-up long).
+      const double suffix = 2.0 + o->steps / 2.0;
+      const double bytes = static_cast<double>(w->decode_bytes_per_step()) + static_cast<double>(kv_row) * (o->prompt_len + n * suffix);
+      json row = {{"bench", "decode"}, {"device", engine->name()}, {"model", dir.string()}, {"synthetic", o->synthetic},
+                  {"quantization", w->quantization}, {"n", n}, {"prompt_len", o->prompt_len}, {"steps", o->steps},
+                  {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", prefill_ms},
+                  {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
+                  {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
+                  {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
+      if (o->json) std::cout << row.dump() << std::endl;
+      else std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6, bytes / ms / 1e6);
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace bestofn::cli

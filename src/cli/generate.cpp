@@ -1,0 +1,200 @@
+// bestofn generate: N candidates per prompt, as JSONL, one row per candidate.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bestofn/backends.h"
+#include "bestofn/chat_template.h"
+#include "bestofn/error.h"
+#include "bestofn/scheduler.h"
+#include "bestofn/text_file.h"
+#include "bestofn/tokenizer.h"
+#include "bestofn/weights.h"
+#include "cli/commands.h"
+#include "cli/output_file.h"
+
+#include <spdlog/spdlog.h>
+
+namespace bestofn::cli {
+namespace {
+using nlohmann::json;
+
+struct GenerateOptions {
+  std::string model, tokenizer, prompt, prompts, device = "auto", quantize = "none", chat_format = "auto", system, out;
+  int n = 1, max_new_tokens = 256, top_k = -1, threads = 0, batch = 64;
+  float temperature = -1.0f, top_p = -1.0f, min_p = 0.0f;
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool chat = false, ids = false;
+};
+
+struct PromptSpec {
+  json id;
+  std::string text;
+  std::vector<std::string> stop;
+  int n;
+};
+
+// A .jsonl / .jsonl.gz file: {"prompt": ..., "id"?, "stop"?: str | [str], "n"?}; anything else is
+// one plain-text prompt.
+std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
+  const std::string text = read_text_file(path);
+  const bool jsonl = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz");
+  if (!jsonl) return {{json(0), text, {}, default_n}};
+  std::vector<PromptSpec> out;
+  std::istringstream in(text);
+  std::size_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      throw Error(where, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
+    PromptSpec p{j.contains("id") ? j["id"] : json(out.size()), j["prompt"].get<std::string>(), {}, default_n};
+    if (j.contains("stop")) {
+      if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
+      else if (j["stop"].is_array() && std::all_of(j["stop"].begin(), j["stop"].end(), [](const json& s) { return s.is_string(); }))
+        p.stop = j["stop"].get<std::vector<std::string>>();
+      else throw Error(where, "\"stop\" must be a string or a list of strings");
+    }
+    if (j.contains("n")) {
+      if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a positive integer");
+      p.n = j["n"].get<int>();
+    }
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) throw Error(path, "no prompts");
+  return out;
+}
+
+SamplingParams sampling(const GenerateOptions& o, const ModelConfig& c) {
+  // Unset flags take the model's generation_config.json, else temperature 1 and no truncation.
+  SamplingParams s;
+  s.temperature = o.temperature >= 0 ? o.temperature : static_cast<float>(c.generation.temperature.value_or(1.0));
+  s.top_p = o.top_p >= 0 ? o.top_p : static_cast<float>(c.generation.top_p.value_or(1.0));
+  s.top_k = o.top_k >= 0 ? o.top_k : c.generation.top_k.value_or(0);
+  s.min_p = o.min_p;
+  s.seed = o.seed;
+  if (c.generation.do_sample == false && o.temperature < 0) s.temperature = 0.0f;
+  return s;
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  auto* sub = app.add_subcommand("generate", "Generate N candidates per prompt, as JSONL");
+  sub->footer(
+      "Each prompt is prefilled once; up to --batch candidates decode together across prompts.\n"
+      "A candidate's tokens depend only on (seed, prompt, candidate), never on --batch or --threads.\n"
+      "Output rows: id, index, text, finish_reason (stop|eos|length), stop, num_tokens,\n"
+      "cumulative_logprob, and token_ids with --ids; written in prompt order.\n"
+      "Unset sampling flags take the model's generation_config.json (else temperature 1).\n"
+      "Examples:\n"
+      "  bestofn generate --model ~/models/Llama-3.1-8B --prompt 'def fib(n):' -n 8 --temperature 0.8 --stop '\\ndef '\n"
+      "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
+  sub->add_option("--model", o->model, "Hugging Face model directory")->required();
+  sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json or its directory (default: the model directory)");
+  auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text");
+  auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz]: prompt, id, stop, n per line) or a plain-text file (one prompt)");
+  prompt->excludes(prompts);
+  sub->add_option("-n", o->n, "Candidates per prompt")->check(CLI::Range(1, 1000000))->default_str("1");
+  sub->add_option("--max-new-tokens", o->max_new_tokens, "Tokens per candidate at most")->check(CLI::Range(1, 10000000))->default_str("256");
+  sub->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-p", o->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--top-k", o->top_k, "Keep the k most probable tokens (0: off)")->check(CLI::Range(0, 100000000));
+  sub->add_option("--min-p", o->min_p, "Drop tokens below min_p x the best probability")->check(CLI::Range(0.0f, 1.0f))->default_str("0");
+  sub->add_option("--seed", o->seed, "Random seed")->default_str("0");
+  sub->add_option("--stop", o->stop, "Stop string (repeatable); removed from the text");
+  sub->add_flag("--chat", o->chat, "Wrap each prompt as a user turn in the chat template");
+  sub->add_option("--chat-format", o->chat_format, "auto, llama3 or llama2")->check(CLI::IsMember({"auto", "llama3", "llama2"}))->default_str("auto");
+  sub->add_option("--system", o->system, "System message for --chat");
+  sub->add_option("--quantize", o->quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
+  sub->add_option("--device", o->device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--batch", o->batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
+  sub->add_flag("--ids", o->ids, "Add token_ids to each row");
+  sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
+  sub->callback([sub] {
+    if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
+  });
+  return [o] {
+    const Tokenizer tok = Tokenizer::load(o->tokenizer.empty() ? o->model : o->tokenizer);
+    LoadOptions lo;
+    lo.quantize_fp8 = o->quantize == "fp8";
+    auto weights = std::make_shared<const Weights>(load_model(o->model, lo));
+    const ModelConfig& cfg = weights->config;
+    if (tok.vocab_size() > cfg.vocab_size)
+      throw Error(tok.path(), "tokenizer has " + std::to_string(tok.vocab_size()) + " ids, more than the model's vocab_size " + std::to_string(cfg.vocab_size));
+    const std::vector<PromptSpec> specs = o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n}} : read_prompts(o->prompts, o->n);
+    const ChatFormat fmt = o->chat ? chat_format(tok, o->chat_format) : ChatFormat::Llama3;
+    std::vector<GenerationRequest> reqs;
+    for (const auto& p : specs) {
+      std::vector<int> ids;
+      try {
+        ids = o->chat ? encode_chat(tok, fmt, o->system, p.text) : tok.encode(p.text, cfg.bos_token_id.has_value() && tok.bos_id().has_value());
+      } catch (const Error& e) {
+        throw Error((o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")", e.what());
+      }
+      reqs.push_back({p.id.dump(), std::move(ids), p.n, p.stop});
+    }
+    GenerationOptions go;
+    go.sampling = sampling(*o, cfg);
+    go.max_new_tokens = o->max_new_tokens;
+    go.batch = o->batch;
+    go.stop = o->stop;
+    go.eos_ids = cfg.eos_token_ids;
+    if (go.eos_ids.empty() && tok.eos_id()) go.eos_ids.push_back(*tok.eos_id());
+    EngineOptions eo;
+    eo.threads = o->threads;
+    auto engine = make_engine(weights, o->device, eo);
+
+    OutputFile out(o->out);
+    // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
+    std::vector<std::map<int, json>> rows(reqs.size());
+    std::size_t next = 0;
+    auto on_done = [&](Candidate&& c) {
+      json row = {{"id", specs[c.prompt].id}, {"index", c.index}, {"text", c.text}, {"finish_reason", c.finish_reason},
+                  {"stop", c.stop ? json(*c.stop) : json(nullptr)}, {"num_tokens", c.token_ids.size()},
+                  {"cumulative_logprob", c.cumulative_logprob}};
+      if (o->ids) row["token_ids"] = c.token_ids;
+      rows[c.prompt][c.index] = std::move(row);
+      while (next < reqs.size() && static_cast<int>(rows[next].size()) == reqs[next].n) {
+        for (auto& [i, r] : rows[next]) out.line(r.dump());
+        rows[next++].clear();
+      }
+    };
+    std::size_t total = 0;
+    for (const auto& r : reqs) total += static_cast<std::size_t>(r.n);
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    auto on_step = [&](const GenerationStats& s, std::size_t done) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!tty || now - last < std::chrono::milliseconds(200)) return;
+      last = now;
+      const double secs = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   ", done, total, static_cast<double>(s.generated_tokens) / secs);
+    };
+    const GenerationStats st = generate(*engine, tok, reqs, go, on_done, on_step);
+    out.commit();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (tty) std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   \n", total, total, static_cast<double>(st.generated_tokens) / secs);
+    spdlog::info("{} prompts, {} candidates, {} tokens in {:.2f} s ({:.1f} tok/s; prefill {:.2f} s, decode {:.2f} s, {} steps)", reqs.size(),
+                 total, st.generated_tokens, secs, static_cast<double>(st.generated_tokens) / secs, st.prefill_seconds, st.decode_seconds, st.steps);
+    return kExitOk;
+  };
+}
+
+}  // namespace bestofn::cli
