@@ -120,7 +120,7 @@ class Run {
     const std::size_t before = c.text.size();
     c.text += a.decoder->push(smp.token);
     if (match_stop(c, before)) return;
-    const bool at_context = engine_.slot_length(a.slot) + 1 >= context_;  // no position left for this token
+    const bool at_context = engine_.slot_length(a.slot) >= context_;  // no position left to feed this token
     if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
       c.text += a.decoder->finish();
       if (match_stop(c, before)) return;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -257,4 +258,103 @@ TEST(CliTokenize, BadInputs) {
   expect_failure({"tokenize"}, 2, {"--tokenizer"});
   expect_failure({"tokenize", "--tokenizer", bestofn::test::require_shared("tokenizers/mistral").string(), "--chat", (dir / "ids.json").string()},
                  1, {"tokenizer_config.json", "no chat_template", "--chat-format"});
+}
+
+namespace {
+std::string synth_with_tokenizer(const bestofn::test::TempDir& dir) {
+  const std::string out = (dir / "m").string();
+  const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "fp8", "--seed", "1", "--out", out, "--tokenizer",
+                          bestofn::test::require_shared("tokenizers/llama3").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return out;
+}
+
+std::vector<json> jsonl(const std::string& text) {
+  std::vector<json> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) rows.push_back(json::parse(line));
+  return rows;
+}
+}  // namespace
+
+TEST(CliGenerate, DoneWhenCommandIsReproducibleWhateverBatchAndThreads) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::vector<std::string> base = {"generate", "--model", m, "--prompt", "def fib(n):", "-n", "8", "--temperature", "0.8",
+                                         "--seed", "1", "--max-new-tokens", "16", "--ids"};
+  const auto a = run_cli(base);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const auto rows = jsonl(a.out);
+  ASSERT_EQ(rows.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(rows[static_cast<std::size_t>(i)]["index"], i);
+    for (const char* key : {"id", "text", "finish_reason", "stop", "num_tokens", "cumulative_logprob", "token_ids"})
+      EXPECT_TRUE(rows[static_cast<std::size_t>(i)].contains(key)) << key;
+  }
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args).out;
+  };
+  EXPECT_EQ(with({"--batch", "1", "--threads", "1"}), a.out);
+  EXPECT_EQ(with({"--batch", "3", "--threads", "2"}), a.out);
+  EXPECT_NE(with({"--seed", "2"}), a.out);
+}
+
+TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  bestofn::test::write_text(dir / "p.jsonl", "{\"id\": \"a\", \"prompt\": \"def f():\", \"n\": 3}\n\n{\"prompt\": \"x = \", \"stop\": \"\\n\"}\n");
+  const std::string out = (dir / "out.jsonl").string();
+  const auto r = run_cli({"generate", "--model", m, "--prompts", (dir / "p.jsonl").string(), "-n", "2", "--max-new-tokens", "8", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  const auto rows = jsonl(bestofn::test::read_text(out));
+  ASSERT_EQ(rows.size(), 5u);  // n from the line (3), then the default -n (2)
+  EXPECT_EQ(rows[0]["id"], "a");
+  EXPECT_EQ(rows[2]["index"], 2);
+  EXPECT_EQ(rows[3]["id"], 1);  // no id: the prompt's line index among prompts
+  for (const auto& row : rows) EXPECT_LE(row["num_tokens"].get<int>(), 8);
+
+  bestofn::test::write_text(dir / "plain.txt", "a whole file\nis one prompt\n");
+  const auto p = run_cli({"generate", "--model", m, "--prompts", (dir / "plain.txt").string(), "--max-new-tokens", "4"});
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(jsonl(p.out).size(), 1u);
+
+  // A bad line: exit 1 naming file:line, and no output file (nor a partial one) is left.
+  bestofn::test::write_text(dir / "bad.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": 3}\n");
+  const std::string out2 = (dir / "out2.jsonl").string();
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "bad.jsonl").string(), "--out", out2}, 1, {"bad.jsonl:2", "\"prompt\""});
+  EXPECT_FALSE(fs::exists(out2));
+  EXPECT_FALSE(fs::exists(out2 + ".partial"));
+}
+
+TEST(CliGenerate, BadInvocations) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  expect_failure({"generate", "--model", m}, 2, {"--prompt"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--prompts", "y"}, 2, {"--prompt"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--temperature", "-1"}, 2, {"--temperature"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "0"}, 2, {"-n"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "none.jsonl").string()}, 1, {"none.jsonl"});
+  expect_failure({"generate", "--model", bestofn::test::require_shared("models/llama-260k").string(), "--prompt", "x"}, 1,
+                 {"tokenizer.json"});
+  const std::string long_prompt(40000, 'a');  // far more tokens than the 2048-token context
+  bestofn::test::write_text(dir / "long.txt", long_prompt + " " + long_prompt);
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "long.txt").string()}, 1, {"context"});
+}
+
+TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
+  const auto r = run_cli({"bench", "--synthetic", "tiny", "--n", "1,3", "--prompt-len", "8", "--steps", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = jsonl(r.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["n"], 3);
+  for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command"})
+    EXPECT_TRUE(rows[0].contains(key)) << key;
+  EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
+  expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 1, {"--n", "'x'"});
+  expect_failure({"bench", "--n", "1"}, 2, {"--model"});
 }
