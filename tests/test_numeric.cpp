@@ -121,3 +121,31 @@ TEST(QuantizeFp8Rows, ScaleIsRowAmaxOver448AndCodesMatchTheEncoder) {
   }
   EXPECT_EQ(fp8_e4m3_to_float(q[4 * cols + 3]), -448.0f);  // the row's amax maps to the top code
 }
+
+TEST(Fp8E4M3, RoundEqualsEncodeThenDecode) {
+  // The engine's fast path must be the same function as the exact encoder: every code's value,
+  // every midpoint and its neighbours, and 4M random float bit patterns (NaN excluded).
+  std::vector<float> xs;
+  for (int c = 0; c < 256; ++c) {
+    const float v = fp8_e4m3_to_float(static_cast<std::uint8_t>(c));
+    if (std::isnan(v)) continue;
+    for (float x : {v, std::nextafter(v, INFINITY), std::nextafter(v, -INFINITY)}) xs.push_back(x);
+    const float next = fp8_e4m3_to_float(static_cast<std::uint8_t>(c + 1 == 0x7f || c + 1 == 0xff ? c : c + 1));
+    const float mid = (v + next) / 2;
+    for (float x : {mid, std::nextafter(mid, INFINITY), std::nextafter(mid, -INFINITY)}) xs.push_back(x);
+  }
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-45f, 464.0f, 480.0f, 1e30f, INFINITY, -INFINITY, 0x1p-6f, 0x1p-10f}) xs.push_back(x);
+  std::uint64_t s = 12345;
+  for (int i = 0; i < 4'000'000; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float x = std::bit_cast<float>(static_cast<std::uint32_t>(s >> 32));
+    if (!std::isnan(x)) xs.push_back(x);
+  }
+  int bad = 0;
+  for (float x : xs) {
+    const float want = fp8_e4m3_to_float(fp8_e4m3_from_float(x)), got = fp8_e4m3_round(x);
+    if (std::bit_cast<std::uint32_t>(want) != std::bit_cast<std::uint32_t>(got) && bad++ < 10)
+      ADD_FAILURE() << "x=" << x << " want " << want << " got " << got;
+  }
+  EXPECT_EQ(bad, 0);
+}

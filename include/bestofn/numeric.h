@@ -4,6 +4,7 @@
 // bit-identical to CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), so that the CPU
 // reference and the GPU quantize the same way (the numerics contract in DESIGN.md).
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace bestofn {
@@ -13,6 +14,17 @@ inline constexpr float kFp8E4M3Max = 448.0f;
 std::uint8_t fp8_e4m3_from_float(float x);
 float fp8_e4m3_to_float(std::uint8_t code);  // exact; NaN for the codes 0x7f and 0xff
 float fp8_e5m2_to_float(std::uint8_t code);
+
+// fp8_e4m3_to_float(fp8_e4m3_from_float(x)) for every non-NaN x, without the detour through the
+// code, branch-free so that loops over it vectorize: the CPU engine's activation quantizer.
+inline float fp8_e4m3_round(float x) {
+  const float ax = std::fabs(x);
+  std::uint32_t b = std::bit_cast<std::uint32_t>(ax);
+  b = (b + 0x7ffffu + ((b >> 20) & 1u)) & 0xfff00000u;  // keep 3 mantissa bits, ties to even
+  const float normal = std::bit_cast<float>(b);
+  const float subnormal = std::nearbyint(ax * 512.0f) * 0x1p-9f;  // multiples of 2^-9, ties to even
+  return std::copysign(std::fmin(ax < 0x1p-6f ? subnormal : normal, kFp8E4M3Max), x);
+}
 
 inline float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
 std::uint16_t bf16_from_float(float x);

@@ -134,11 +134,11 @@ void quantize_activations(const Linear& l, const float* x, std::size_t T, std::s
       scale = *l.input_scale;
     } else {
       float amax = 0.0f;
-      for (std::size_t i = 0; i < in; ++i) amax = std::fmax(amax, std::fabs(row[i]));
+      for (std::size_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(row[i]));
       scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
     }
     sx[t] = scale;
-    for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_to_float(fp8_e4m3_from_float(row[i] / scale));
+    for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_round(row[i] / scale);
   }
 }
 
