@@ -95,6 +95,26 @@ void kernel_4x1(const float* __restrict x, const float* __restrict w0, const flo
   out[0][3] = finish_dot(a3, x, w3, i, n);
 }
 
+// 4 rows x 2 tokens.
+void kernel_4x2(const float* const* xs, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
+                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
+  const float* __restrict x0 = xs[0];
+  const float* __restrict x1 = xs[1];
+  Vec a00 = {}, a01 = {}, a02 = {}, a03 = {}, a10 = {}, a11 = {}, a12 = {}, a13 = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Vec v0 = load_vec(w0 + i), v1 = load_vec(w1 + i), v2 = load_vec(w2 + i), v3 = load_vec(w3 + i);
+    Vec xv = load_vec(x0 + i);
+    a00 += xv * v0, a01 += xv * v1, a02 += xv * v2, a03 += xv * v3;
+    xv = load_vec(x1 + i);
+    a10 += xv * v0, a11 += xv * v1, a12 += xv * v2, a13 += xv * v3;
+  }
+  const Vec* acc[2][4] = {{&a00, &a01, &a02, &a03}, {&a10, &a11, &a12, &a13}};
+  const float* ws[4] = {w0, w1, w2, w3};
+  for (int t = 0; t < 2; ++t)
+    for (int k = 0; k < kRows; ++k) out[t][k] = finish_dot(*acc[t][k], xs[t], ws[k], i, n);
+}
+
 // 4 rows x 4 tokens: 16 accumulators, 8 loads per 16 multiply-adds.
 void kernel_4x4(const float* const* xs, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
                 const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
@@ -189,7 +209,8 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
           for (int j = 0; j < kTokens; ++j) xs[j] = xa + (t + static_cast<std::size_t>(std::min(j, tt - 1))) * in;
           float acc[kTokens][kRows];
           if (tt == 1) kernel_4x1(xs[0], w[0], w[1], w[2], w[3], in, acc);
-          else kernel_4x4(xs, w[0], w[1], w[2], w[3], in, acc);  // a short tile repeats its last token
+          else if (tt == 2) kernel_4x2(xs, w[0], w[1], w[2], w[3], in, acc);
+          else kernel_4x4(xs, w[0], w[1], w[2], w[3], in, acc);  // a 3-token tile repeats its last token
           for (int j = 0; j < tt; ++j)
             for (int k = 0; k < rows; ++k) {
               const std::size_t o = r0 + static_cast<std::size_t>(k);

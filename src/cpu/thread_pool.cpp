@@ -1,6 +1,12 @@
 #include "cpu/thread_pool.h"
 
+#include <chrono>
+
 namespace bestofn::cpu {
+namespace {
+// How long an idle worker polls for the next loop before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(200);
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
@@ -11,30 +17,32 @@ ThreadPool::~ThreadPool() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  start_.notify_all();
+  wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::work(int index) {
   std::size_t seen = 0;
   for (;;) {
-    std::unique_lock<std::mutex> lock(mu_);
-    start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    const auto* fn = fn_;
+    // Poll, then sleep until the generation moves.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load() && std::chrono::steady_clock::now() < until) {
+    }
+    if (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     const std::size_t n = n_, parts = static_cast<std::size_t>(size());
-    lock.unlock();
-    std::exception_ptr err;
     try {
       const std::size_t b = n * static_cast<std::size_t>(index) / parts, e = n * (static_cast<std::size_t>(index) + 1) / parts;
-      if (b < e) (*fn)(b, e);
+      if (b < e) (*fn_)(b, e);
     } catch (...) {
-      err = std::current_exception();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
     }
-    lock.lock();
-    if (err && !error_) error_ = err;
-    if (--pending_ == 0) done_.notify_one();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -46,22 +54,22 @@ void ThreadPool::run(std::size_t n, const std::function<void(std::size_t, std::s
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);  // publishes fn_ and n_ before the generation moves
     fn_ = &fn;
     n_ = n;
-    pending_ = static_cast<int>(workers_.size());
     error_ = nullptr;
-    ++generation_;
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
-  start_.notify_all();
+  wake_.notify_all();
   std::exception_ptr mine;
   try {
     if (n / parts > 0) fn(0, n / parts);
   } catch (...) {
     mine = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_.load(std::memory_order_acquire) != 0) {
+  }
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
 }

@@ -1,6 +1,9 @@
 #pragma once
 // A persistent pool for the CPU engine's parallel loops: a decode step runs ~10 parallel loops per
-// layer, so threads are started once, not per loop. The calling thread takes part.
+// layer, so threads are started once, not per loop, and a worker spins briefly for the next loop
+// before it sleeps (a condition-variable wake-up costs more than a small loop). The calling
+// thread takes part.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -18,20 +21,20 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
-  // fn(begin, end) on `size()` contiguous chunks of [0, n), chunk k always on the same index range
-  // for the same n: results never depend on scheduling. Rethrows a chunk's exception.
+  // fn(begin, end) on `size()` contiguous chunks of [0, n); chunk k always covers the same range
+  // for the same n, so results never depend on scheduling. Rethrows a chunk's exception.
   void run(std::size_t n, const std::function<void(std::size_t, std::size_t)>& fn);
 
  private:
   void work(int index);
   std::vector<std::thread> workers_;
   std::mutex mu_;
-  std::condition_variable start_, done_;
+  std::condition_variable wake_;
   const std::function<void(std::size_t, std::size_t)>* fn_ = nullptr;
   std::size_t n_ = 0;
-  std::size_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<std::size_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
   std::exception_ptr error_;
 };
 
