@@ -2,7 +2,7 @@
 # The one prepared script for a lent GPU machine (H200): builds, runs the gpu-labelled tests and
 # the benchmarks, and leaves everything under $OUT. It must stay under ~8 minutes in all (the
 # session's device time is 15 minutes, machine start included): every step has a time limit and
-# the whole run a deadline (DEVICE_CHECK_BUDGET_S, default 450 s); a step past the deadline is
+# the whole run a deadline (DEVICE_CHECK_BUDGET_S, default 480 s); a step past the deadline is
 # skipped and recorded, a failed step is recorded and the next one still runs.
 #
 # Before the call, on the dev machine: scripts/stage_deps.sh   (fills .deps/, which is gitignored;
@@ -11,7 +11,8 @@
 #   run(command="BESTOFN_COMMIT=$(git rev-parse --short=12 HEAD) bash benchmarks/device_check.sh",
 #       carry=[".deps"], timeout_s=540)
 # (write the commit into the command literally: the device copy of the tree may have no .git).
-# Results: $OUT/summary.json, device.txt, device_check.log, ctest_gpu.xml, gemm_fp8.json; commit
+# Results: $OUT/summary.json, device.txt, device_check.log, ctest_gpu.xml, gemm_fp8.json,
+# bench_cuda_8b.jsonl, bench_cuda_260k.jsonl (at most 8 files come back); commit
 # them under benchmarks/results/<date>-<device>/ (see benchmarks/GPU_TODO.md).
 # Future benchmarks: add a `step` line below, with a time limit, and their file under $OUT.
 set -uo pipefail
@@ -22,7 +23,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 
-BUDGET_S=${DEVICE_CHECK_BUDGET_S:-450}
+BUDGET_S=${DEVICE_CHECK_BUDGET_S:-480}
 START_S=$SECONDS
 STEPS_JSON=""
 FAILED=0
@@ -87,6 +88,8 @@ main() {
   export BESTOFN_COMMIT=$COMMIT  # gemm_fp8 reports it when CMake found no git
   echo "device_check.sh: commit $COMMIT, out $OUT, budget ${BUDGET_S}s"
 
+  # ../shared does not travel to the device: the files the gpu tests read are staged in .deps/shared.
+  export BESTOFN_SHARED=${BESTOFN_SHARED:-$PWD/.deps/shared}
   export OUT
   export -f device_info ctest_gpu
   step device_info 30 bash -c device_info
@@ -94,9 +97,17 @@ main() {
     -DBESTOFN_STAGED_DEPS="$PWD/.deps"
   # What the GPU steps need first; the rest of the tree after them, so a broken CPU-side target
   # cannot cost the GPU results.
-  step build_gpu 240 cmake --build build-device -j 16 --target test_gpu_quantize gemm_fp8
-  step ctest_gpu 90 bash -c ctest_gpu
-  step gemm_fp8 180 build-device/benchmarks/gemm_fp8 --out "$OUT/gemm_fp8.json"
+  step build_gpu 240 cmake --build build-device -j 16 --target bestofn gemm_fp8 test_gpu_quantize test_gpu_elementwise \
+    test_gpu_attention test_gpu_gemm test_gpu_engine
+  step ctest_gpu 120 bash -c ctest_gpu
+  step gemm_fp8 120 build-device/benchmarks/gemm_fp8 --out "$OUT/gemm_fp8.json"
+  # The engine on a synthetic Llama-3.1-8B FP8 model made here (9 GB, not carried), then on
+  # llama-260k (carried in .deps/shared by scripts/stage_deps.sh).
+  step synth_8b 120 build-device/bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /tmp/bestofn-synth-8b
+  step bench_8b 180 bash -c "build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64,256 \
+    --prompt-len 512 --steps 128 --json > $OUT/bench_cuda_8b.jsonl"
+  step bench_260k 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda --n 1,8,64 \
+    --prompt-len 64 --steps 64 --json > $OUT/bench_cuda_260k.jsonl"
   step build_all 120 cmake --build build-device -j 16
 
   local device

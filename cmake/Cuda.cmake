@@ -35,10 +35,26 @@ if(BESTOFN_HAVE_CUDA)
   # of the CUDA backend (src/cuda/). Public headers stay pure C++.
   add_library(bestofn_cuda STATIC
     kernels/quantize_fp8.cu
+    kernels/embedding.cu
+    kernels/rmsnorm.cu
+    kernels/quantize_act.cu
+    kernels/convert.cu
+    kernels/scale.cu
+    kernels/swiglu.cu
+    kernels/residual.cu
+    kernels/argmax.cu
+    kernels/rope_kv.cu
+    kernels/attention_decode.cu
+    kernels/attention_prefill.cu
+    kernels/sample.cu
     src/cuda/cuda_device.cpp
+    src/cuda/gemm.cpp
+    src/cuda/cuda_engine.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
-  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublasLt)
+  # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA
+  # engine): CMake repeats the two static libraries on the link line.
+  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublasLt bestofn_core)
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)
 endif()

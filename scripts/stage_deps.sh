@@ -49,6 +49,12 @@ for f in fmt/core.h fmt/format.h fmt/format-inl.h spdlog/spdlog-inl.h spdlog/log
 done
 [[ $missing == 0 ]] || die "incomplete staging in $dest"
 
+# The ../shared files the gpu-labelled tests read (../shared does not travel to the device).
+shared=${BESTOFN_SHARED:-$root/../shared}
+[[ -f $shared/models/llama-260k/model.safetensors ]] || die "missing $shared/models/llama-260k"
+mkdir -p "$dest/shared/models"
+cp -a "$shared/models/llama-260k" "$dest/shared/models/"
+
 # What was staged, for the record.
 {
   echo "# staged by scripts/stage_deps.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(hostname)"

@@ -1,5 +1,7 @@
 #include "bestofn/backends.h"
 
+#include <spdlog/spdlog.h>
+
 #include "bestofn/error.h"
 
 #if BESTOFN_HAVE_CUDA
@@ -19,14 +21,19 @@ BackendInfo backend_info() {
 
 std::unique_ptr<Engine> make_engine(std::shared_ptr<const Weights> weights, const std::string& device,
                                     const EngineOptions& options) {
-  if (device == "cpu" || device == "auto") return make_cpu_engine(std::move(weights), options);
-  if (device == "cuda") {
+  if (device == "cpu") return make_cpu_engine(std::move(weights), options);
 #if BESTOFN_HAVE_CUDA
-    throw Error("--device cuda: the CUDA engine is not implemented yet (it is built for kernels and benchmarks only); use --device cpu");
-#else
-    throw Error("--device cuda: this build has no CUDA backend (nvcc was not found at build time, or -DBESTOFN_CUDA=OFF)");
-#endif
+  if (device == "cuda") return cuda::make_cuda_engine(std::move(weights), options);
+  if (device == "auto") {
+    std::string why;
+    if (!cuda::list_devices(&why).empty()) return cuda::make_cuda_engine(std::move(weights), options);
+    spdlog::info("--device auto: no CUDA device ({}), using the CPU engine", why);
+    return make_cpu_engine(std::move(weights), options);
   }
+#else
+  if (device == "cuda") throw Error("--device cuda: this build has no CUDA backend (nvcc was not found at build time, or -DBESTOFN_CUDA=OFF)");
+  if (device == "auto") return make_cpu_engine(std::move(weights), options);
+#endif
   throw Error("--device: '" + device + "' is not one of cpu, cuda, auto");
 }
 

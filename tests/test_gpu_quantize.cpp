@@ -15,16 +15,12 @@
 #include "bestofn/numeric.h"
 #include "bestofn/quantize.h"
 #include "cuda/cuda_api.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 namespace bestofn {
 namespace {
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                 \
-  do {                                                                             \
-    std::string why_;                                                              \
-    if (cuda::list_devices(&why_).empty()) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
 
 std::string hex(std::uint32_t v, int width) {
   std::ostringstream s;
@@ -72,7 +68,7 @@ struct Matrix {
 };
 
 TEST(GpuQuantize, RandomShapesMatchCpuBitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  SKIP_WITHOUT_GPU();
   struct Shape {
     std::size_t rows, cols;
   };
@@ -120,7 +116,7 @@ std::vector<float> division_sensitive_values(float amax, std::size_t max_count) 
 }
 
 TEST(GpuQuantize, EdgeRowsMatchCpuBitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  SKIP_WITHOUT_GPU();
   Matrix m{11, 1000, {}};
   m.x = test::random_floats(m.rows * m.cols, 77, 1.0f);
   std::mt19937 rng(78);
@@ -166,7 +162,7 @@ TEST(GpuQuantize, EdgeRowsMatchCpuBitForBit) {
 // because that is what __nv_cvt_float_to_fp8 documents. A mismatch here most likely means the
 // hardware cvt keeps the NaN's sign: see benchmarks/GPU_TODO.md.
 TEST(GpuQuantize, NonFiniteMatchCpuBitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  SKIP_WITHOUT_GPU();
   Matrix m{5, 300, {}};
   m.x = test::random_floats(m.rows * m.cols, 91, 2.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -3,8 +3,11 @@
 // that backends.cpp and the tests compile with the host compiler alone.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "bestofn/engine.h"
 
 namespace bestofn::cuda {
 
@@ -15,5 +18,8 @@ std::vector<std::string> list_devices(std::string* error);
 // GPU twin of cpu::quantize_fp8_rows, on host buffers (copies in, runs kernel_quantize_fp8_rows,
 // copies out). Throws bestofn::Error on any CUDA failure.
 void quantize_fp8_rows_host(const float* x, std::size_t rows, std::size_t cols, std::uint8_t* q, float* scales);
+
+// The CUDA engine (src/cuda/cuda_engine.cpp). Throws bestofn::Error when no device is visible.
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);
 
 }  // namespace bestofn::cuda

@@ -1,0 +1,105 @@
+#pragma once
+// Device helpers shared by kernels/attention_decode.cu and kernels/attention_prefill.cu (device
+// code is not separately compiled, so shared device functions live in a header).
+//
+// One block per (query row, query head); the block's warps share out the K/V positions (warp w
+// takes positions w, w + kWarps, ...), each lane holds hd / 32 elements of q and of the running
+// output. Each warp keeps an online softmax (Milakov & Gimelshein, arXiv 1805.02867); the warps'
+// states then merge by log-sum-exp in shared memory. K/V rows are BF16 (widening is exact).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bestofn::cuda::attn {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxHeadDim = 256;               // the launchers reject a larger head_dim
+constexpr int kPerLane = kMaxHeadDim / 32;     // q / output elements per lane: i = lane + 32 r
+
+// Softmax state of one query over a run of positions: max score m, sum l of exp(s - m), and the
+// unnormalized output o = sum exp(s - m) v. An empty run has m = -inf, l = 0, o = 0.
+struct RunState {
+  float m, l;
+};
+
+// Per-warp states for the cross-warp merge: (8 + 8 + 8 * 256) floats = 8.3 KB at kMaxHeadDim.
+struct Shared {
+  float m[kWarps];
+  float l[kWarps];
+  float o[kWarps][kMaxHeadDim];
+};
+
+__device__ __forceinline__ float bf16_to_float(std::uint16_t h) { return __uint_as_float(static_cast<unsigned>(h) << 16); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Loads this lane's slice of the query head q (hd).
+__device__ __forceinline__ void load_query(const float* q, int hd, float (&qr)[kPerLane]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int i = lane + 32 * r;
+    qr[r] = i < hd ? q[i] : 0.0f;
+  }
+}
+
+// Weight of a state with max m in a merge whose max is M: exp(m - M), 0 for an empty state
+// (m = -inf), so that an empty run contributes nothing and never makes a NaN.
+__device__ __forceinline__ float merge_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
+
+// Attention of one query head over `len` K/V rows: row j's head slice starts at K + j * kv_dim +
+// off. scores = q.k * scale. Writes the unnormalized output to out_o (hd, shared memory) and
+// returns (m, l); every thread of the block must call it, and every thread gets the same result.
+__device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::uint16_t* K, const std::uint16_t* V, int len,
+                                      std::size_t kv_dim, int off, int hd, float scale, Shared& sh, float* out_o) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  float m = -INFINITY, l = 0.0f, o[kPerLane];
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) o[r] = 0.0f;
+  for (int j = warp; j < len; j += kWarps) {
+    const std::uint16_t* k = K + static_cast<std::size_t>(j) * kv_dim + off;
+    const std::uint16_t* v = V + static_cast<std::size_t>(j) * kv_dim + off;
+    float d = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int i = lane + 32 * r;
+      if (i < hd) d += qr[r] * bf16_to_float(k[i]);
+    }
+    const float s = warp_sum(d) * scale;  // every lane holds the same score
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);  // corr = 0 on the first position
+    l = l * corr + p;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int i = lane + 32 * r;
+      if (i < hd) o[r] = o[r] * corr + p * bf16_to_float(v[i]);
+    }
+    m = m_new;
+  }
+  if (lane == 0) sh.m[warp] = m, sh.l[warp] = l;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int i = lane + 32 * r;
+    if (i < hd) sh.o[warp][i] = o[r];
+  }
+  __syncthreads();
+  // Merge the warps' states (in warp order: the result does not depend on scheduling).
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sh.m[w]);
+  float L = 0.0f;
+  for (int w = 0; w < kWarps; ++w) L += sh.l[w] * merge_weight(sh.m[w], M);
+  for (int i = static_cast<int>(threadIdx.x); i < hd; i += kThreads) {
+    float acc = 0.0f;
+    for (int w = 0; w < kWarps; ++w) acc += sh.o[w][i] * merge_weight(sh.m[w], M);
+    out_o[i] = acc;
+  }
+  __syncthreads();  // out_o is complete, and sh may be reused
+  return {M, L};
+}
+
+}  // namespace bestofn::cuda::attn

@@ -1,0 +1,74 @@
+// Decode attention: the GPU twin of cpu::decode_attention (src/cpu/attention.cpp), which repeats
+// CpuEngine::attend_decode. Each query row attends over its prefix (the prompt's cache rows,
+// shared by the slots of a prompt) and its own suffix separately; the two softmaxes merge by
+// log-sum-exp (Hydragen, arXiv 2402.05099; FlashInfer's cascade attention).
+//
+// Simple first: one block per (row t, query head h), so the prefix K/V are read once per query
+// head, not once per prefix and KV head as the CPU's matrix form does. Batching the slots of a
+// prefix into one tile is the follow-up (benchmarks/GPU_TODO.md).
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "attention.cuh"
+#include "bestofn/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+
+namespace bestofn::cuda {
+
+// q (T, n_heads, hd); k_prefix / v_prefix / k_suffix / v_suffix (T) pointers to (len, kv_dim)
+// BF16 rows; prefix_len / suffix_len (T); out (T, n_heads, hd). grid = (n_heads, T),
+// block = attn::kThreads.
+__global__ void __launch_bounds__(attn::kThreads)
+    kernel_decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
+                            const int* prefix_len, const std::uint16_t* const* k_suffix,
+                            const std::uint16_t* const* v_suffix, const int* suffix_len, int group, int hd,
+                            std::size_t kv_dim, float scale, float* out) {
+  __shared__ attn::Shared sh;
+  __shared__ float o_p[attn::kMaxHeadDim], o_s[attn::kMaxHeadDim];  // unnormalized outputs
+  const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
+  const std::size_t row = static_cast<std::size_t>(t) * gridDim.x + static_cast<std::size_t>(h);
+  const int off = (h / group) * hd;  // the KV head's slice of a cache row
+  float qr[attn::kPerLane];
+  attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
+
+  // prefix: (m_p, l_p, O_p); suffix: (m_s, l_s, O_s)
+  const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], max(prefix_len[t], 0), kv_dim, off, hd,
+                                             scale, sh, o_p);
+  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], max(suffix_len[t], 0), kv_dim, off, hd,
+                                             scale, sh, o_s);
+
+  // o = (O_p a + O_s b) / (l_p a + l_s b), a = exp(m_p - m), b = exp(m_s - m); zeros when both
+  // sides are empty.
+  const float m = fmaxf(sp.m, ss.m);
+  const float a = attn::merge_weight(sp.m, m), b = attn::merge_weight(ss.m, m);
+  const float denom = sp.l * a + ss.l * b;
+  float* o = out + row * static_cast<std::size_t>(hd);
+  for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads)
+    o[i] = denom > 0.0f ? (o_p[i] * a + o_s[i] * b) / denom : 0.0f;
+}
+
+void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
+                           const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
+                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream) {
+  if (hd <= 0 || hd > attn::kMaxHeadDim)
+    throw Error("decode_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
+                                             std::to_string(hd));
+  if (n_heads <= 0 || n_kv <= 0 || n_heads % n_kv != 0)
+    throw Error("decode_attention_cuda", "expected n_heads a multiple of n_kv_heads, got " + std::to_string(n_heads) +
+                                             " and " + std::to_string(n_kv));
+  if (T < 0 || T > 65535)  // the grid's y dimension
+    throw Error("decode_attention_cuda", "expected 0 <= T <= 65535 rows, got " + std::to_string(T));
+  if (T == 0) return;
+  // The same float scale as the CPU: 1 / sqrt(hd), each step rounded in fp32.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));
+  kernel_decode_attention<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix,
+                                                               suffix_len, n_heads / n_kv, hd,
+                                                               static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd),
+                                                               scale, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace bestofn::cuda

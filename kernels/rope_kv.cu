@@ -1,0 +1,85 @@
+// RoPE on q and k, and the KV cache write: the GPU twin of cpu::rope (src/cpu/ops.cpp) followed by
+// bestofn::bf16_from_float on each k / v value, as the CPU engine appends its cache rows.
+//
+// HF rotate_half layout: element i pairs with i + hd/2. angle = float(pos) * inv_freq[i] in fp32
+// (one IEEE multiply, identical on both sides); cos / sin are cosf / sinf (CUDA: at most 2 ulp off,
+// against glibc's correctly rounded sincosf), so results may differ in the last bits where the
+// two disagree.
+#include <climits>
+#include <string>
+
+#include "bestofn/error.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+
+namespace bestofn::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+// bestofn::bf16_from_float bit for bit: round to nearest even, NaN kept quiet with its sign.
+__device__ __forceinline__ std::uint16_t bf16_from_float(float x) {
+  const unsigned bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// Rotates the pair (a, b) = (x[i], x[i + half]) by the angle with cosine c and sine s. GCC 12 with
+// -march=native compiles cpu::rope to exactly these fused forms (fma(a, c, -(b s)) and
+// fma(b, c, a s), read from the disassembly of ops.cpp.o); writing them out keeps nvcc from
+// contracting differently, so the results agree bit for bit wherever cosf / sinf do.
+__device__ __forceinline__ void rotate(float a, float b, float c, float s, float& x0, float& x1) {
+  x0 = fmaf(a, c, -__fmul_rn(b, s));
+  x1 = fmaf(b, c, __fmul_rn(a, s));
+}
+
+}  // namespace
+
+// q (T, n_heads, hd) rotated in place; k, v (T, n_kv * hd); inv_freq (hd / 2); pos (T); k_rows /
+// v_rows (T) pointers to cache rows of n_kv * hd BF16 values. grid = T, block = kBlock.
+__global__ void __launch_bounds__(kBlock)
+    kernel_rope_kv_write(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int n_heads,
+                         int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows) {
+  const int t = static_cast<int>(blockIdx.x), half = hd / 2;
+  const std::size_t kv_dim = static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd);
+  const float p = static_cast<float>(pos[t]);
+  // q: each (head, i) pair in place
+  float* qt = q + static_cast<std::size_t>(t) * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(hd);
+  for (int idx = static_cast<int>(threadIdx.x); idx < n_heads * half; idx += kBlock) {
+    const int h = idx / half, i = idx % half;
+    const float angle = __fmul_rn(p, inv_freq[i]);
+    float* x = qt + h * hd;
+    rotate(x[i], x[i + half], cosf(angle), sinf(angle), x[i], x[i + half]);
+  }
+  // k: rotated, rounded to BF16 into the cache row
+  const float* kt = k + static_cast<std::size_t>(t) * kv_dim;
+  std::uint16_t* kr = k_rows[t];
+  for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kBlock) {
+    const int h = idx / half, i = idx % half;
+    const float angle = __fmul_rn(p, inv_freq[i]);
+    float x0, x1;
+    rotate(kt[h * hd + i], kt[h * hd + i + half], cosf(angle), sinf(angle), x0, x1);
+    kr[h * hd + i] = bf16_from_float(x0);
+    kr[h * hd + i + half] = bf16_from_float(x1);
+  }
+  // v: rounded to BF16 into the cache row
+  const float* vt = v + static_cast<std::size_t>(t) * kv_dim;
+  std::uint16_t* vr = v_rows[t];
+  for (std::size_t i = threadIdx.x; i < kv_dim; i += kBlock) vr[i] = bf16_from_float(vt[i]);
+}
+
+void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int T, int n_heads,
+                        int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, cudaStream_t stream) {
+  if (hd <= 0 || hd % 2 != 0) throw Error("rope_kv_write_cuda", "expected an even head_dim, got " + std::to_string(hd));
+  if (n_heads <= 0 || n_kv <= 0 || static_cast<long long>(n_heads) * hd > INT_MAX ||
+      static_cast<long long>(n_kv) * hd > INT_MAX)
+    throw Error("rope_kv_write_cuda", "expected positive head counts, got n_heads " + std::to_string(n_heads) +
+                                          ", n_kv_heads " + std::to_string(n_kv));
+  if (T < 0) throw Error("rope_kv_write_cuda", "expected T >= 0, got " + std::to_string(T));
+  if (T == 0) return;
+  kernel_rope_kv_write<<<static_cast<unsigned>(T), kBlock, 0, stream>>>(q, k, v, pos, inv_freq, n_heads, n_kv, hd, k_rows,
+                                                                       v_rows);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace bestofn::cuda

@@ -1,0 +1,56 @@
+// SwiGLU: gate = silu(gate) * up, alone and fused with FP8 E4M3 quantization of each row (the
+// down_proj input). GPU twins of cpu::silu_mul (then cpu::quantize_fp8_rows / quantize_fp8_row).
+// Same expression as the CPU, `g / (1 + exp(-g)) * up`, but CUDA's expf (max 2 ulp, no fast math)
+// is not glibc's: a few ulp of tolerance, stated in tests/test_gpu_elementwise.cpp.
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "row_ops.cuh"
+
+namespace bestofn::cuda {
+namespace {
+
+using rowops::kBlock;
+
+// IEEE division (__fdiv_rn) whatever -prec-div says; expf is the accurate libdevice expf unless
+// the build adds --use_fast_math, which bestofn_cuda must not.
+__device__ inline float silu_mul(float g, float u) { return __fdiv_rn(g, 1.0f + expf(-g)) * u; }
+
+}  // namespace
+
+// gate: (n) in place, up: (n), n = T * cols; grid-stride loop.
+__global__ void __launch_bounds__(kBlock) kernel_swiglu(float* gate, const float* up, std::size_t n) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kBlock;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * kBlock + threadIdx.x; i < n; i += stride)
+    gate[i] = silu_mul(gate[i], up[i]);
+}
+
+// gate, up: (T, n), q: (T, n) E4M3 codes, scales: (T); grid = T, block = kBlock. The product is
+// recomputed for the amax pass and the code pass: the same expression gives the same float.
+__global__ void __launch_bounds__(kBlock)
+    kernel_swiglu_quant_fp8(const float* gate, const float* up, int n, float static_scale, std::uint8_t* q, float* scales) {
+  const std::size_t row = blockIdx.x;
+  const float* g_row = gate + row * static_cast<std::size_t>(n);  // (n)
+  const float* u_row = up + row * static_cast<std::size_t>(n);    // (n)
+  const auto value = [&](int c) { return silu_mul(g_row[c], u_row[c]); };
+  rowops::quantize_row_fp8(value, n, static_scale, q + row * static_cast<std::size_t>(n), scales + row);
+}
+
+void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream) {
+  rowops::check_count("swiglu_cuda", "T", T);
+  rowops::check_count("swiglu_cuda", "n", n);
+  const std::size_t total = static_cast<std::size_t>(T) * static_cast<std::size_t>(n);
+  if (total == 0) return;
+  kernel_swiglu<<<rowops::grid_stride_blocks(total), kBlock, 0, stream>>>(gate, up, total);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_quant_fp8_cuda(const float* gate, const float* up, int T, int n, float static_scale, std::uint8_t* q, float* scales,
+                           cudaStream_t stream) {
+  rowops::check_count("swiglu_quant_fp8_cuda", "T", T);
+  rowops::check_count("swiglu_quant_fp8_cuda", "n", n);
+  if (T == 0) return;
+  kernel_swiglu_quant_fp8<<<static_cast<unsigned>(T), kBlock, 0, stream>>>(gate, up, n, static_scale, q, scales);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace bestofn::cuda

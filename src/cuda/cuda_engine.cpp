@@ -1,0 +1,379 @@
+// The CUDA engine: the same forward as src/cpu/cpu_engine.cpp, step comment for step comment, on
+// the device. Weights are uploaded once; linear layers are cuBLASLt GEMMs (FP8 E4M3 with the
+// activation/weight scales applied in an epilogue, or BF16 / F32); the KV cache is BF16.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bestofn/engine.h"
+#include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "bestofn/weights.h"
+#include "cpu/ops.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+
+namespace bestofn::cuda {
+namespace {
+
+// A tensor on the device, F32 or BF16 (F16 is widened to F32 on upload).
+struct DevTensor {
+  DeviceBuffer buf;
+  DType dtype = DType::F32;
+};
+
+DevTensor upload(const Tensor& t) {
+  DevTensor d;
+  if (t.dtype == DType::F16) {
+    std::vector<float> f(static_cast<std::size_t>(t.numel()));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = t.at(static_cast<std::int64_t>(i));
+    d.buf.resize(f.size() * 4);
+    d.buf.upload(f.data(), f.size() * 4);
+    return d;
+  }
+  d.dtype = t.dtype;
+  d.buf.resize(t.nbytes);
+  d.buf.upload(t.data, t.nbytes);
+  return d;
+}
+
+struct DevLinear {
+  DevTensor w;               // (out, in): FP8 codes, BF16 or F32
+  GemmInput type = GemmInput::F32;
+  DeviceBuffer scale;        // FP8: (1) or (out) floats
+  bool per_channel = false;
+  float input_scale = 0.0f;  // FP8 static activation scale; 0: dynamic per token
+  int out = 0, in = 0;
+};
+
+DevLinear upload(const Linear& l) {
+  DevLinear d;
+  d.out = static_cast<int>(l.out_features());
+  d.in = static_cast<int>(l.in_features());
+  d.w = upload(l.weight);
+  if (l.is_fp8()) {
+    // Hopper FP8 GEMMs need 16-aligned leading dimensions (benchmarks/GPU_TODO.md).
+    if (d.in % 16 != 0 || d.out % 16 != 0)
+      throw Error("tensor '" + l.weight.name + "': FP8 on the GPU needs both dimensions to be multiples of 16, got [" +
+                  std::to_string(d.out) + ", " + std::to_string(d.in) + "]");
+    d.type = GemmInput::FP8;
+    d.scale.resize(l.weight_scale.size() * 4);
+    d.scale.upload(l.weight_scale.data(), l.weight_scale.size() * 4);
+    d.per_channel = l.weight_scale.size() > 1;
+    d.input_scale = l.input_scale.value_or(0.0f);
+  } else {
+    d.type = d.w.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
+  }
+  return d;
+}
+
+struct DevLayer {
+  DevTensor attn_norm, ffn_norm;
+  DevLinear wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+// K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
+struct KvPart {
+  std::vector<DeviceBuffer> k, v;
+  int len = 0, capacity = 0;
+};
+
+struct Prefix {
+  KvPart kv;
+  int slots = 0;
+};
+
+struct Slot {
+  int prefix = -1;
+  KvPart kv;
+};
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
+  ~CudaEngine() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  const ModelConfig& config() const override { return c_; }
+  std::string name() const override { return "cuda"; }
+  int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
+  void release_prefix(int p) override {
+    Prefix& pre = prefix_at(p);
+    if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
+    prefixes_[static_cast<std::size_t>(p)].reset();
+  }
+  int add_slot(int p) override {
+    prefix_at(p).slots++;
+    auto s = std::make_unique<Slot>();
+    s->prefix = p;
+    return put(slots_, std::move(s));
+  }
+  void release_slot(int s) override {
+    prefix_at(slot_at(s).prefix).slots--;
+    slots_[static_cast<std::size_t>(s)].reset();
+  }
+  int slot_length(int s) const override {
+    const Slot& slot = *slots_.at(static_cast<std::size_t>(s));
+    return prefixes_.at(static_cast<std::size_t>(slot.prefix))->kv.len + slot.kv.len;
+  }
+  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+
+ private:
+  template <typename T>
+  static int put(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> x) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!v[i]) {
+        v[i] = std::move(x);
+        return static_cast<int>(i);
+      }
+    v.push_back(std::move(x));
+    return static_cast<int>(v.size() - 1);
+  }
+  Prefix& prefix_at(int p) {
+    if (p < 0 || static_cast<std::size_t>(p) >= prefixes_.size() || !prefixes_[static_cast<std::size_t>(p)])
+      throw Error("no prefix " + std::to_string(p));
+    return *prefixes_[static_cast<std::size_t>(p)];
+  }
+  Slot& slot_at(int s) {
+    if (s < 0 || static_cast<std::size_t>(s) >= slots_.size() || !slots_[static_cast<std::size_t>(s)])
+      throw Error("no slot " + std::to_string(s));
+    return *slots_[static_cast<std::size_t>(s)];
+  }
+  std::size_t kv_row_bytes() const { return static_cast<std::size_t>(c_.kv_dim()) * 2; }
+  void reserve(KvPart& part, int rows);
+  void scratch(int T);
+  void linear(const DevLinear& l, const float* x, int T, float* y);
+  void layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
+             const std::function<void(int l)>& attend);
+  void logits(int first, int T, float* host_out);
+  // A host array into a device buffer, stream-ordered. From pageable memory the copy is staged
+  // before cudaMemcpyAsync returns, so `host` may die right after.
+  template <typename T>
+  T* to_device(DeviceBuffer& buf, const std::vector<T>& host) {
+    buf.resize(std::max<std::size_t>(host.size() * sizeof(T), 1));
+    CUDA_CHECK(cudaMemcpyAsync(buf.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    return buf.get<T>();
+  }
+
+  std::shared_ptr<const Weights> w_;
+  const ModelConfig& c_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  DevTensor embed_, final_norm_;
+  DevLinear lm_head_;
+  std::vector<DevLayer> layers_;
+  DeviceBuffer inv_freq_;
+  std::vector<std::unique_ptr<Prefix>> prefixes_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  // Activations for T tokens (device).
+  DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
+  DeviceBuffer act_q_, act_s_, act_bf16_;                             // GEMM inputs: E4M3 codes + scales, or BF16
+  DeviceBuffer tokens_, pos_, krows_, vrows_, ptrs_, lens_;           // per-step index arrays
+  int scratch_T_ = 0;
+};
+
+CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
+  if (opt.kv == EngineOptions::Kv::F32) throw Error("--device cuda: the CUDA engine keeps its KV cache in BF16 only");
+  std::string why;
+  if (list_devices(&why).empty()) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<Gemm>(stream_);
+  // Upload every weight once.
+  embed_ = upload(w_->token_embedding);
+  final_norm_ = upload(w_->final_norm);
+  lm_head_ = upload(w_->lm_head);
+  for (const LayerWeights& L : w_->layers) {
+    DevLayer d;
+    d.attn_norm = upload(L.attn_norm);
+    d.ffn_norm = upload(L.ffn_norm);
+    d.wq = upload(L.wq), d.wk = upload(L.wk), d.wv = upload(L.wv), d.wo = upload(L.wo);
+    d.w_gate = upload(L.w_gate), d.w_up = upload(L.w_up), d.w_down = upload(L.w_down);
+    layers_.push_back(std::move(d));
+  }
+  const std::vector<float> inv = cpu::rope_inv_freq(c_);
+  inv_freq_.resize(inv.size() * 4);
+  inv_freq_.upload(inv.data(), inv.size() * 4);
+}
+
+void CudaEngine::scratch(int T) {
+  if (T <= scratch_T_) return;
+  const auto t = static_cast<std::size_t>(T);
+  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim()),
+             h = static_cast<std::size_t>(c_.hidden_dim), V = static_cast<std::size_t>(c_.vocab_size);
+  const std::size_t widest = std::max({d, qd, h});
+  x_.resize(t * d * 4), xn_.resize(t * d * 4), o_.resize(t * d * 4);
+  q_.resize(t * qd * 4), att_.resize(t * qd * 4), k_.resize(t * kd * 4), v_.resize(t * kd * 4);
+  gate_.resize(t * h * 4), up_.resize(t * h * 4), logits_.resize(t * V * 4);
+  act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
+  scratch_T_ = T;
+}
+
+void CudaEngine::reserve(KvPart& part, int rows) {
+  if (rows <= part.capacity) return;
+  const int cap = std::max(rows, std::max(16, part.capacity * 2));
+  part.k.resize(static_cast<std::size_t>(c_.n_layers));
+  part.v.resize(static_cast<std::size_t>(c_.n_layers));
+  for (int l = 0; l < c_.n_layers; ++l) {
+    part.k[static_cast<std::size_t>(l)].grow(static_cast<std::size_t>(cap) * kv_row_bytes(), static_cast<std::size_t>(part.len) * kv_row_bytes(), stream_);
+    part.v[static_cast<std::size_t>(l)].grow(static_cast<std::size_t>(cap) * kv_row_bytes(), static_cast<std::size_t>(part.len) * kv_row_bytes(), stream_);
+  }
+  part.capacity = cap;
+}
+
+// y (T, out) = x (T, in) W^T: FP8 quantizes x per its scheme and scales in the epilogue.
+void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
+  switch (l.type) {
+    case GemmInput::FP8:
+      quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+      gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T);
+      scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
+      break;
+    case GemmInput::BF16:
+      f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
+      gemm_->run(GemmInput::BF16, l.w.buf.get(), act_bf16_.get(), y, l.out, l.in, T);
+      break;
+    default:
+      gemm_->run(GemmInput::F32, l.w.buf.get(), x, y, l.out, l.in, T);
+  }
+}
+
+void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
+                       const std::function<void(int)>& attend) {
+  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
+  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+  rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  linear(L.wq, xn_.get<float>(), T, q_.get<float>());
+  linear(L.wk, xn_.get<float>(), T, k_.get<float>());
+  linear(L.wv, xn_.get<float>(), T, v_.get<float>());
+  auto* kr = to_device(krows_, k_rows);
+  auto* vr = to_device(vrows_, v_rows);
+  rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos_.get<int>(), inv_freq_.get<float>(), T, c_.n_heads,
+                     c_.n_kv_heads, c_.head_dim, kr, vr, stream_);
+  attend(l);
+  linear(L.wo, att_.get<float>(), T, o_.get<float>());
+  residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
+  rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
+  linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
+  swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_);
+  linear(L.w_down, gate_.get<float>(), T, o_.get<float>());
+  residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+}
+
+// logits = lm_head(rmsnorm(x)) for rows [first, first + T), copied to the host.
+void CudaEngine::logits(int first, int T, float* host_out) {
+  const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
+  rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
+  linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
+  const std::size_t bytes = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4;
+  CUDA_CHECK(cudaMemcpyAsync(host_out, logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
+  const int T = static_cast<int>(tokens.size());
+  if (T == 0) throw Error("prefill: empty prompt");
+  if (T > c_.max_position_embeddings)
+    throw Error("prompt of " + std::to_string(T) + " tokens is longer than the context (" + std::to_string(c_.max_position_embeddings) + ")");
+  if (last_logits.size() != static_cast<std::size_t>(c_.vocab_size)) throw Error("prefill: logits buffer has the wrong size");
+  for (int t : tokens)
+    if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary (" + std::to_string(c_.vocab_size) + ")");
+  auto p = std::make_unique<Prefix>();
+  reserve(p->kv, T);
+  scratch(T);
+  std::vector<int> pos(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t;
+  to_device(tokens_, std::vector<int>(tokens.begin(), tokens.end()));
+  to_device(pos_, pos);
+  embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
+  for (int l = 0; l < c_.n_layers; ++l) {
+    std::vector<std::uint16_t*> kr(static_cast<std::size_t>(T)), vr(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      kr[static_cast<std::size_t>(t)] = p->kv.k[static_cast<std::size_t>(l)].get<std::uint16_t>() + static_cast<std::size_t>(t) * static_cast<std::size_t>(c_.kv_dim());
+      vr[static_cast<std::size_t>(t)] = p->kv.v[static_cast<std::size_t>(l)].get<std::uint16_t>() + static_cast<std::size_t>(t) * static_cast<std::size_t>(c_.kv_dim());
+    }
+    layer(l, T, kr, vr, [&](int layer_index) {
+      prefill_attention_cuda(q_.get<float>(), p->kv.k[static_cast<std::size_t>(layer_index)].get<std::uint16_t>(),
+                             p->kv.v[static_cast<std::size_t>(layer_index)].get<std::uint16_t>(), T, c_.n_heads, c_.n_kv_heads,
+                             c_.head_dim, att_.get<float>(), stream_);
+    });
+  }
+  p->kv.len = T;
+  logits(T - 1, 1, last_logits.data());
+  return put(prefixes_, std::move(p));
+}
+
+void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits_out) {
+  const int T = static_cast<int>(slots.size());
+  if (tokens.size() != slots.size() || logits_out.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
+    throw Error("decode: slots, tokens and logits sizes disagree");
+  if (T == 0) return;
+  std::vector<Slot*> batch;
+  std::vector<int> pos;
+  for (int i = 0; i < T; ++i) {
+    Slot& s = slot_at(slots[static_cast<std::size_t>(i)]);
+    if (std::find(batch.begin(), batch.end(), &s) != batch.end())
+      throw Error("decode: slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " appears twice in one step");
+    const int p = slot_length(slots[static_cast<std::size_t>(i)]);
+    if (p >= c_.max_position_embeddings)
+      throw Error("slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
+    const int t = tokens[static_cast<std::size_t>(i)];
+    if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
+    reserve(s.kv, s.kv.len + 1);
+    batch.push_back(&s);
+    pos.push_back(p);
+  }
+  scratch(T);
+  to_device(tokens_, std::vector<int>(tokens.begin(), tokens.end()));
+  to_device(pos_, pos);
+  embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
+  std::vector<int> lens(2 * static_cast<std::size_t>(T));  // prefix lengths, then suffix lengths (with this token)
+  for (int i = 0; i < T; ++i) {
+    lens[static_cast<std::size_t>(i)] = prefixes_[static_cast<std::size_t>(batch[static_cast<std::size_t>(i)]->prefix)]->kv.len;
+    lens[static_cast<std::size_t>(T + i)] = batch[static_cast<std::size_t>(i)]->kv.len + 1;
+  }
+  int* d_lens = to_device(lens_, lens);
+  const auto kd = static_cast<std::size_t>(c_.kv_dim());
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const auto li = static_cast<std::size_t>(l);
+    std::vector<std::uint16_t*> kr, vr;                   // this step's cache rows
+    std::vector<const std::uint16_t*> ptrs(4 * static_cast<std::size_t>(T));  // k_prefix, v_prefix, k_suffix, v_suffix
+    for (int i = 0; i < T; ++i) {
+      Slot& s = *batch[static_cast<std::size_t>(i)];
+      const Prefix& pre = *prefixes_[static_cast<std::size_t>(s.prefix)];
+      kr.push_back(s.kv.k[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
+      vr.push_back(s.kv.v[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
+      ptrs[static_cast<std::size_t>(i)] = pre.kv.k[li].get<std::uint16_t>();
+      ptrs[static_cast<std::size_t>(T + i)] = pre.kv.v[li].get<std::uint16_t>();
+      ptrs[static_cast<std::size_t>(2 * T + i)] = s.kv.k[li].get<std::uint16_t>();
+      ptrs[static_cast<std::size_t>(3 * T + i)] = s.kv.v[li].get<std::uint16_t>();
+    }
+    layer(l, T, kr, vr, [&](int) {
+      const std::uint16_t* const* d = to_device(ptrs_, ptrs);
+      decode_attention_cuda(q_.get<float>(), d, d + T, d_lens, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
+                            c_.head_dim, att_.get<float>(), stream_);
+    });
+  }
+  for (Slot* s : batch) s->kv.len++;
+  logits(0, T, logits_out.data());
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options) {
+  return std::make_unique<CudaEngine>(std::move(weights), options);
+}
+
+}  // namespace bestofn::cuda

@@ -1,0 +1,83 @@
+#pragma once
+// Host launchers of the device kernels in kernels/ (one op per .cu file). Plain C++ declarations:
+// src/cuda/*.cpp call them with the host compiler. Every pointer is a device pointer unless said
+// otherwise; every launcher is asynchronous on `stream` and checks its launch (bestofn::Error).
+// Each op has a CPU twin it is tested against (tests/test_gpu_*.cpp); the twin is named per op.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "bestofn/dtype.h"
+#include "bestofn/sampler.h"
+
+namespace bestofn::cuda {
+
+// --- elementwise and row ops (kernels/embedding.cu, rmsnorm.cu, quantize_act.cu, convert.cu,
+//     scale.cu, swiglu.cu, residual.cu, argmax.cu) ---
+
+// out (T, dim) fp32 = row tokens[t] of table (vocab, dim), F32 or BF16. Twin: cpu::tensor_row.
+void embedding_cuda(const void* table, DType dtype, const int* tokens, int T, int dim, float* out, cudaStream_t stream);
+
+// out (T, dim) = x / sqrt(mean(x^2) + eps) * w, w (dim) F32 or BF16; fp32. Twin: cpu::rmsnorm.
+void rmsnorm_cuda(const float* x, const void* w, DType wdtype, int T, int dim, float eps, float* out, cudaStream_t stream);
+
+// rmsnorm, then FP8 E4M3 quantization of each output row: codes q (T, dim) and scales (T).
+// static_scale > 0: that scale for every row (a checkpoint's input_scale); else amax / 448 per row
+// (1 for an all-zero row). Code = e4m3(value / scale), RNE, saturating. Twin: cpu::rmsnorm then
+// cpu::quantize_fp8_rows (dynamic) or cpu::quantize_fp8_row (static).
+void rmsnorm_quant_fp8_cuda(const float* x, const void* w, DType wdtype, int T, int dim, float eps, float static_scale,
+                            std::uint8_t* q, float* scales, cudaStream_t stream);
+
+// FP8 quantization of x (T, n) rows, dynamic or static as above. Twin: cpu::quantize_fp8_rows.
+void quantize_act_fp8_cuda(const float* x, int T, int n, float static_scale, std::uint8_t* q, float* scales, cudaStream_t stream);
+
+// out[i] = bf16(x[i]), round to nearest even. Twin: bf16_from_float.
+void f32_to_bf16_cuda(const float* x, std::size_t n, std::uint16_t* out, cudaStream_t stream);
+
+// y (T, out) row-major: y[t, o] *= sx[t] * sw[per_channel ? o : 0]; sx may be null (1).
+// The FP8 GEMM's dequantization epilogue. Twin: the store step of cpu::linear.
+void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream);
+
+// gate (T, n) = silu(gate) * up. Twin: cpu::silu_mul.
+void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream);
+
+// silu(gate) * up, then FP8 quantization of each row as quantize_act_fp8_cuda (the down_proj input).
+void swiglu_quant_fp8_cuda(const float* gate, const float* up, int T, int n, float static_scale, std::uint8_t* q, float* scales,
+                           cudaStream_t stream);
+
+// x[i] += y[i]. Twin: the residual loops of the CPU engine.
+void residual_add_cuda(float* x, const float* y, std::size_t n, cudaStream_t stream);
+
+// out[t] = the first index of the maximum of logits row t (T, V). Twin: std::max_element.
+void argmax_cuda(const float* logits, int T, int V, int* out, cudaStream_t stream);
+
+// --- attention and sampling (kernels/rope_kv.cu, attention_decode.cu, attention_prefill.cu, sample.cu) ---
+
+// RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
+// in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) rounded to BF16 and written to the
+// cache rows k_rows[t], v_rows[t] (each kv_dim BF16). inv_freq: (hd / 2). Twin: cpu::rope +
+// bf16_from_float.
+void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int T, int n_heads,
+                        int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, cudaStream_t stream);
+
+// Decode attention for T query rows (one per slot): q (T, n_heads, hd); for row t the prefix K/V
+// are prefix_len[t] rows starting at k_prefix[t] / v_prefix[t], the slot's suffix suffix_len[t]
+// rows at k_suffix[t] / v_suffix[t]; rows are kv_dim = n_kv * hd BF16 values; GQA: query head h
+// reads KV head h / (n_heads / n_kv). Softmax(q.k / sqrt(hd)) over prefix and suffix separately,
+// merged by log-sum-exp. out (T, n_heads, hd) fp32. Twin: cpu::decode_attention.
+void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
+                           const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
+                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream);
+
+// Causal attention over a prompt: q (T, n_heads, hd), k/v (T, n_kv * hd) BF16 (the prefix's cache
+// rows); row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.
+void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv, int hd,
+                            float* out, cudaStream_t stream);
+
+// Sampling per row of logits (T, V) with the rule and RNG of bestofn::sample_token (the twin):
+// row t draws with (params.seed, prompt[t], candidate[t], step[t]). tokens (T), logprobs (T).
+void sample_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
+                 const std::uint64_t* candidate, const std::uint64_t* step, int* tokens, float* logprobs, cudaStream_t stream);
+
+}  // namespace bestofn::cuda

@@ -1,0 +1,228 @@
+// cpu::decode_attention and cpu::prefill_attention (the CPU twins of the attention kernels) against
+// naive references computed in double: one full softmax over the concatenated prefix + suffix for
+// decode (so the log-sum-exp merge is checked, not repeated), and a causal softmax for prefill.
+//
+// Tolerance |cpu - ref| <= 2e-5 + 1e-4 |ref|. The twin works in fp32: each score is an fp32 dot
+// product of hd <= 128 terms, exp is within 1 ulp, and the sums run over at most ~640 positions
+// (relative error 640 * 2^-24 = 4e-5 at worst, far less in practice). Outputs are convex
+// combinations of BF16 values of magnitude <= ~4. Measured: at most 9e-6 over these cases, so
+// the bound leaves a margin of 2x at the smallest |ref| and ~10x at |ref| ~ 1; a missing or
+// duplicated position moves an output by ~p_j |v_j|, about 1e-3 at these lengths, and fails it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bestofn/numeric.h"
+#include "cpu/attention.h"
+#include "test_util.h"
+
+namespace bestofn {
+namespace {
+
+constexpr double kAtol = 2e-5, kRtol = 1e-4;
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint16_t> h(n);
+  const std::vector<float> f = test::random_floats(n, seed);
+  for (std::size_t i = 0; i < n; ++i) h[i] = bf16_from_float(f[i]);
+  return h;
+}
+
+// "" when every |got - ref| <= kAtol + kRtol |ref|, else the count and the first mismatches.
+std::string compare(const std::vector<float>& got, const std::vector<double>& ref, int n_heads, int hd) {
+  std::ostringstream report;
+  std::size_t bad = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    worst = std::max(worst, err);
+    if (err <= kAtol + kRtol * std::fabs(ref[i])) continue;
+    const std::size_t row = i / static_cast<std::size_t>(hd);
+    if (bad++ < 8)
+      report << "  [t " << row / static_cast<std::size_t>(n_heads) << ", head " << row % static_cast<std::size_t>(n_heads)
+             << ", i " << i % static_cast<std::size_t>(hd) << "] got " << got[i] << ", ref " << ref[i] << "\n";
+  }
+  if (bad == 0) return "";
+  return std::to_string(bad) + " of " + std::to_string(ref.size()) + " values out of tolerance (max error " +
+         std::to_string(worst) + "), first ones:\n" + report.str();
+}
+
+// Softmax(q.k / sqrt(hd)) v over the given K/V rows (each a kv_dim-wide BF16 row), in double.
+void naive_attend(const float* q, const std::vector<const std::uint16_t*>& k_rows,
+                  const std::vector<const std::uint16_t*>& v_rows, std::size_t off, int hd, double* out) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> s(k_rows.size());
+  double m = -INFINITY;
+  for (std::size_t j = 0; j < k_rows.size(); ++j) {
+    double d = 0.0;
+    for (int i = 0; i < hd; ++i) d += static_cast<double>(q[i]) * bf16_to_float(k_rows[j][off + static_cast<std::size_t>(i)]);
+    s[j] = d * scale;
+    m = std::max(m, s[j]);
+  }
+  double sum = 0.0;
+  for (double& x : s) sum += x = std::exp(x - m);
+  for (int i = 0; i < hd; ++i) {
+    double o = 0.0;
+    for (std::size_t j = 0; j < v_rows.size(); ++j) o += s[j] * bf16_to_float(v_rows[j][off + static_cast<std::size_t>(i)]);
+    out[i] = k_rows.empty() ? 0.0 : o / sum;
+  }
+}
+
+// A decode batch: rows share prefixes (as the slots of one prompt do); each row has its own suffix.
+struct DecodeCase {
+  int T, n_heads, n_kv, hd;
+  std::vector<float> q;                        // (T, n_heads, hd)
+  std::vector<std::vector<std::uint16_t>> kp, vp, ks, vs;  // prefixes (len, kv_dim), suffixes per row
+  std::vector<int> prefix_of, prefix_len, suffix_len;
+  std::vector<const std::uint16_t*> k_prefix, v_prefix, k_suffix, v_suffix;
+
+  DecodeCase(int T_, int heads, int kv, int hd_, std::uint64_t seed, int max_prefix, int max_suffix, float q_std = 1.0f)
+      : T(T_), n_heads(heads), n_kv(kv), hd(hd_) {
+    std::mt19937_64 rng(seed);
+    const auto kv_dim = static_cast<std::size_t>(n_kv * hd);
+    q = test::random_floats(static_cast<std::size_t>(T * n_heads * hd), seed + 1, q_std);
+    const int n_prefixes = std::max(1, T / 4);
+    for (int p = 0; p < n_prefixes; ++p) {
+      const int len = std::uniform_int_distribution<int>(std::min(1, max_prefix), max_prefix)(rng);
+      kp.push_back(random_bf16(static_cast<std::size_t>(len) * kv_dim, seed + 100 + static_cast<std::uint64_t>(p)));
+      vp.push_back(random_bf16(static_cast<std::size_t>(len) * kv_dim, seed + 200 + static_cast<std::uint64_t>(p)));
+    }
+    for (int t = 0; t < T; ++t) {
+      const int p = std::uniform_int_distribution<int>(0, n_prefixes - 1)(rng);
+      const int len = std::uniform_int_distribution<int>(std::min(1, max_suffix), max_suffix)(rng);
+      prefix_of.push_back(p);
+      prefix_len.push_back(static_cast<int>(kp[static_cast<std::size_t>(p)].size() / kv_dim));
+      suffix_len.push_back(len);
+      ks.push_back(random_bf16(static_cast<std::size_t>(len) * kv_dim, seed + 300 + static_cast<std::uint64_t>(t)));
+      vs.push_back(random_bf16(static_cast<std::size_t>(len) * kv_dim, seed + 400 + static_cast<std::uint64_t>(t)));
+    }
+    pointers();
+  }
+  void pointers() {
+    k_prefix.clear(), v_prefix.clear(), k_suffix.clear(), v_suffix.clear();
+    for (int t = 0; t < T; ++t) {
+      const auto ts = static_cast<std::size_t>(t), p = static_cast<std::size_t>(prefix_of[ts]);
+      k_prefix.push_back(kp[p].data()), v_prefix.push_back(vp[p].data());
+      k_suffix.push_back(ks[ts].data()), v_suffix.push_back(vs[ts].data());
+    }
+  }
+  std::vector<float> run() const {
+    std::vector<float> out(q.size(), NAN);
+    cpu::decode_attention(q.data(), k_prefix.data(), v_prefix.data(), prefix_len.data(), k_suffix.data(),
+                          v_suffix.data(), suffix_len.data(), T, n_heads, n_kv, hd, out.data());
+    return out;
+  }
+  // One softmax over prefix rows then suffix rows, in double.
+  std::vector<double> naive() const {
+    std::vector<double> out(q.size());
+    const auto kv_dim = static_cast<std::size_t>(n_kv * hd), D = static_cast<std::size_t>(hd);
+    for (int t = 0; t < T; ++t) {
+      const auto ts = static_cast<std::size_t>(t);
+      std::vector<const std::uint16_t*> k_rows, v_rows;
+      for (int j = 0; j < prefix_len[ts]; ++j)
+        k_rows.push_back(k_prefix[ts] + static_cast<std::size_t>(j) * kv_dim), v_rows.push_back(v_prefix[ts] + static_cast<std::size_t>(j) * kv_dim);
+      for (int j = 0; j < suffix_len[ts]; ++j)
+        k_rows.push_back(k_suffix[ts] + static_cast<std::size_t>(j) * kv_dim), v_rows.push_back(v_suffix[ts] + static_cast<std::size_t>(j) * kv_dim);
+      for (int h = 0; h < n_heads; ++h) {
+        const std::size_t row = ts * static_cast<std::size_t>(n_heads) + static_cast<std::size_t>(h);
+        const std::size_t off = static_cast<std::size_t>(h / (n_heads / n_kv)) * D;
+        naive_attend(q.data() + row * D, k_rows, v_rows, off, hd, out.data() + row * D);
+      }
+    }
+    return out;
+  }
+};
+
+std::string shape_name(int T, int heads, int kv, int hd) {
+  return "T " + std::to_string(T) + ", heads " + std::to_string(heads) + "/" + std::to_string(kv) + ", hd " + std::to_string(hd);
+}
+
+TEST(CpuAttention, DecodeMatchesOneSoftmaxOverPrefixAndSuffix) {
+  std::uint64_t seed = 1;
+  for (int T : {1, 5, 33})
+    for (auto [heads, kv] : {std::pair{8, 8}, std::pair{32, 8}})
+      for (int hd : {64, 128})
+        for (float q_std : {1.0f, 4.0f}) {  // 4: peaked softmax, scores spread over ~+-16
+          SCOPED_TRACE(shape_name(T, heads, kv, hd) + ", q stddev " + std::to_string(q_std) + ", seed " + std::to_string(seed));
+          const DecodeCase c(T, heads, kv, hd, seed, 600, 40, q_std);
+          seed += 1000;
+          EXPECT_EQ(compare(c.run(), c.naive(), heads, hd), "");
+        }
+}
+
+TEST(CpuAttention, DecodeWithAnEmptySide) {
+  DecodeCase c(6, 8, 2, 64, 77, 50, 10);
+  c.prefix_len[0] = 0;  // suffix only
+  c.suffix_len[1] = 0;  // prefix only
+  c.prefix_len[2] = 0, c.suffix_len[2] = 0;  // nothing: zeros
+  const std::vector<float> out = c.run();
+  EXPECT_EQ(compare(out, c.naive(), 8, 64), "");
+  const std::size_t per_row = 8 * 64;
+  for (std::size_t i = 2 * per_row; i < 3 * per_row; ++i) ASSERT_EQ(out[i], 0.0f) << "element " << i;
+}
+
+// Prefill: row t over positions 0..t, against the naive softmax.
+TEST(CpuAttention, PrefillMatchesNaiveCausalSoftmax) {
+  std::uint64_t seed = 5000;
+  for (int T : {1, 5, 33, 300})
+    for (auto [heads, kv] : {std::pair{8, 8}, std::pair{32, 8}})
+      for (int hd : {64, 128}) {
+        SCOPED_TRACE(shape_name(T, heads, kv, hd) + ", seed " + std::to_string(seed));
+        const auto kv_dim = static_cast<std::size_t>(kv * hd), D = static_cast<std::size_t>(hd);
+        const std::vector<float> q = test::random_floats(static_cast<std::size_t>(T * heads * hd), seed, 2.0f);
+        const std::vector<std::uint16_t> k = random_bf16(static_cast<std::size_t>(T) * kv_dim, seed + 1);
+        const std::vector<std::uint16_t> v = random_bf16(static_cast<std::size_t>(T) * kv_dim, seed + 2);
+        seed += 10;
+        std::vector<float> out(q.size(), NAN);
+        cpu::prefill_attention(q.data(), k.data(), v.data(), T, heads, kv, hd, out.data());
+        std::vector<double> ref(q.size());
+        std::vector<const std::uint16_t*> k_rows, v_rows;
+        for (int t = 0; t < T; ++t) {
+          k_rows.push_back(k.data() + static_cast<std::size_t>(t) * kv_dim);
+          v_rows.push_back(v.data() + static_cast<std::size_t>(t) * kv_dim);
+          for (int h = 0; h < heads; ++h) {
+            const std::size_t row = static_cast<std::size_t>(t * heads + h);
+            naive_attend(q.data() + row * D, k_rows, v_rows, static_cast<std::size_t>(h / (heads / kv)) * D, hd,
+                         ref.data() + row * D);
+          }
+        }
+        EXPECT_EQ(compare(out, ref, heads, hd), "");
+      }
+}
+
+// The two twins agree: decode with prefix = positions 0..t-1 and suffix = position t is prefill's
+// row t (the split the engine makes when a slot continues a prompt).
+TEST(CpuAttention, DecodeSplitAgreesWithPrefillRow) {
+  const int T = 40, heads = 32, kv = 8, hd = 128;
+  const auto kv_dim = static_cast<std::size_t>(kv * hd), per_row = static_cast<std::size_t>(heads * hd);
+  const std::vector<float> q = test::random_floats(static_cast<std::size_t>(T) * per_row, 9001, 2.0f);
+  const std::vector<std::uint16_t> k = random_bf16(static_cast<std::size_t>(T) * kv_dim, 9002);
+  const std::vector<std::uint16_t> v = random_bf16(static_cast<std::size_t>(T) * kv_dim, 9003);
+  std::vector<float> full(q.size());
+  cpu::prefill_attention(q.data(), k.data(), v.data(), T, heads, kv, hd, full.data());
+  for (int t : {1, 7, 39}) {
+    for (int split : {0, t / 2, t}) {  // the suffix holds positions split..t
+      SCOPED_TRACE("row " + std::to_string(t) + ", prefix " + std::to_string(split));
+      const std::uint16_t* kp = k.data();
+      const std::uint16_t* vp = v.data();
+      const std::uint16_t* ks = k.data() + static_cast<std::size_t>(split) * kv_dim;
+      const std::uint16_t* vs = v.data() + static_cast<std::size_t>(split) * kv_dim;
+      const int plen = split, slen = t + 1 - split;
+      std::vector<float> out(per_row);
+      cpu::decode_attention(q.data() + static_cast<std::size_t>(t) * per_row, &kp, &vp, &plen, &ks, &vs, &slen, 1, heads,
+                            kv, hd, out.data());
+      std::vector<double> ref(full.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t) * per_row),
+                              full.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(t + 1) * per_row));
+      EXPECT_EQ(compare(out, ref, heads, hd), "");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bestofn

@@ -1,0 +1,467 @@
+// The attention and sampling kernels (kernels/rope_kv.cu, attention_decode.cu,
+// attention_prefill.cu, sample.cu) against their CPU twins on seeded random inputs. Each test
+// states its tolerance and why; each skips when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bestofn/model_config.h"
+#include "bestofn/numeric.h"
+#include "bestofn/rng.h"
+#include "bestofn/sampler.h"
+#include "cpu/attention.h"
+#include "cpu/ops.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "gpu_test_util.h"
+#include "test_util.h"
+
+namespace bestofn {
+namespace {
+
+
+// n elements of T on the device, freed on every path out of scope. Never a zero-byte allocation.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&ptr_, std::max<std::size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
+  void upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), std::min(host.size(), n_) * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t n_;
+};
+
+// Waits for the launches so far and reports their execution errors.
+void sync() {
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint16_t> h(n);
+  const std::vector<float> f = test::random_floats(n, seed);
+  for (std::size_t i = 0; i < n; ++i) h[i] = bf16_from_float(f[i]);
+  return h;
+}
+
+// "" when every |gpu - ref| <= atol + rtol |ref|, else the count and the first mismatches; `where`
+// names an element from its index.
+template <typename Where>
+std::string compare(const std::vector<float>& gpu, const std::vector<float>& ref, double atol, double rtol, Where where) {
+  std::ostringstream report;
+  report.precision(9);
+  std::size_t bad = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(gpu[i]) - static_cast<double>(ref[i]));
+    worst = std::max(worst, err);
+    if (err <= atol + rtol * std::fabs(static_cast<double>(ref[i]))) continue;  // NaN fails here
+    if (bad++ < 8) report << "  " << where(i) << ": gpu " << gpu[i] << ", cpu " << ref[i] << "\n";
+  }
+  if (bad == 0) return "";
+  return std::to_string(bad) + " of " + std::to_string(ref.size()) + " values out of tolerance (max error " +
+         std::to_string(worst) + "), first ones:\n" + report.str();
+}
+
+// Names element i of a (T, n_heads, hd) tensor.
+auto head_index(int n_heads, int hd) {
+  return [n_heads, hd](std::size_t i) {
+    const std::size_t r = i / static_cast<std::size_t>(hd);
+    return "[t " + std::to_string(r / static_cast<std::size_t>(n_heads)) + ", head " +
+           std::to_string(r % static_cast<std::size_t>(n_heads)) + ", i " + std::to_string(i % static_cast<std::size_t>(hd)) + "]";
+  };
+}
+
+std::string shape_name(int T, int heads, int kv, int hd) {
+  return "T " + std::to_string(T) + ", heads " + std::to_string(heads) + "/" + std::to_string(kv) + ", hd " + std::to_string(hd);
+}
+
+struct HeadShape {
+  int n_heads, n_kv, hd;
+};
+const HeadShape kHeadShapes[] = {{8, 8, 64}, {8, 8, 128}, {32, 8, 64}, {32, 8, 128}};
+
+// ---- rope_kv_write_cuda -------------------------------------------------------------------
+//
+// q (fp32, rotated in place): |gpu - cpu| <= 4e-6 + 2^-22 |cpu|. Both compute the same angle (one
+// fp32 multiply) and the same fused rotation (kernels/rope_kv.cu mirrors the FMAs GCC emits for
+// cpu::rope); they differ only where CUDA's cosf / sinf (<= 2 ulp) and glibc's (<= 1 ulp)
+// disagree: |dc|, |ds| <= 3 * 2^-24, times |a| + |b| <= ~10 for these N(0, 1) inputs, is 2e-6.
+// k / v cache rows (BF16): v is a plain rounding and must match bit for bit. k may differ by one
+// BF16 ulp where the fp32 rotation differs in its last bits across a BF16 rounding boundary (a
+// chance of ~2^-16 per differing fp32 ulp): at most 1% of the k values may differ, each by at most
+// one BF16 ulp (2^-7 relative, plus the fp32 bound above for values near zero).
+
+// One BF16 ulp apart at most (as floats, so that a sign change near zero also counts as close).
+bool within_one_bf16_ulp(std::uint16_t a, std::uint16_t b) {
+  const double x = bf16_to_float(a), y = bf16_to_float(b);
+  return std::fabs(x - y) <= 0x1p-7 * std::max(std::fabs(x), std::fabs(y)) + 4e-6;
+}
+
+TEST(GpuRopeKv, MatchesCpuRopeAndBf16Rounding) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 100;
+  for (int T : {1, 5, 33})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      std::mt19937_64 rng(seed);
+      ModelConfig c;
+      c.head_dim = s.hd, c.rope_theta = 500000.0;
+      c.rope_scaling = RopeScaling{RopeScalingType::Llama3, 8.0, 1.0, 4.0, 8192};
+      const std::vector<float> inv_freq = cpu::rope_inv_freq(c);
+      const auto qd = static_cast<std::size_t>(s.n_heads * s.hd), kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+      const auto N = static_cast<std::size_t>(T);
+      std::vector<float> q = test::random_floats(N * qd, seed + 1), k = test::random_floats(N * kvd, seed + 2),
+                         v = test::random_floats(N * kvd, seed + 3);
+      std::vector<int> pos(N);
+      for (auto& p : pos) p = std::uniform_int_distribution<int>(0, 8191)(rng);
+      pos[0] = T > 1 ? 0 : 131071;  // angle 0, and far positions where cos/sin need range reduction
+      if (T > 2) pos[N - 1] = 131071;
+      // Cache rows in a shuffled order, so that the kernel must follow the row pointers.
+      std::vector<std::size_t> slot(N);
+      for (std::size_t t = 0; t < N; ++t) slot[t] = t;
+      std::shuffle(slot.begin(), slot.end(), rng);
+      seed += 10;
+
+      DeviceArray<float> d_q(q), d_k(k), d_v(v), d_freq(inv_freq);
+      DeviceArray<int> d_pos(pos);
+      DeviceArray<std::uint16_t> d_kc(std::vector<std::uint16_t>(N * kvd, 0xAAAA)), d_vc(std::vector<std::uint16_t>(N * kvd, 0xAAAA));
+      std::vector<std::uint16_t*> k_rows(N), v_rows(N);
+      for (std::size_t t = 0; t < N; ++t) k_rows[t] = d_kc.get() + slot[t] * kvd, v_rows[t] = d_vc.get() + slot[t] * kvd;
+      DeviceArray<std::uint16_t*> d_k_rows(k_rows), d_v_rows(v_rows);
+      cuda::rope_kv_write_cuda(d_q.get(), d_k.get(), d_v.get(), d_pos.get(), d_freq.get(), T, s.n_heads, s.n_kv, s.hd,
+                               d_k_rows.get(), d_v_rows.get(), nullptr);
+      sync();
+      const std::vector<float> q_gpu = d_q.download();
+      const std::vector<std::uint16_t> kc = d_kc.download(), vc = d_vc.download();
+
+      std::size_t q_exact = 0, k_off = 0;
+      std::ostringstream kv_report;
+      for (std::size_t t = 0; t < N; ++t) {
+        cpu::rope(q.data() + t * qd, s.n_heads, s.hd, pos[t], inv_freq);
+        cpu::rope(k.data() + t * kvd, s.n_kv, s.hd, pos[t], inv_freq);
+        for (std::size_t i = 0; i < kvd; ++i) {
+          const std::uint16_t kg = kc[slot[t] * kvd + i], kr = bf16_from_float(k[t * kvd + i]);
+          const std::uint16_t vg = vc[slot[t] * kvd + i], vr = bf16_from_float(v[t * kvd + i]);
+          if (kg != kr) ++k_off;
+          if ((kg != kr && !within_one_bf16_ulp(kg, kr)) || vg != vr)
+            kv_report << "  [t " << t << ", i " << i << "] k gpu " << kg << " cpu " << kr << ", v gpu " << vg << " cpu " << vr << "\n";
+        }
+      }
+      for (std::size_t i = 0; i < q.size(); ++i) q_exact += q_gpu[i] == q[i];
+      EXPECT_EQ(compare(q_gpu, q, 4e-6, 0x1p-22, head_index(s.n_heads, s.hd)), "");
+      EXPECT_EQ(kv_report.str().substr(0, 2000), "");
+      EXPECT_LE(k_off, kvd * N / 100) << k_off << " k cache values differ by one BF16 ulp";
+      std::cout << "  " << shape_name(T, s.n_heads, s.n_kv, s.hd) << ": q bit-identical " << q_exact << "/" << q.size()
+                << ", k off by one BF16 ulp " << k_off << "/" << kvd * N << "\n";
+    }
+}
+
+// ---- decode_attention_cuda, prefill_attention_cuda ---------------------------------------
+//
+// |gpu - cpu| <= 5e-5 + 2e-4 |cpu|. Both are fp32 with different summation orders: the CPU twin
+// sums each dot product and each softmax left to right; the kernel splits positions over 8 warps
+// with an online softmax (rescaling by exp(m_old - m_new) at each new max), reduces dot products
+// by a warp tree and merges the warps by log-sum-exp; CUDA's expf is within 2 ulp. The twin is
+// within 9e-6 of a double-precision reference at these shapes (tests/test_cpu_attention.cpp) and
+// the kernel should be too, so the bound leaves a margin of ~5x at small |cpu| and ~25x at
+// |cpu| ~ 1. Errors a bug makes (a wrong head, row, position or merge weight) are 1e-3 or larger.
+constexpr double kAttnAtol = 5e-5, kAttnRtol = 2e-4;
+
+// K and V rows for a batch of decode rows, in one host pool mirrored to one device pool: prefixes
+// shared by several rows (the slots of a prompt), one suffix per row.
+struct DecodeBatch {
+  int T;
+  HeadShape s;
+  std::vector<float> q;                   // (T, n_heads, hd)
+  std::vector<std::uint16_t> k_pool, v_pool;  // rows of kv_dim
+  std::vector<std::size_t> prefix_off, suffix_off;  // per row, in elements of the pools
+  std::vector<int> prefix_len, suffix_len;
+
+  DecodeBatch(int T_, HeadShape shape, std::uint64_t seed, int max_prefix, int max_suffix) : T(T_), s(shape) {
+    std::mt19937_64 rng(seed);
+    const auto kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+    q = test::random_floats(static_cast<std::size_t>(T * s.n_heads * s.hd), seed + 1, 2.0f);
+    const int n_prefixes = std::max(1, T / 4);
+    std::vector<std::size_t> p_off;
+    std::vector<int> p_len;
+    std::size_t rows = 0;
+    for (int p = 0; p < n_prefixes; ++p) {
+      p_off.push_back(rows * kvd);
+      p_len.push_back(std::uniform_int_distribution<int>(1, max_prefix)(rng));
+      rows += static_cast<std::size_t>(p_len.back());
+    }
+    for (int t = 0; t < T; ++t) {
+      const auto p = static_cast<std::size_t>(std::uniform_int_distribution<int>(0, n_prefixes - 1)(rng));
+      prefix_off.push_back(p_off[p]), prefix_len.push_back(p_len[p]);
+      suffix_off.push_back(rows * kvd), suffix_len.push_back(std::uniform_int_distribution<int>(1, max_suffix)(rng));
+      rows += static_cast<std::size_t>(suffix_len.back());
+    }
+    k_pool = random_bf16(rows * kvd, seed + 2), v_pool = random_bf16(rows * kvd, seed + 3);
+  }
+  template <typename P>
+  static std::vector<P> at(P base, const std::vector<std::size_t>& off) {
+    std::vector<P> out;
+    for (std::size_t o : off) out.push_back(base + o);
+    return out;
+  }
+  std::vector<float> cpu() const {
+    std::vector<float> out(q.size());
+    const auto kp = at(k_pool.data(), prefix_off), vp = at(v_pool.data(), prefix_off);
+    const auto ks = at(k_pool.data(), suffix_off), vs = at(v_pool.data(), suffix_off);
+    cpu::decode_attention(q.data(), kp.data(), vp.data(), prefix_len.data(), ks.data(), vs.data(), suffix_len.data(), T,
+                          s.n_heads, s.n_kv, s.hd, out.data());
+    return out;
+  }
+  std::vector<float> gpu() const {
+    DeviceArray<float> d_q(q), d_out(q.size());
+    DeviceArray<std::uint16_t> d_k(k_pool), d_v(v_pool);
+    const std::uint16_t* k0 = d_k.get();
+    const std::uint16_t* v0 = d_v.get();
+    DeviceArray<const std::uint16_t*> kp(at(k0, prefix_off)), vp(at(v0, prefix_off)), ks(at(k0, suffix_off)),
+        vs(at(v0, suffix_off));
+    DeviceArray<int> plen(prefix_len), slen(suffix_len);
+    cuda::decode_attention_cuda(d_q.get(), kp.get(), vp.get(), plen.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads,
+                                s.n_kv, s.hd, d_out.get(), nullptr);
+    sync();
+    return d_out.download();
+  }
+};
+
+TEST(GpuDecodeAttention, MatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 2000;
+  for (int T : {1, 5, 33})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      const DecodeBatch b(T, s, seed, 600, 40);
+      seed += 10;
+      EXPECT_EQ(compare(b.gpu(), b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+    }
+}
+
+// An empty prefix or suffix contributes nothing; both empty gives zeros. Also the largest head_dim.
+TEST(GpuDecodeAttention, EmptySidesAndHeadDim256) {
+  SKIP_WITHOUT_GPU();
+  for (const HeadShape& s : {HeadShape{8, 2, 64}, HeadShape{4, 1, 256}}) {
+    SCOPED_TRACE(shape_name(6, s.n_heads, s.n_kv, s.hd));
+    DecodeBatch b(6, s, 3000 + static_cast<std::uint64_t>(s.hd), 300, 20);
+    b.prefix_len[0] = 0;                       // suffix only
+    b.suffix_len[1] = 0;                       // prefix only
+    b.prefix_len[2] = 0, b.suffix_len[2] = 0;  // nothing
+    b.prefix_len[3] = 1, b.suffix_len[3] = 1;  // one position each
+    const std::vector<float> gpu = b.gpu();
+    EXPECT_EQ(compare(gpu, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+    const auto per_row = static_cast<std::size_t>(s.n_heads * s.hd);
+    for (std::size_t i = 2 * per_row; i < 3 * per_row; ++i) ASSERT_EQ(gpu[i], 0.0f) << "row 2, element " << i - 2 * per_row;
+  }
+}
+
+TEST(GpuPrefillAttention, MatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::pair<int, HeadShape>> cases;
+  for (int T : {1, 5, 33, 257})
+    for (const HeadShape& s : kHeadShapes) cases.emplace_back(T, s);
+  cases.emplace_back(9, HeadShape{4, 1, 256});
+  std::uint64_t seed = 4000;
+  for (const auto& [T, s] : cases) {
+    SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+    const auto N = static_cast<std::size_t>(T), kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+    const std::vector<float> q = test::random_floats(N * static_cast<std::size_t>(s.n_heads * s.hd), seed, 2.0f);
+    const std::vector<std::uint16_t> k = random_bf16(N * kvd, seed + 1), v = random_bf16(N * kvd, seed + 2);
+    seed += 10;
+    std::vector<float> ref(q.size());
+    cpu::prefill_attention(q.data(), k.data(), v.data(), T, s.n_heads, s.n_kv, s.hd, ref.data());
+    DeviceArray<float> d_q(q), d_out(q.size());
+    DeviceArray<std::uint16_t> d_k(k), d_v(v);
+    cuda::prefill_attention_cuda(d_q.get(), d_k.get(), d_v.get(), T, s.n_heads, s.n_kv, s.hd, d_out.get(), nullptr);
+    sync();
+    EXPECT_EQ(compare(d_out.download(), ref, kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+  }
+}
+
+// ---- sample_cuda ----------------------------------------------------------------------------
+//
+// Tokens: greedy must be identical. Sampling follows sample_token's rule with the same Philox
+// draw, but the weights come from CUDA's expf (<= 2 ulp, glibc <= 1) and the double sums run in
+// another order, so a token may differ where u * kept mass (or top_p * total, or min_p against a
+// weight) falls within a few fp32 ulps of a boundary: at least 99% of the rows must agree.
+// logprob: |gpu - cpu| <= 1e-4 where the tokens agree (both are z_tok - logsumexp(z) with the sum
+// in double; they differ by the float rounding of logsumexp, ~1e-6 for |lse| ~ 20).
+
+struct SampleRun {
+  std::vector<int> tokens;
+  std::vector<float> logprobs;
+};
+
+struct SampleCase {
+  int T, V;
+  std::vector<float> logits;  // (T, V)
+  std::vector<std::uint64_t> prompt, candidate, step;
+
+  SampleCase(int T_, int V_, std::uint64_t seed, float stddev) : T(T_), V(V_) {
+    logits = test::random_floats(static_cast<std::size_t>(T) * static_cast<std::size_t>(V), seed, stddev);
+    std::mt19937_64 rng(seed + 1);
+    for (int t = 0; t < T; ++t) prompt.push_back(rng()), candidate.push_back(rng() % 1024), step.push_back(rng() % 4096);
+  }
+  SampleRun cpu(const SamplingParams& p) const {
+    SampleRun r;
+    SamplerScratch scratch;
+    for (int t = 0; t < T; ++t) {
+      const std::span<const float> row(logits.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(V),
+                                       static_cast<std::size_t>(V));
+      const Sample s = sample_token(row, p, prompt[static_cast<std::size_t>(t)], candidate[static_cast<std::size_t>(t)],
+                                    step[static_cast<std::size_t>(t)], scratch);
+      r.tokens.push_back(s.token), r.logprobs.push_back(s.logprob);
+    }
+    return r;
+  }
+  SampleRun gpu(const SamplingParams& p) const {
+    DeviceArray<float> d_logits(logits), d_logprobs(static_cast<std::size_t>(T));
+    DeviceArray<std::uint64_t> d_prompt(prompt), d_candidate(candidate), d_step(step);
+    DeviceArray<int> d_tokens(static_cast<std::size_t>(T));
+    cuda::sample_cuda(d_logits.get(), T, V, p, d_prompt.get(), d_candidate.get(), d_step.get(), d_tokens.get(),
+                      d_logprobs.get(), nullptr);
+    sync();
+    return {d_tokens.download(), d_logprobs.download()};
+  }
+};
+
+std::string params_name(const SamplingParams& p) {
+  std::ostringstream s;
+  s << "temperature " << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
+    << ", seed " << p.seed;
+  return s.str();
+}
+
+// "" when at least 1 - max_off_fraction of the tokens agree and the logprobs of agreeing rows are
+// within 1e-4; else a report with the first differing rows.
+std::string compare_samples(const SampleRun& gpu, const SampleRun& cpu, double max_off_fraction) {
+  std::ostringstream report;
+  report.precision(9);
+  std::size_t off = 0, bad_logprob = 0, shown = 0;
+  for (std::size_t t = 0; t < cpu.tokens.size(); ++t) {
+    const bool same = gpu.tokens[t] == cpu.tokens[t];
+    const bool lp_ok = std::fabs(static_cast<double>(gpu.logprobs[t]) - static_cast<double>(cpu.logprobs[t])) <= 1e-4;
+    off += !same;
+    bad_logprob += same && !lp_ok;
+    if ((!same || !lp_ok) && shown++ < 8)
+      report << "  row " << t << ": gpu token " << gpu.tokens[t] << " (logprob " << gpu.logprobs[t] << "), cpu token "
+             << cpu.tokens[t] << " (logprob " << cpu.logprobs[t] << ")\n";
+  }
+  const auto allowed = static_cast<std::size_t>(max_off_fraction * static_cast<double>(cpu.tokens.size()));
+  if (off <= allowed && bad_logprob == 0) return "";
+  return std::to_string(off) + " of " + std::to_string(cpu.tokens.size()) + " tokens differ (allowed " +
+         std::to_string(allowed) + "), " + std::to_string(bad_logprob) + " logprobs off by more than 1e-4:\n" + report.str();
+}
+
+TEST(GpuSample, GreedyIsIdentical) {
+  SKIP_WITHOUT_GPU();
+  for (const int V : {1, 1000, 128256}) {
+    SCOPED_TRACE("V " + std::to_string(V));
+    SampleCase c(64, V, 500 + static_cast<std::uint64_t>(V), 3.0f);
+    // Repeated maxima: the first index wins on both.
+    for (std::size_t t = 0; t < 64 && V > 1; t += 3) {
+      float* row = c.logits.data() + t * static_cast<std::size_t>(V);
+      const float m = *std::max_element(row, row + V);
+      row[(t * 7919) % static_cast<std::size_t>(V)] = m;
+      row[static_cast<std::size_t>(V) - 1] = m;
+    }
+    SamplingParams p;
+    p.temperature = 0.0f;
+    EXPECT_EQ(compare_samples(c.gpu(p), c.cpu(p), 0.0), "");
+  }
+}
+
+// Each truncation mode, alone and together, plus the two id-order walks (no truncation, and a
+// top_k that keeps every candidate). stddev 3 keeps every token a candidate at T = 1; stddev 8
+// drops most of the vocabulary below the 30-nat cut.
+std::vector<SamplingParams> sampling_modes() {
+  auto make = [](float temp, int k, float top_p, float min_p, std::uint64_t seed) {
+    SamplingParams p;
+    p.temperature = temp, p.top_k = k, p.top_p = top_p, p.min_p = min_p, p.seed = seed;
+    return p;
+  };
+  return {make(1.0f, 0, 1.0f, 0.0f, 1),          make(0.7f, 40, 1.0f, 0.0f, 2),   make(1.0f, 0, 0.9f, 0.0f, 3),
+          make(0.8f, 0, 1.0f, 0.05f, 4),         make(0.6f, 50, 0.95f, 0.02f, 5), make(1.0f, 1 << 30, 1.0f, 0.0f, 6),
+          make(1.3f, 1, 1.0f, 0.0f, 7),          make(1.0f, 0, 0.0f, 0.0f, 8),    make(1.0f, 0, 1.0f, 2.0f, 9),
+          make(1.0f, 0, 0.5f, 0.0f, 0xDEADBEEF12345678ull)};
+}
+
+TEST(GpuSample, RandomLogitsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int T, V;
+    float stddev;
+  };
+  std::uint64_t seed = 600;
+  for (const Shape& sh : {Shape{300, 1000, 3.0f}, Shape{100, 128256, 3.0f}, Shape{100, 128256, 8.0f}}) {
+    const SampleCase c(sh.T, sh.V, seed++, sh.stddev);
+    for (const SamplingParams& p : sampling_modes()) {
+      SCOPED_TRACE("T " + std::to_string(sh.T) + ", V " + std::to_string(sh.V) + ", stddev " + std::to_string(sh.stddev) +
+                   ", " + params_name(p));
+      EXPECT_EQ(compare_samples(c.gpu(p), c.cpu(p), 0.01), "");
+    }
+  }
+}
+
+// Logits on a grid of 0.25 give many exact ties in z: the probability order must break them by
+// id on both sides, in top-k, top-p and the walk.
+TEST(GpuSample, TiedLogitsBreakTiesById) {
+  SKIP_WITHOUT_GPU();
+  SampleCase c(200, 5000, 700, 2.0f);
+  for (float& x : c.logits) x = std::round(x * 4.0f) / 4.0f;
+  for (const SamplingParams& p : sampling_modes()) {
+    SCOPED_TRACE(params_name(p));
+    EXPECT_EQ(compare_samples(c.gpu(p), c.cpu(p), 0.01), "");
+  }
+}
+
+// Equal logits make every weight exactly 1, so each sum is an exact integer and the token is
+// floor(u * kept) on both sides: the device Philox and uniform01 must equal src/rng.cpp's for
+// every row, including seeds and prompts with their high words set.
+TEST(GpuSample, EqualLogitsExposeTheDrawExactly) {
+  SKIP_WITHOUT_GPU();
+  SampleCase c(256, 4096, 800, 1.0f);
+  std::fill(c.logits.begin(), c.logits.end(), 0.5f);
+  for (std::size_t t = 0; t < c.prompt.size(); ++t) c.prompt[t] = (t % 2 ? (1ull << 40) * t : t), c.candidate[t] = t / 2;
+  for (const std::uint64_t seed : {0ull, 42ull, 0xFFFFFFFF00000001ull}) {
+    for (const float top_p : {1.0f, 0.5f}) {  // the id-order walk, and the ordered one (ties by id)
+      SamplingParams p;
+      p.temperature = 1.0f, p.top_p = top_p, p.seed = seed;
+      SCOPED_TRACE(params_name(p));
+      const SampleRun gpu = c.gpu(p), cpu = c.cpu(p);
+      EXPECT_EQ(compare_samples(gpu, cpu, 0.0), "");
+      // The draw itself: token = floor(u * kept), kept = 4096 or 2048.
+      const double kept = top_p < 1.0f ? 2048.0 : 4096.0;
+      for (std::size_t t = 0; t < 4; ++t)
+        EXPECT_EQ(cpu.tokens[t], static_cast<int>(std::floor(static_cast<double>(uniform01(seed, c.prompt[t], c.candidate[t], c.step[t])) * kept)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bestofn

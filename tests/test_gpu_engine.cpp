@@ -1,0 +1,124 @@
+// The CUDA engine against the CPU engine (the oracle), both with a BF16 KV cache, on llama-260k and
+// on synthetic FP8 models (per-channel dynamic and per-tensor static schemes), over 32 steps of a
+// batch that mixes prefixes.
+#include <cmath>
+
+#include "bestofn/engine.h"
+#include "bestofn/error.h"
+#include "bestofn/synthetic.h"
+#include "bestofn/weights.h"
+#include "cuda/cuda_api.h"
+#include "gpu_test_util.h"
+#include "test_util.h"
+
+using namespace bestofn;
+
+namespace {
+
+struct Run {
+  std::vector<std::vector<float>> logits;  // per step, (slots x vocab)
+  std::vector<std::vector<int>> fed;       // per step, the ids fed
+  std::vector<std::vector<int>> next;      // per step, the greedy ids of its logits
+};
+
+// Two prompts, `per_prompt` greedy candidates each (they stay identical within a prompt), `steps`
+// decode steps; the tokens fed are the CPU run's (teacher forcing) when `forced` is given, so a
+// near-tie cannot make the two runs diverge.
+Run run(Engine& e, int per_prompt, int steps, const Run* forced) {
+  const auto V = static_cast<std::size_t>(e.config().vocab_size);
+  const std::vector<std::vector<int>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 200, 100, 50}};
+  std::vector<int> slots, tokens;
+  Run r;
+  for (const auto& p : prompts) {
+    std::vector<float> last(V);
+    const int prefix = e.prefill(p, last);
+    const int first = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+    for (int i = 0; i < per_prompt; ++i) slots.push_back(e.add_slot(prefix)), tokens.push_back(first);
+  }
+  std::vector<float> logits(slots.size() * V);
+  for (int step = 0; step < steps; ++step) {
+    if (forced) tokens = forced->fed[static_cast<std::size_t>(step)];
+    r.fed.push_back(tokens);
+    e.decode(slots, tokens, logits);
+    r.logits.push_back(logits);
+    for (std::size_t s = 0; s < slots.size(); ++s)
+      tokens[s] = static_cast<int>(std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(s * V),
+                                                    logits.begin() + static_cast<std::ptrdiff_t>((s + 1) * V)) -
+                                   (logits.begin() + static_cast<std::ptrdiff_t>(s * V)));
+    r.next.push_back(tokens);
+  }
+  return r;
+}
+
+// |gpu - cpu| <= atol + rtol |cpu| on every logit of every step; greedy ids equal wherever the
+// CPU's top-2 margin exceeds `tie`.
+void compare(const Run& gpu, const Run& cpu, std::size_t V, double atol, double rtol, float tie, const std::string& what) {
+  int bad = 0, flips = 0;
+  for (std::size_t step = 0; step < cpu.logits.size(); ++step) {
+    const auto& a = gpu.logits[step];
+    const auto& b = cpu.logits[step];
+    for (std::size_t i = 0; i < b.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > atol + rtol * std::fabs(b[i]) && bad++ < 8)
+        ADD_FAILURE() << what << " step " << step << " slot " << i / V << " id " << i % V << ": gpu " << a[i] << " cpu " << b[i];
+    for (std::size_t s = 0; s < b.size() / V; ++s) {
+      std::vector<float> row(b.begin() + static_cast<std::ptrdiff_t>(s * V), b.begin() + static_cast<std::ptrdiff_t>((s + 1) * V));
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+      if (row[0] - row[1] > tie && gpu.next[step][s] != cpu.next[step][s]) ++flips;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  EXPECT_EQ(flips, 0) << what << ": greedy ids differ away from near-ties";
+}
+
+EngineOptions bf16_kv() {
+  EngineOptions o;
+  o.kv = EngineOptions::Kv::BF16;
+  return o;
+}
+
+}  // namespace
+
+TEST(GpuEngine, Llama260kMatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  auto cpu_e = make_cpu_engine(w, bf16_kv());
+  auto gpu_e = cuda::make_cuda_engine(w, {});
+  const Run cpu = run(*cpu_e, 3, 32, nullptr);
+  const Run gpu = run(*gpu_e, 3, 32, &cpu);
+  // F32 weights, F32 GEMMs on both sides (no TF32), the same BF16 KV cache: only summation order
+  // differs, but a K/V value can round to the neighbouring BF16 (relative 2^-8) when its fp32
+  // input differs in the last bits. Tolerance 2e-3 + 2e-3 relative on logits of order 1.
+  compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "llama-260k");
+}
+
+TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  for (const char* scheme : {"channel", "tensor"}) {
+    SyntheticOptions o;
+    o.shape = "tiny";
+    o.dtype = "fp8";
+    o.fp8_scheme = scheme;
+    o.seed = 21;
+    o.out = dir / scheme;
+    make_synthetic(o);
+    auto w = std::make_shared<const Weights>(load_model(o.out));
+    auto cpu_e = make_cpu_engine(w, bf16_kv());
+    auto gpu_e = cuda::make_cuda_engine(w, {});
+    const Run cpu = run(*cpu_e, 4, 32, nullptr);
+    const Run gpu = run(*gpu_e, 4, 32, &cpu);
+    // Identical FP8 math, different summation order: an activation that lands within fp32 error of
+    // an E4M3 rounding boundary can take the neighbouring code (one step, 2^-3 relative), which
+    // moves a logit by ~1e-2 on this model. Tolerance 5e-2 + 5e-2 relative; ids equal away from
+    // top-2 margins below 0.1.
+    compare(gpu, cpu, static_cast<std::size_t>(w->config.vocab_size), 5e-2, 5e-2, 0.1f, scheme);
+  }
+}
+
+TEST(GpuEngine, Fp8NeedsDimensionsOfSixteen) {
+  SKIP_WITHOUT_GPU();
+  LoadOptions q;
+  q.quantize_fp8 = true;  // llama-260k's hidden 172 is not a multiple of 16
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k"), q));
+  EXPECT_THROW(cuda::make_cuda_engine(w, {}), Error);
+}
