@@ -12,13 +12,13 @@
 #       carry=[".deps"], timeout_s=540)
 # (write the commit into the command literally: the device copy of the tree may have no .git).
 # Results: $OUT/summary.json, device.txt, device_check.log, ctest_gpu.xml, gemm_fp8.json,
-# bench_cuda_8b.jsonl, bench_cuda_260k.jsonl (at most 8 files come back); commit
+# bench_cuda_8b.jsonl, bench_cuda_260k.jsonl, memcheck.log (at most 8 files come back); commit
 # them under benchmarks/results/<date>-<device>/ (see benchmarks/GPU_TODO.md).
 # Future benchmarks: add a `step` line below, with a time limit, and their file under $OUT.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-OUT=${OUT:-$PWD/device-out}
+OUT=${1:-${OUT:-$PWD/device-out}}  # the output folder: the first argument, else $OUT
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
@@ -100,6 +100,8 @@ main() {
   step build_gpu 240 cmake --build build-device -j 16 --target bestofn gemm_fp8 test_gpu_quantize test_gpu_elementwise \
     test_gpu_attention test_gpu_gemm test_gpu_engine
   step ctest_gpu 120 bash -c ctest_gpu
+  step memcheck 120 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
+    > $OUT/memcheck.log 2>&1"
   step gemm_fp8 120 build-device/benchmarks/gemm_fp8 --out "$OUT/gemm_fp8.json"
   # The engine on a synthetic Llama-3.1-8B FP8 model made here (9 GB, not carried), then on
   # llama-260k (carried in .deps/shared by scripts/stage_deps.sh).

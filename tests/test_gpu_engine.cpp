@@ -15,7 +15,7 @@ using namespace bestofn;
 
 namespace {
 
-struct Run {
+struct Trace {
   std::vector<std::vector<float>> logits;  // per step, (slots x vocab)
   std::vector<std::vector<int>> fed;       // per step, the ids fed
   std::vector<std::vector<int>> next;      // per step, the greedy ids of its logits
@@ -24,11 +24,11 @@ struct Run {
 // Two prompts, `per_prompt` greedy candidates each (they stay identical within a prompt), `steps`
 // decode steps; the tokens fed are the CPU run's (teacher forcing) when `forced` is given, so a
 // near-tie cannot make the two runs diverge.
-Run run(Engine& e, int per_prompt, int steps, const Run* forced) {
+Trace trace(Engine& e, int per_prompt, int steps, const Trace* forced) {
   const auto V = static_cast<std::size_t>(e.config().vocab_size);
   const std::vector<std::vector<int>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 200, 100, 50}};
   std::vector<int> slots, tokens;
-  Run r;
+  Trace r;
   for (const auto& p : prompts) {
     std::vector<float> last(V);
     const int prefix = e.prefill(p, last);
@@ -52,7 +52,7 @@ Run run(Engine& e, int per_prompt, int steps, const Run* forced) {
 
 // |gpu - cpu| <= atol + rtol |cpu| on every logit of every step; greedy ids equal wherever the
 // CPU's top-2 margin exceeds `tie`.
-void compare(const Run& gpu, const Run& cpu, std::size_t V, double atol, double rtol, float tie, const std::string& what) {
+void compare(const Trace& gpu, const Trace& cpu, std::size_t V, double atol, double rtol, float tie, const std::string& what) {
   int bad = 0, flips = 0;
   for (std::size_t step = 0; step < cpu.logits.size(); ++step) {
     const auto& a = gpu.logits[step];
@@ -83,8 +83,8 @@ TEST(GpuEngine, Llama260kMatchesTheCpuEngine) {
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
   auto cpu_e = make_cpu_engine(w, bf16_kv());
   auto gpu_e = cuda::make_cuda_engine(w, {});
-  const Run cpu = run(*cpu_e, 3, 32, nullptr);
-  const Run gpu = run(*gpu_e, 3, 32, &cpu);
+  const Trace cpu = trace(*cpu_e, 3, 32, nullptr);
+  const Trace gpu = trace(*gpu_e, 3, 32, &cpu);
   // F32 weights, F32 GEMMs on both sides (no TF32), the same BF16 KV cache: only summation order
   // differs, but a K/V value can round to the neighbouring BF16 (relative 2^-8) when its fp32
   // input differs in the last bits. Tolerance 2e-3 + 2e-3 relative on logits of order 1.
@@ -105,8 +105,8 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
     auto w = std::make_shared<const Weights>(load_model(o.out));
     auto cpu_e = make_cpu_engine(w, bf16_kv());
     auto gpu_e = cuda::make_cuda_engine(w, {});
-    const Run cpu = run(*cpu_e, 4, 32, nullptr);
-    const Run gpu = run(*gpu_e, 4, 32, &cpu);
+    const Trace cpu = trace(*cpu_e, 4, 32, nullptr);
+    const Trace gpu = trace(*gpu_e, 4, 32, &cpu);
     // Identical FP8 math, different summation order: an activation that lands within fp32 error of
     // an E4M3 rounding boundary can take the neighbouring code (one step, 2^-3 relative), which
     // moves a logit by ~1e-2 on this model. Tolerance 5e-2 + 5e-2 relative; ids equal away from

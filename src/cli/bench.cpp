@@ -131,7 +131,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
     for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
     const std::size_t V = static_cast<std::size_t>(c.vocab_size);
-    const std::size_t kv_elem = w->token_embedding.dtype == DType::F32 ? 4 : 2;
+    // The CPU engine keeps an F32 KV cache for F32 checkpoints; otherwise (and on CUDA) BF16.
+    const std::size_t kv_elem = engine->name() == "cpu" && w->token_embedding.dtype == DType::F32 ? 4 : 2;
     const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * static_cast<std::size_t>(c.kv_dim()) * kv_elem;
     if (!o->json) std::printf("%6s %12s %12s %12s %12s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s");
     for (int n : ns) {

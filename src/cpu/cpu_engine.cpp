@@ -10,6 +10,7 @@
 #include "bestofn/numeric.h"
 #include "bestofn/parallel.h"
 #include "bestofn/weights.h"
+#include "handle_table.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 
@@ -80,48 +81,28 @@ class CpuEngine final : public Engine {
 
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   void release_prefix(int p) override {
-    auto& pre = prefixes_.at(static_cast<std::size_t>(p));
-    if (!pre) throw Error("release_prefix: no prefix " + std::to_string(p));
-    if (pre->slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
-    pre.reset();
+    if (prefixes_.at(p).slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
+    prefixes_.erase(p);
   }
   int add_slot(int p) override {
     prefix_at(p).slots++;
     auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
-    return put(slots_, std::move(s));
+    return slots_.put(std::move(s));
   }
   void release_slot(int s) override {
     auto& slot = slot_at(s);
     prefix_at(slot.prefix).slots--;
-    slots_[static_cast<std::size_t>(s)].reset();
+    slots_.erase(s);
   }
   int slot_length(int s) const override {
-    const Slot& slot = *slots_.at(static_cast<std::size_t>(s));
-    return prefixes_.at(static_cast<std::size_t>(slot.prefix))->len + static_cast<int>(slot.kv.k[0].rows());
+    const Slot& slot = slots_.at(s);
+    return prefixes_.at(slot.prefix).len + static_cast<int>(slot.kv.k[0].rows());
   }
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
 
  private:
-  template <typename T>
-  static int put(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> x) {
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (!v[i]) {
-        v[i] = std::move(x);
-        return static_cast<int>(i);
-      }
-    v.push_back(std::move(x));
-    return static_cast<int>(v.size() - 1);
-  }
-  Prefix& prefix_at(int p) {
-    if (p < 0 || static_cast<std::size_t>(p) >= prefixes_.size() || !prefixes_[static_cast<std::size_t>(p)])
-      throw Error("no prefix " + std::to_string(p));
-    return *prefixes_[static_cast<std::size_t>(p)];
-  }
-  Slot& slot_at(int s) {
-    if (s < 0 || static_cast<std::size_t>(s) >= slots_.size() || !slots_[static_cast<std::size_t>(s)])
-      throw Error("no slot " + std::to_string(s));
-    return *slots_[static_cast<std::size_t>(s)];
-  }
+  Prefix& prefix_at(int p) const { return prefixes_.at(p); }
+  Slot& slot_at(int s) const { return slots_.at(s); }
 
   void resize(std::size_t T);
   void embed(std::span<const int> tokens);
@@ -135,8 +116,8 @@ class CpuEngine final : public Engine {
   cpu::ThreadPool pool_;
   std::vector<float> inv_freq_;
   bool bf16_kv_ = false;
-  std::vector<std::unique_ptr<Prefix>> prefixes_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  HandleTable<Prefix> prefixes_{"prefix"};
+  HandleTable<Slot> slots_{"slot"};
 
   // Activations for T tokens.
   std::vector<float> x_;     // (T, dim) the residual stream
@@ -215,7 +196,7 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
     ffn(l, T);
   }
   logits_rows(T - 1, 1, last_logits.data());
-  return put(prefixes_, std::move(p));
+  return prefixes_.put(std::move(p));
 }
 
 // Causal attention over the prompt: row t sees positions 0..t of the prefix (from the cache, so
@@ -303,7 +284,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch) {
   std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows
   for (std::size_t t = 0; t < batch.size(); ++t) by_prefix[batch[t]->prefix].push_back(t);
   std::vector<std::pair<const Prefix*, const std::vector<std::size_t>*>> groups;
-  for (const auto& [p, rows] : by_prefix) groups.emplace_back(prefixes_[static_cast<std::size_t>(p)].get(), &rows);
+  for (const auto& [p, rows] : by_prefix) groups.emplace_back(&prefixes_.at(p), &rows);
   const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
 
   pool_.run(items, [&](std::size_t i0, std::size_t i1) {

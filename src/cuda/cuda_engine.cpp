@@ -13,6 +13,7 @@
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
 #include "bestofn/weights.h"
+#include "handle_table.h"
 #include "cpu/ops.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
@@ -108,45 +109,27 @@ class CudaEngine final : public Engine {
   void release_prefix(int p) override {
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
-    prefixes_[static_cast<std::size_t>(p)].reset();
+    prefixes_.erase(p);
   }
   int add_slot(int p) override {
     prefix_at(p).slots++;
     auto s = std::make_unique<Slot>();
     s->prefix = p;
-    return put(slots_, std::move(s));
+    return slots_.put(std::move(s));
   }
   void release_slot(int s) override {
     prefix_at(slot_at(s).prefix).slots--;
-    slots_[static_cast<std::size_t>(s)].reset();
+    slots_.erase(s);
   }
   int slot_length(int s) const override {
-    const Slot& slot = *slots_.at(static_cast<std::size_t>(s));
-    return prefixes_.at(static_cast<std::size_t>(slot.prefix))->kv.len + slot.kv.len;
+    const Slot& slot = slots_.at(s);
+    return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
 
  private:
-  template <typename T>
-  static int put(std::vector<std::unique_ptr<T>>& v, std::unique_ptr<T> x) {
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (!v[i]) {
-        v[i] = std::move(x);
-        return static_cast<int>(i);
-      }
-    v.push_back(std::move(x));
-    return static_cast<int>(v.size() - 1);
-  }
-  Prefix& prefix_at(int p) {
-    if (p < 0 || static_cast<std::size_t>(p) >= prefixes_.size() || !prefixes_[static_cast<std::size_t>(p)])
-      throw Error("no prefix " + std::to_string(p));
-    return *prefixes_[static_cast<std::size_t>(p)];
-  }
-  Slot& slot_at(int s) {
-    if (s < 0 || static_cast<std::size_t>(s) >= slots_.size() || !slots_[static_cast<std::size_t>(s)])
-      throw Error("no slot " + std::to_string(s));
-    return *slots_[static_cast<std::size_t>(s)];
-  }
+  Prefix& prefix_at(int p) const { return prefixes_.at(p); }
+  Slot& slot_at(int s) const { return slots_.at(s); }
   std::size_t kv_row_bytes() const { return static_cast<std::size_t>(c_.kv_dim()) * 2; }
   void reserve(KvPart& part, int rows);
   void scratch(int T);
@@ -171,8 +154,8 @@ class CudaEngine final : public Engine {
   DevLinear lm_head_;
   std::vector<DevLayer> layers_;
   DeviceBuffer inv_freq_;
-  std::vector<std::unique_ptr<Prefix>> prefixes_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  HandleTable<Prefix> prefixes_{"prefix"};
+  HandleTable<Slot> slots_{"slot"};
 
   // Activations for T tokens (device).
   DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
@@ -312,7 +295,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   }
   p->kv.len = T;
   logits(T - 1, 1, last_logits.data());
-  return put(prefixes_, std::move(p));
+  return prefixes_.put(std::move(p));
 }
 
 void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits_out) {
@@ -341,7 +324,7 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
   embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
   std::vector<int> lens(2 * static_cast<std::size_t>(T));  // prefix lengths, then suffix lengths (with this token)
   for (int i = 0; i < T; ++i) {
-    lens[static_cast<std::size_t>(i)] = prefixes_[static_cast<std::size_t>(batch[static_cast<std::size_t>(i)]->prefix)]->kv.len;
+    lens[static_cast<std::size_t>(i)] = prefixes_.at(batch[static_cast<std::size_t>(i)]->prefix).kv.len;
     lens[static_cast<std::size_t>(T + i)] = batch[static_cast<std::size_t>(i)]->kv.len + 1;
   }
   int* d_lens = to_device(lens_, lens);
@@ -352,7 +335,7 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     std::vector<const std::uint16_t*> ptrs(4 * static_cast<std::size_t>(T));  // k_prefix, v_prefix, k_suffix, v_suffix
     for (int i = 0; i < T; ++i) {
       Slot& s = *batch[static_cast<std::size_t>(i)];
-      const Prefix& pre = *prefixes_[static_cast<std::size_t>(s.prefix)];
+      const Prefix& pre = prefixes_.at(s.prefix);
       kr.push_back(s.kv.k[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
       vr.push_back(s.kv.v[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
       ptrs[static_cast<std::size_t>(i)] = pre.kv.k[li].get<std::uint16_t>();
