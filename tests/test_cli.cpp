@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bestofn/text_file.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -357,4 +358,100 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
   expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 1, {"--n", "'x'"});
   expect_failure({"bench", "--n", "1"}, 2, {"--model"});
+}
+
+namespace {
+// A samples file with the given completion for every problem of a dataset (`field` of the raw
+// record, or a fixed text).
+std::string samples_file(const bestofn::test::TempDir& dir, const std::string& name, const std::vector<json>& records,
+                         const std::function<json(const json&)>& make) {
+  std::string text;
+  for (const auto& r : records) text += make(r).dump() + "\n";
+  bestofn::test::write_text(dir / name, text);
+  return (dir / name).string();
+}
+
+std::vector<json> humaneval_records() {
+  std::vector<json> v;
+  std::istringstream in(bestofn::read_text_file(bestofn::test::require_shared("data/humaneval/HumanEval.jsonl.gz")));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) v.push_back(json::parse(line));
+  return v;
+}
+}  // namespace
+
+TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
+  bestofn::test::TempDir dir;
+  const std::string data = bestofn::test::shared_path("data").string();
+  const auto he = humaneval_records();
+  ASSERT_EQ(he.size(), 164u);
+  const std::string good = samples_file(dir, "good.jsonl", he, [](const json& r) {
+    return json{{"task_id", r["task_id"]}, {"completion", r["canonical_solution"]}, {"extra", 7}};
+  });
+  const auto r = run_cli({"score", good, "--data-dir", data, "--k", "1", "--json", "--out", (dir / "res.jsonl").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json s = json::parse(r.out);
+  EXPECT_EQ(s["verdicts"]["passed"], 164) << r.out;
+  EXPECT_EQ(s["pass_at_k"]["pass@1"], 1.0);
+  const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
+  ASSERT_EQ(rows.size(), 164u);
+  EXPECT_EQ(rows[0]["extra"], 7);  // every input field is kept
+  EXPECT_EQ(rows[0]["result"], "passed");
+  EXPECT_EQ(rows[0]["passed"], true);
+
+  // Two wrong completions per problem: none passes; pass@10 is not computable with n = 2.
+  std::vector<json> twice;
+  for (const auto& x : he) twice.push_back(x), twice.push_back(x);
+  int i = 0;
+  const std::string bad = samples_file(dir, "bad.jsonl", twice, [&](const json& x) {
+    return json{{"task_id", x["task_id"]}, {"completion", ++i % 2 ? "    return None\n" : "    raise ValueError('no')\n"}};
+  });
+  const auto b = run_cli({"score", bad, "--data-dir", data, "--k", "1,10", "--json"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const json t = json::parse(b.out);
+  EXPECT_EQ(t["pass_at_k"]["pass@1"], 0.0);
+  EXPECT_TRUE(t["pass_at_k"]["pass@10"].is_null());
+  EXPECT_EQ(t["not_computable"]["pass@10"], 164);
+  EXPECT_FALSE(t["verdicts"].contains("passed"));
+}
+
+TEST(CliScore, HumanEvalPlusBaseTestsAndMbppCanonicalSolutionsPass) {
+  bestofn::test::TempDir dir;
+  const std::string data = bestofn::test::shared_path("data").string();
+  const auto he = humaneval_records();
+  const std::string good = samples_file(dir, "good.jsonl", he, [](const json& r) {
+    return json{{"task_id", r["task_id"]}, {"completion", r["canonical_solution"]}};
+  });
+  const auto plus = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json"});
+  ASSERT_EQ(plus.exit_code, 0) << plus.err;
+  EXPECT_EQ(json::parse(plus.out)["pass_at_k"]["pass@1"], 1.0) << plus.out;
+
+  const json mbpp = json::parse(bestofn::test::read_text(bestofn::test::require_shared("data/mbpp/sanitized-mbpp.json")));
+  std::vector<json> recs(mbpp.begin(), mbpp.end());
+  const std::string m = samples_file(dir, "mbpp.jsonl", recs, [](const json& r) {
+    return json{{"task_id", "Mbpp/" + std::to_string(r["task_id"].get<int>())}, {"completion", r["code"]}};
+  });
+  const auto mr = run_cli({"score", m, "--dataset", "mbpp", "--data-dir", data, "--k", "1", "--json", "--timeout", "10"});
+  ASSERT_EQ(mr.exit_code, 0) << mr.err;
+  EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["pass@1"], 1.0) << mr.out;
+}
+
+TEST(CliScore, BadSamplesExit1WithTheLineAndWriteNothing) {
+  bestofn::test::TempDir dir;
+  const std::string data = bestofn::test::shared_path("data").string();
+  const std::string res = (dir / "res.jsonl").string();
+  auto bad = [&](const std::string& content, std::initializer_list<std::string> parts) {
+    bestofn::test::write_text(dir / "s.jsonl", content);
+    expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", data, "--out", res}, 1, parts);
+    EXPECT_FALSE(fs::exists(res));
+    EXPECT_FALSE(fs::exists(res + ".partial"));
+  };
+  const std::string ok = R"({"task_id": "HumanEval/0", "completion": "    return True\n"})";
+  bad(ok + "\n{not json\n", {"s.jsonl:2", "not valid JSON"});
+  bad(ok + "\n{\"task_id\": \"HumanEval/999\", \"completion\": \"\"}\n", {"s.jsonl:2", "unknown task_id", "HumanEval/999"});
+  bad("{\"task_id\": \"HumanEval/1\"}\n", {"s.jsonl:1", "\"completion\""});
+  bad("", {"no samples"});
+  expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", (dir / "nodata").string()}, 1, {"HumanEval.jsonl", "BESTOFN_DATA"});
+  expect_failure({"score", (dir / "s.jsonl").string(), "--k", "0"}, 1, {"--k"});
+  expect_failure({"score"}, 2, {"SAMPLES"});
 }

@@ -17,6 +17,7 @@ Runner add_make_synthetic(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
 Runner add_generate(CLI::App& app);
+Runner add_score(CLI::App& app);
 // `command`: the whole command line, recorded in each JSON line.
 Runner add_bench(CLI::App& app, const std::string& command);
 

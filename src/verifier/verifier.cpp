@@ -1,0 +1,45 @@
+#include "bestofn/verifier.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "bestofn/parallel.h"
+
+namespace bestofn {
+
+std::vector<Verdict> verify_all(const Sandbox& sandbox, const std::vector<VerifyRequest>& requests, int workers,
+                                const std::function<void(std::size_t, std::size_t)>& on_done) {
+  // Unique (task, completion) pairs; every request points at one.
+  std::map<std::pair<const Problem*, std::string>, std::size_t> index;
+  std::vector<std::size_t> job_of(requests.size());
+  std::vector<const VerifyRequest*> jobs;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    auto [it, fresh] = index.emplace(std::make_pair(requests[i].problem, requests[i].completion), jobs.size());
+    if (fresh) jobs.push_back(&requests[i]);
+    job_of[i] = it->second;
+  }
+  std::vector<Verdict> verdicts(jobs.size());
+  std::atomic<std::size_t> next{0};
+  std::size_t done = 0;
+  std::mutex mu;
+  auto work = [&] {
+    for (std::size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      verdicts[j] = sandbox.run(program(*jobs[j]->problem, jobs[j]->completion));
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      if (on_done) on_done(done, jobs.size());
+    }
+  };
+  const int n = std::max(1, std::min<int>(workers > 0 ? workers : default_threads(), static_cast<int>(jobs.size())));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  std::vector<Verdict> out(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) out[i] = verdicts[job_of[i]];
+  return out;
+}
+
+}  // namespace bestofn

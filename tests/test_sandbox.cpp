@@ -1,0 +1,155 @@
+// The verifier's sandbox against honest and hostile programs. Each hostile program must get a
+// non-pass verdict in bounded time and leave no process, file or connection behind.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+
+#include "bestofn/sandbox.h"
+#include "test_util.h"
+
+using namespace bestofn;
+
+namespace {
+
+const Sandbox& box() {
+  static const Sandbox s([] {
+    SandboxLimits l;
+    l.timeout_s = 2.0;
+    return l;
+  }());
+  return s;
+}
+
+#define REQUIRE_ISOLATION()                                                                              \
+  do {                                                                                                   \
+    if (!box().missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << box().missing()[0]; \
+  } while (0)
+
+// Processes of the sandbox uid (65534) still alive anywhere.
+int sandbox_processes() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(e.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Uid:", 0) == 0) {
+        n += line.find("\t65534\t") != std::string::npos;
+        break;
+      }
+  }
+  return n;
+}
+
+const std::string kCheck = "def check(f):\n    assert f(2) == 4\n    assert f(3) == 9\n\n";
+
+}  // namespace
+
+TEST(Sandbox, HonestProgramsPassAndWrongOnesFail) {
+  const Verdict ok = box().run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)");
+  EXPECT_TRUE(ok.passed()) << ok.result << "\n" << ok.err;
+  EXPECT_EQ(ok.result, "passed");
+  const Verdict bad = box().run("def sq(x):\n    return x + x\n" + kCheck + "check(sq)");
+  EXPECT_EQ(bad.status, Verdict::Status::Failed);
+  EXPECT_EQ(bad.result, "failed: AssertionError") << bad.err;
+  const Verdict syntax = box().run("def sq(x) return x\n" + kCheck + "check(sq)");
+  EXPECT_EQ(syntax.status, Verdict::Status::Failed);
+  EXPECT_NE(syntax.result.find("SyntaxError"), std::string::npos) << syntax.result;
+}
+
+TEST(Sandbox, ExitingEarlyIsNeverAPass) {
+  for (const char* exit_call : {"import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit(0)", "quit()"}) {
+    const Verdict v = box().run(std::string("def sq(x):\n    return x * x\n") + exit_call + "\n" + kCheck + "check(sq)");
+    EXPECT_EQ(v.status, Verdict::Status::Failed) << exit_call << ": " << v.result;
+  }
+  // Printing something that looks like a pass does not help either.
+  const Verdict v = box().run("print('passed')\nimport os\nos.write(1, b'passed\\n')\nos._exit(0)\n");
+  EXPECT_FALSE(v.passed());
+}
+
+TEST(Sandbox, TimeoutsAndStdin) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Verdict loop = box().run("while True:\n    pass\n");
+  EXPECT_EQ(loop.status, Verdict::Status::TimedOut);
+  EXPECT_EQ(loop.result, "timed out");
+  const Verdict sleep = box().run("import time\ntime.sleep(1000)\n");
+  EXPECT_EQ(sleep.status, Verdict::Status::TimedOut);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 8.0);
+  const Verdict in = box().run("import sys\ndata = sys.stdin.read()\nassert data == ''\n");  // EOF at once
+  EXPECT_TRUE(in.passed()) << in.result;
+}
+
+TEST(Sandbox, UnboundedOutputIsCappedAndContained) {
+  const Verdict v = box().run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n");
+  EXPECT_EQ(v.status, Verdict::Status::TimedOut);
+  EXPECT_LE(v.out.size(), SandboxLimits{}.output_bytes);
+  const Verdict e = box().run("import sys\nfor _ in range(100000):\n    sys.stderr.write('y' * 1000)\nraise ValueError('end')\n");
+  EXPECT_EQ(e.result, "failed: ValueError: end");
+}
+
+TEST(Sandbox, MemoryHogFailsInsteadOfTakingTheMachine) {
+  const Verdict v = box().run("x = bytearray(8 << 30)\n");
+  EXPECT_EQ(v.status, Verdict::Status::Failed) << v.result;
+  EXPECT_NE(v.result.find("MemoryError"), std::string::npos) << v.result;
+}
+
+TEST(Sandbox, EnvironmentIsScrubbed) {
+  setenv("BESTOFN_TEST_SECRET", "hunter2", 1);
+  const Verdict v = box().run("import os\nprint(sorted(os.environ.items()))\n");
+  EXPECT_EQ(v.out.find("hunter2"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("PATH"), std::string::npos) << v.out;
+  unsetenv("BESTOFN_TEST_SECRET");
+}
+
+TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
+  REQUIRE_ISOLATION();
+  const std::string marker = "/tmp/bestofn-sandbox-escape-" + std::to_string(getpid());
+  const struct {
+    const char* name;
+    std::string code;
+  } hostile[] = {
+      {"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"},
+      {"detached grandchild",
+       "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nos._exit(0)\n"},
+      {"write outside the workdir", "open('" + marker + "', 'w').write('x')\nopen('/etc/bestofn-escape', 'w').write('x')\n"},
+      {"kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nraise SystemExit(1)\n"},
+  };
+  for (const auto& h : hostile) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Verdict v = box().run(h.code);
+    EXPECT_FALSE(v.passed()) << h.name;
+    EXPECT_NE(v.status, Verdict::Status::SandboxError) << h.name << ": " << v.result;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << h.name;
+    EXPECT_EQ(sandbox_processes(), 0) << h.name << " left processes behind";
+  }
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  EXPECT_FALSE(std::filesystem::exists("/etc/bestofn-escape"));
+}
+
+TEST(Sandbox, NoNetworkEvenToLoopback) {
+  REQUIRE_ISOLATION();
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(s, 4), 0);
+  socklen_t len = sizeof addr;
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  const Verdict v = box().run("import socket\nsocket.create_connection(('127.0.0.1', " + std::to_string(port) + "), timeout=1)\n");
+  EXPECT_EQ(v.status, Verdict::Status::Failed) << v.result;
+  // Nothing reached the listener.
+  fcntl(s, F_SETFL, O_NONBLOCK);
+  EXPECT_LT(accept(s, nullptr, nullptr), 0);
+  close(s);
+}
