@@ -19,10 +19,13 @@ using namespace bestofn;
 
 namespace {
 
+constexpr unsigned kTestUid = 64999;
+
 const Sandbox& box() {
   static const Sandbox s([] {
     SandboxLimits l;
     l.timeout_s = 2.0;
+    l.uid = kTestUid;  // not nobody: other tests run sandboxes as nobody at the same time
     return l;
   }());
   return s;
@@ -33,8 +36,11 @@ const Sandbox& box() {
     if (!box().missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << box().missing()[0]; \
   } while (0)
 
-// Processes of the sandbox uid (65534) still alive anywhere.
+// Processes of this test's sandbox uid still alive anywhere.
 int sandbox_processes() {
+  std::string needle = "\t";
+  needle += std::to_string(kTestUid);
+  needle += '\t';
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
@@ -42,7 +48,7 @@ int sandbox_processes() {
     std::ifstream status(e.path() / "status");
     for (std::string line; std::getline(status, line);)
       if (line.rfind("Uid:", 0) == 0) {
-        n += line.find("\t65534\t") != std::string::npos;
+        n += line.find(needle) != std::string::npos;
         break;
       }
   }

@@ -24,6 +24,7 @@ struct SandboxLimits {
   int open_files = 64;
   int processes = 64;                        // RLIMIT_NPROC for the sandbox uid
   std::size_t output_bytes = 64u << 10;      // kept of each of stdout and stderr
+  unsigned uid = 65534;                      // uid and gid the program runs as when bestofn is root (nobody)
 };
 
 struct Verdict {

@@ -27,8 +27,6 @@
 namespace bestofn {
 namespace {
 
-constexpr uid_t kSandboxUid = 65534;  // nobody
-constexpr gid_t kSandboxGid = 65534;  // nogroup
 constexpr int kNamespaces = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC;
 constexpr const char* kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work", "TMPDIR=/tmp", "LANG=C.UTF-8",
                                 "LC_ALL=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0", nullptr};
@@ -44,6 +42,7 @@ struct ChildArgs {
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1;
   bool namespaces = false, drop_uid = false;
+  uid_t uid = 65534;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
   const char* tmpfs_options = nullptr;
 };
@@ -88,7 +87,7 @@ int child_main(void* arg) {
   }
   const int pf = open(a.prog_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (pf < 0 || write(pf, a.program, a.program_len) != static_cast<ssize_t>(a.program_len) || close(pf) != 0) fail(a, "write program");
-  if (a.drop_uid && chown(a.workdir, kSandboxUid, kSandboxGid) != 0) fail(a, "chown workdir");
+  if (a.drop_uid && chown(a.workdir, a.uid, a.uid) != 0) fail(a, "chown workdir");
   limit(a, RLIMIT_CORE, 0, "rlimit core");
   limit(a, RLIMIT_FSIZE, a.fsize, "rlimit fsize");
   limit(a, RLIMIT_NOFILE, a.nofile, "rlimit nofile");
@@ -98,8 +97,8 @@ int child_main(void* arg) {
     limit(a, RLIMIT_NPROC, a.nproc, "rlimit nproc");
     // Raw system calls: glibc's setuid()/setgid() would signal every thread the parent had, which
     // do not exist in this clone()d child, and wait for them forever.
-    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, kSandboxGid, kSandboxGid, kSandboxGid) != 0 ||
-        syscall(SYS_setresuid, kSandboxUid, kSandboxUid, kSandboxUid) != 0)
+    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, a.uid, a.uid, a.uid) != 0 ||
+        syscall(SYS_setresuid, a.uid, a.uid, a.uid) != 0)
       fail(a, "drop to nobody");
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
@@ -195,6 +194,7 @@ Verdict Sandbox::run(const std::string& candidate_program) const {
   a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
   a.namespaces = namespaces_;
   a.drop_uid = drop_uid_;
+  a.uid = static_cast<uid_t>(limits_.uid);
   a.as = baseline_as_ + limits_.memory_bytes;
   a.cpu = static_cast<rlim_t>(std::ceil(limits_.timeout_s)) + 1;
   a.fsize = limits_.file_bytes;
