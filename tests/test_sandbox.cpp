@@ -171,3 +171,19 @@ TEST(Sandbox, NoNetworkEvenToLoopback) {
   EXPECT_LT(accept(s, nullptr, nullptr), 0);
   close(s);
 }
+
+TEST(Sandbox, TheTokenIsNotInTheProgramAndBadBytesAreData) {
+  // Reading its own source and writing what it finds to fd 3 does not make a failing program pass.
+  const Verdict forged = box().run(
+      "import os, sys\n"
+      "src = open('prog.py').read() if os.path.exists('prog.py') else ''\n"
+      "for w in src.split():\n"
+      "    if len(w) >= 32:\n"
+      "        os.write(3, w.encode() + b'\\n')\n"
+      "assert False\n");
+  EXPECT_EQ(forged.status, Verdict::Status::Failed) << forged.result;
+  // Raw bytes on stderr end up as valid UTF-8 in the verdict.
+  const Verdict bytes = box().run("import os\nos.write(2, b'\\xff\\xfe broken\\n')\nraise SystemExit(3)\n");
+  EXPECT_FALSE(bytes.passed());
+  EXPECT_NE(bytes.err.find("\xEF\xBF\xBD"), std::string::npos);
+}

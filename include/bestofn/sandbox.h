@@ -7,9 +7,9 @@
 // rlimits on address space, CPU, file size, open files, processes and core dumps; and a wall-clock
 // timeout after which the sandbox's init, and with it every descendant, gets SIGKILL.
 //
-// A run passes only when the harness wrote this run's random token to a pipe (fd 3) that only the
-// verifier reads, after the tests returned normally: sys.exit(0) or os._exit(0) inside a candidate
-// is a fail, whatever the exit code.
+// A run passes only when the bootstrap wrote this run's random token to a pipe (fd 3) that only the
+// verifier reads, after the program returned normally: sys.exit(0) or os._exit(0) inside a
+// candidate is a fail, whatever the exit code. The token is never in the program text.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -24,7 +24,9 @@ struct SandboxLimits {
   int open_files = 64;
   int processes = 64;                        // RLIMIT_NPROC for the sandbox uid
   std::size_t output_bytes = 64u << 10;      // kept of each of stdout and stderr
-  unsigned uid = 65534;                      // uid and gid the program runs as when bestofn is root (nobody)
+  // uid and gid the program runs as when bestofn is root: nobody (65534) for worker 0, 65533 for
+  // worker 1, ... (RLIMIT_NPROC counts per uid, machine-wide).
+  unsigned uid = 65534;
 };
 
 struct Verdict {
@@ -41,8 +43,9 @@ class Sandbox {
   // Finds the interpreter (/usr/bin/python3, else python3 on PATH), measures its baseline address
   // space and probes what isolation this machine allows.
   explicit Sandbox(SandboxLimits limits = {});
-  // Runs `program` (Python source) and appends the token-writing trailer itself.
-  Verdict run(const std::string& program) const;
+  // Runs `program` (Python source). `worker` (0, 1, ...) picks the uid: uid - worker, so that
+  // concurrent runs never share a uid (see SandboxLimits::uid).
+  Verdict run(const std::string& program, int worker = 0) const;
   // What isolation is unavailable here ("pid namespace", "unprivileged uid", ...): empty when complete.
   const std::vector<std::string>& missing() const { return missing_; }
   const std::string& python() const { return python_; }

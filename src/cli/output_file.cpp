@@ -34,9 +34,9 @@ void OutputFile::commit() {
     done_ = true;
     return;
   }
-  const bool ok = std::fflush(f_) == 0;
-  const int err = errno;
-  std::fclose(f_);
+  bool ok = std::fflush(f_) == 0;
+  int err = errno;
+  if (std::fclose(f_) != 0 && ok) ok = false, err = errno;
   f_ = nullptr;
   if (!ok) throw Error(path_, std::string("write failed: ") + std::strerror(err));
   std::error_code ec;

@@ -96,7 +96,7 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->default_str("1,10,100");
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
-  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 4096));
+  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
   return [o] {
@@ -129,7 +129,7 @@ Runner add_score(CLI::App& app) {
       nlohmann::json row = samples[i].row;
       row["result"] = v.result;
       row["passed"] = v.passed();
-      out.line(row.dump());
+      out.line(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       const char* kind = v.status == Verdict::Status::Passed ? "passed" : v.status == Verdict::Status::Failed ? "failed"
                          : v.status == Verdict::Status::TimedOut ? "timed_out" : "sandbox_error";
       counts[kind]++;

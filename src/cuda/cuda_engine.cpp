@@ -99,10 +99,7 @@ struct Slot {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
-  ~CudaEngine() override {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
+  ~CudaEngine() override { cudaStreamSynchronize(stream_); }
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cuda"; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
@@ -146,8 +143,12 @@ class CudaEngine final : public Engine {
     return buf.get<T>();
   }
 
+  struct StreamDeleter {
+    void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+  };
   std::shared_ptr<const Weights> w_;
   const ModelConfig& c_;
+  std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   DevTensor embed_, final_norm_;
@@ -169,11 +170,18 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   std::string why;
   if (list_devices(&why).empty()) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  stream_owner_.reset(stream_);
   gemm_ = std::make_unique<Gemm>(stream_);
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
-  lm_head_ = upload(w_->lm_head);
+  // A tied lm_head is the embedding: uploaded once.
+  const bool tied = w_->lm_head.weight.data == w_->token_embedding.data;
+  lm_head_ = tied ? DevLinear{} : upload(w_->lm_head);
+  if (tied) {
+    lm_head_.out = c_.vocab_size, lm_head_.in = c_.dim;
+    lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
+  }
   for (const LayerWeights& L : w_->layers) {
     DevLayer d;
     d.attn_norm = upload(L.attn_norm);
@@ -191,11 +199,11 @@ void CudaEngine::scratch(int T) {
   if (T <= scratch_T_) return;
   const auto t = static_cast<std::size_t>(T);
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim()),
-             h = static_cast<std::size_t>(c_.hidden_dim), V = static_cast<std::size_t>(c_.vocab_size);
+             h = static_cast<std::size_t>(c_.hidden_dim);
   const std::size_t widest = std::max({d, qd, h});
   x_.resize(t * d * 4), xn_.resize(t * d * 4), o_.resize(t * d * 4);
   q_.resize(t * qd * 4), att_.resize(t * qd * 4), k_.resize(t * kd * 4), v_.resize(t * kd * 4);
-  gate_.resize(t * h * 4), up_.resize(t * h * 4), logits_.resize(t * V * 4);
+  gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
   scratch_T_ = T;
 }
@@ -214,18 +222,19 @@ void CudaEngine::reserve(KvPart& part, int rows) {
 
 // y (T, out) = x (T, in) W^T: FP8 quantizes x per its scheme and scales in the epilogue.
 void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
+  const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
   switch (l.type) {
     case GemmInput::FP8:
       quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-      gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T);
+      gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T);
       scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
       break;
     case GemmInput::BF16:
       f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
-      gemm_->run(GemmInput::BF16, l.w.buf.get(), act_bf16_.get(), y, l.out, l.in, T);
+      gemm_->run(GemmInput::BF16, w, act_bf16_.get(), y, l.out, l.in, T);
       break;
     default:
-      gemm_->run(GemmInput::F32, l.w.buf.get(), x, y, l.out, l.in, T);
+      gemm_->run(GemmInput::F32, w, x, y, l.out, l.in, T);
   }
 }
 
@@ -259,6 +268,8 @@ void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, 
 void CudaEngine::logits(int first, int T, float* host_out) {
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
+  // (T, vocab): only the rows asked for (one for a prefill, whatever the prompt length).
+  logits_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4);
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
   const std::size_t bytes = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4;
   CUDA_CHECK(cudaMemcpyAsync(host_out, logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));

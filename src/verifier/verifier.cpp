@@ -1,5 +1,6 @@
 #include "bestofn/verifier.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -24,18 +25,24 @@ std::vector<Verdict> verify_all(const Sandbox& sandbox, const std::vector<Verify
   std::atomic<std::size_t> next{0};
   std::size_t done = 0;
   std::mutex mu;
-  auto work = [&] {
+  // Worker w runs its sandboxes as uid (limits.uid - w): see SandboxLimits::uid.
+  auto work = [&](int worker) {
     for (std::size_t j; (j = next.fetch_add(1)) < jobs.size();) {
-      verdicts[j] = sandbox.run(program(*jobs[j]->problem, jobs[j]->completion));
+      try {
+        verdicts[j] = sandbox.run(program(*jobs[j]->problem, jobs[j]->completion), worker);
+      } catch (const std::exception& e) {  // the sandbox could not run: data, never a crash
+        verdicts[j] = {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
+      }
       std::lock_guard<std::mutex> lock(mu);
       ++done;
       if (on_done) on_done(done, jobs.size());
     }
   };
-  const int n = std::max(1, std::min<int>(workers > 0 ? workers : default_threads(), static_cast<int>(jobs.size())));
+  constexpr int kMaxWorkers = 1024;
+  const int n = std::max(1, std::min({workers > 0 ? workers : default_threads(), static_cast<int>(jobs.size()), kMaxWorkers}));
   std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(work);
-  work();
+  for (int i = 1; i < n; ++i) pool.emplace_back(work, i);
+  work(0);
   for (auto& t : pool) t.join();
   std::vector<Verdict> out(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) out[i] = verdicts[job_of[i]];
