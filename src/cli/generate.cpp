@@ -17,6 +17,7 @@
 #include "bestofn/tokenizer.h"
 #include "bestofn/weights.h"
 #include "cli/commands.h"
+#include "cli/jsonl.h"
 #include "cli/output_file.h"
 
 #include <spdlog/spdlog.h>
@@ -44,22 +45,10 @@ struct PromptSpec {
 // A .jsonl / .jsonl.gz file: {"prompt": ..., "id"?, "stop"?: str | [str], "n"?}; anything else is
 // one plain-text prompt.
 std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
-  const std::string text = read_text_file(path);
   const bool jsonl = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz");
-  if (!jsonl) return {{json(0), text, {}, default_n}};
+  if (!jsonl) return {{json(0), read_text_file(path), {}, default_n}};
   std::vector<PromptSpec> out;
-  std::istringstream in(text);
-  std::size_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      throw Error(where, std::string("not valid JSON: ") + e.what());
-    }
+  for_each_jsonl(path, [&](json&& j, const std::string& where) {
     if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
     PromptSpec p{j.contains("id") ? j["id"] : json(out.size()), j["prompt"].get<std::string>(), {}, default_n};
     if (j.contains("stop")) {
@@ -73,7 +62,7 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
       p.n = j["n"].get<int>();
     }
     out.push_back(std::move(p));
-  }
+  });
   if (out.empty()) throw Error(path, "no prompts");
   return out;
 }

@@ -16,6 +16,7 @@
 #include "bestofn/text_file.h"
 #include "bestofn/verifier.h"
 #include "cli/commands.h"
+#include "cli/jsonl.h"
 #include "cli/output_file.h"
 
 namespace bestofn::cli {
@@ -54,26 +55,15 @@ struct Sample {
 
 // Every line must be an object with a known task_id and a string completion.
 std::vector<Sample> read_samples(const std::string& path, const std::map<std::string, const Problem*>& by_id, const std::string& dataset) {
-  std::istringstream in(read_text_file(path));
   std::vector<Sample> out;
-  std::size_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where, std::string("not valid JSON: ") + e.what());
-    }
+  for_each_jsonl(path, [&](nlohmann::json&& j, const std::string& where) {
     if (!j.is_object()) throw Error(where, "expected a JSON object with task_id and completion");
     if (!j.contains("task_id") || !j["task_id"].is_string()) throw Error(where, "missing the string field \"task_id\"");
     if (!j.contains("completion") || !j["completion"].is_string()) throw Error(where, "missing the string field \"completion\"");
     const auto it = by_id.find(j["task_id"].get<std::string>());
     if (it == by_id.end()) throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset);
     out.push_back({std::move(j), it->second});
-  }
+  });
   if (out.empty()) throw Error(path, "no samples");
   return out;
 }

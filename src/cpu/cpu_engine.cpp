@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "bestofn/engine.h"
@@ -108,6 +109,8 @@ class CpuEngine final : public Engine {
   void embed(std::span<const int> tokens);
   void attend_prefill(int layer, const Prefix& p, std::size_t T);
   void attend_decode(int layer, std::span<Slot* const> slots);
+  void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
+             const std::function<void()>& attend);
   void ffn(int layer, std::size_t T);
   void logits_rows(std::size_t first, std::size_t T, float* out);
 
@@ -148,6 +151,31 @@ void CpuEngine::embed(std::span<const int> tokens) {
   }
 }
 
+// One transformer layer over T = pos.size() tokens; token t sits at position pos[t], its K and V
+// go to cache_of(t), and `attend` fills att_ from q_ and the caches.
+void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
+                      const std::function<void()>& attend) {
+  const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
+  const std::size_t T = pos.size();
+  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
+  // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+  cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+  cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
+  cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
+  cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
+  for (std::size_t t = 0; t < T; ++t) {
+    cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
+    cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
+    Cache& cache = cache_of(t);
+    cache.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
+    cache.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
+  }
+  attend();
+  cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
+  for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
+  ffn(l, T);
+}
+
 void CpuEngine::ffn(int layer, std::size_t T) {
   const LayerWeights& L = w_->layers[static_cast<std::size_t>(layer)];
   const auto d = static_cast<std::size_t>(c_.dim);
@@ -176,25 +204,10 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
   auto p = std::make_unique<Prefix>(Prefix{static_cast<int>(T), 0, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
   resize(T);
   embed(tokens);
-  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
-  for (int l = 0; l < c_.n_layers; ++l) {
-    const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
-    // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
-    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-    cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
-    cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
-    cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
-    for (std::size_t t = 0; t < T; ++t) {
-      cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, static_cast<int>(t), inv_freq_);
-      cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, static_cast<int>(t), inv_freq_);
-      p->kv.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
-      p->kv.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
-    }
-    attend_prefill(l, *p, T);
-    cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
-    for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
-    ffn(l, T);
-  }
+  std::vector<int> pos(T);
+  for (std::size_t t = 0; t < T; ++t) pos[t] = static_cast<int>(t);
+  for (int l = 0; l < c_.n_layers; ++l)
+    layer(l, pos, [&](std::size_t) -> Cache& { return p->kv; }, [&] { attend_prefill(l, *p, T); });
   logits_rows(T - 1, 1, last_logits.data());
   return prefixes_.put(std::move(p));
 }
@@ -251,25 +264,8 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
   }
   resize(T);
   embed(tokens);
-  const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
-  for (int l = 0; l < c_.n_layers; ++l) {
-    const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
-    // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
-    cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-    cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
-    cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
-    cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
-    for (std::size_t t = 0; t < T; ++t) {
-      cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
-      cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
-      batch[t]->kv.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
-      batch[t]->kv.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
-    }
-    attend_decode(l, batch);
-    cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
-    for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
-    ffn(l, T);
-  }
+  for (int l = 0; l < c_.n_layers; ++l)
+    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, [&] { attend_decode(l, batch); });
   logits_rows(0, T, logits.data());
 }
 

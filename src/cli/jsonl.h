@@ -1,0 +1,31 @@
+#pragma once
+// JSONL input for the CLI: every non-blank line is one JSON value; errors name FILE:LINE.
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "bestofn/error.h"
+#include "bestofn/text_file.h"
+
+namespace bestofn::cli {
+
+// Calls fn(value, "FILE:LINE") for each non-blank line of `path` (plain or gzip).
+inline void for_each_jsonl(const std::string& path, const std::function<void(nlohmann::json&&, const std::string&)>& fn) {
+  std::istringstream in(read_text_file(path));
+  std::size_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where, std::string("not valid JSON: ") + e.what());
+    }
+    fn(std::move(j), where);
+  }
+}
+
+}  // namespace bestofn::cli
