@@ -115,6 +115,26 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
   }
 }
 
+TEST(GpuEngine, SyntheticBf16ModelMatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  SyntheticOptions o;
+  o.shape = "tiny";
+  o.dtype = "bf16";
+  o.seed = 22;
+  o.out = dir / "bf16";
+  make_synthetic(o);
+  auto w = std::make_shared<const Weights>(load_model(o.out));
+  auto cpu_e = make_cpu_engine(w, bf16_kv());
+  auto gpu_e = cuda::make_cuda_engine(w, {});
+  const Trace cpu = trace(*cpu_e, 4, 32, nullptr);
+  const Trace gpu = trace(*gpu_e, 4, 32, &cpu);
+  // BF16 GEMMs round their fp32 activations to BF16 (8 mantissa bits) on the GPU; the CPU
+  // reference keeps them in fp32 (benchmarks/GPU_TODO.md). Relative 2^-9 per input, averaged over
+  // each dot product and compounded over 3 layers: tolerance 3e-2 + 3e-2 relative.
+  compare(gpu, cpu, static_cast<std::size_t>(w->config.vocab_size), 3e-2, 3e-2, 0.1f, "bf16");
+}
+
 TEST(GpuEngine, Fp8NeedsDimensionsOfSixteen) {
   SKIP_WITHOUT_GPU();
   LoadOptions q;
