@@ -325,6 +325,75 @@ fs::path default_data_dir() {
   return fs::path(home) / ".cache" / "bestofn";
 }
 
+namespace {
+std::string base64(const std::string& in) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out += kAlphabet[(v >> k) & 63];
+  }
+  if (i < in.size()) {
+    unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+}  // namespace
+
+std::string plus_program(const Problem& problem, const std::string& completion) {
+  if (problem.plus_input_json.empty()) throw Error(problem.task_id + ": no plus inputs (not a HumanEval+ problem)");
+  char atol[64];
+  std::snprintf(atol, sizeof atol, "%.17g", problem.atol);
+  std::string p;
+  p += "import base64 as _b64, copy as _copy, json as _json, math as _math\n";
+  p += "def _text(s):\n    return _b64.b64decode(s).decode('utf-8')\n";
+  p += "_INPUTS = _json.loads(_text('" + base64(problem.plus_input_json) + "'))\n";
+  p += std::string("_ATOL = ") + atol + "\n";
+  p += "_ENTRY = '" + problem.entry_point + "'\n";
+  p += "_ref_ns, _cand_ns = {}, {}\n";
+  p += "exec(compile(_text('" + base64(problem.prompt + problem.canonical_solution) + "'), 'reference', 'exec'), _ref_ns)\n";
+  p += "exec(compile(_text('" + base64(problem.prompt + completion) + "'), 'candidate', 'exec'), _cand_ns)\n";
+  p += R"PY(_ref, _cand = _ref_ns[_ENTRY], _cand_ns[_ENTRY]
+def _floats(x):
+    return isinstance(x, float) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, float) for v in x))
+def _same(got, exp, atol):
+    if _floats(exp):
+        if atol == 0:
+            atol = 1e-6
+        if isinstance(exp, float):
+            exp, got = [exp], [got] if not isinstance(got, (list, tuple)) else got
+        if not isinstance(got, (list, tuple)) or len(got) != len(exp):
+            return False
+        for g, e in zip(got, exp):
+            if not isinstance(g, (int, float)) or isinstance(g, bool):
+                return False
+            if _math.isnan(e):
+                if not _math.isnan(g):
+                    return False
+            elif not abs(g - e) <= atol + 1e-07 * abs(e):
+                return False
+        return True
+    return got == exp
+for _i, _args in enumerate(_INPUTS):
+    if _ENTRY == 'find_zero':
+        _xs = _args[0]
+        _x = _cand(*_copy.deepcopy(_args))
+        assert abs(sum(c * _x ** k for k, c in enumerate(_xs))) <= _ATOL, 'plus input %d: |poly(x)| > atol' % _i
+        continue
+    _exp = _ref(*_copy.deepcopy(_args))
+    _got = _cand(*_copy.deepcopy(_args))
+    assert _same(_got, _exp, _ATOL), 'plus input %d: got %.200r, expected %.200r' % (_i, _got, _exp)
+)PY";
+  return p;
+}
+
 std::string program(const Problem& problem, const std::string& completion) {
   if (problem.dataset == "mbpp") return completion + "\n" + problem.test;
   return problem.prompt + completion + "\n" + problem.test + "\n" + "check(" + problem.entry_point + ")";

@@ -415,17 +415,42 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   EXPECT_FALSE(t["verdicts"].contains("passed"));
 }
 
-TEST(CliScore, HumanEvalPlusBaseTestsAndMbppCanonicalSolutionsPass) {
+TEST(CliScore, HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests) {
   bestofn::test::TempDir dir;
   const std::string data = bestofn::test::shared_path("data").string();
-  const auto he = humaneval_records();
-  const std::string good = samples_file(dir, "good.jsonl", he, [](const json& r) {
+  std::vector<json> plus;
+  std::istringstream in(bestofn::read_text_file(bestofn::test::require_shared("data/humanevalplus/HumanEvalPlus.jsonl.gz")));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) plus.push_back(json::parse(line));
+  ASSERT_EQ(plus.size(), 164u);
+  const std::string good = samples_file(dir, "plus.jsonl", plus, [](const json& r) {
     return json{{"task_id", r["task_id"]}, {"completion", r["canonical_solution"]}};
   });
-  const auto plus = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json"});
-  ASSERT_EQ(plus.exit_code, 0) << plus.err;
-  EXPECT_EQ(json::parse(plus.out)["pass_at_k"]["pass@1"], 1.0) << plus.out;
+  const auto r = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json", "--out", (dir / "res.jsonl").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json s = json::parse(r.out);
+  EXPECT_EQ(s["pass_at_k"]["pass@1"], 1.0) << r.out;
+  EXPECT_EQ(s["plus_pass_at_k"]["pass@1"], 1.0) << r.out;
+  const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
+  EXPECT_EQ(rows[0]["plus_result"], "passed");
 
+  // The differential test catches what the base tests miss: HumanEval's original solution for
+  // HumanEval/22 lets bools through filter_integers (EvalPlus fixed its canonical solution).
+  const auto he = humaneval_records();
+  const std::string orig = samples_file(dir, "orig.jsonl", {he[22]}, [](const json& x) {
+    return json{{"task_id", x["task_id"]}, {"completion", x["canonical_solution"]}};
+  });
+  const auto o = run_cli({"score", orig, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--out", (dir / "o.jsonl").string()});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto orow = jsonl(bestofn::test::read_text(dir / "o.jsonl"));
+  EXPECT_EQ(orow[0]["passed"], true);
+  EXPECT_EQ(orow[0]["plus_passed"], false);
+  EXPECT_NE(orow[0]["plus_result"].get<std::string>().find("plus input"), std::string::npos) << orow[0]["plus_result"];
+}
+
+TEST(CliScore, MbppCanonicalSolutionsPass) {
+  bestofn::test::TempDir dir;
+  const std::string data = bestofn::test::shared_path("data").string();
   const json mbpp = json::parse(bestofn::test::read_text(bestofn::test::require_shared("data/mbpp/sanitized-mbpp.json")));
   std::vector<json> recs(mbpp.begin(), mbpp.end());
   const std::string m = samples_file(dir, "mbpp.jsonl", recs, [](const json& r) {

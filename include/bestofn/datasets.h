@@ -46,4 +46,11 @@ std::filesystem::path default_data_dir();
 //     there is no check() call: the asserts run at module level.
 std::string program(const Problem& problem, const std::string& completion);
 
+// HumanEval+ differential plus test (EvalPlus's rule): one program that runs the canonical
+// solution and the candidate on every plus_input and asserts equal outputs — floats (and lists of
+// floats) within atol + 1e-7 * |expected| (atol 1e-6 when the dataset gives 0), anything else
+// exactly; HumanEval/32 (find_zero) instead checks |poly(xs, x)| <= atol. Texts travel base64
+// encoded, so no quoting can break the harness. Only for problems with plus inputs.
+std::string plus_program(const Problem& problem, const std::string& completion);
+
 }  // namespace bestofn

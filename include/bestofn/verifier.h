@@ -13,6 +13,7 @@ namespace bestofn {
 struct VerifyRequest {
   const Problem* problem = nullptr;
   std::string completion;
+  bool plus = false;  // the HumanEval+ differential plus test (plus_program) instead of program()
 };
 
 // Verdicts in request order. on_done (optional) is called with the number finished so far, from

@@ -2,7 +2,9 @@
 // report pass@k.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -25,7 +27,7 @@ using nlohmann::ordered_json;
 
 struct ScoreOptions {
   std::string samples, dataset = "humaneval", data_dir, k = "1,10,100", out;
-  double timeout = 3.0;
+  double timeout = 3.0, plus_timeout = 20.0;
   int workers = 0;
   bool json = false;
 };
@@ -86,6 +88,9 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->default_str("1,10,100");
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests (hundreds of inputs)")
+      ->check(CLI::Range(0.05, 36000.0))
+      ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
@@ -109,16 +114,45 @@ Runner add_score(CLI::App& app) {
       if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu verified", done, total);
     });
     if (tty) std::fprintf(stderr, "\n");
+    // HumanEval+: the differential plus tests, for the samples that passed the base tests.
+    std::vector<VerifyRequest> plus_reqs;
+    std::vector<std::size_t> plus_of(samples.size(), SIZE_MAX);
+    for (std::size_t i = 0; i < samples.size(); ++i)
+      if (!samples[i].problem->plus_input_json.empty() && verdicts[i].passed()) {
+        plus_of[i] = plus_reqs.size();
+        plus_reqs.push_back({samples[i].problem, reqs[i].completion, true});
+      }
+    std::vector<Verdict> plus_verdicts;
+    if (!plus_reqs.empty()) {
+      SandboxLimits plus_limits = limits;
+      plus_limits.timeout_s = std::max(o->timeout, o->plus_timeout);
+      plus_verdicts = verify_all(Sandbox(plus_limits), plus_reqs, o->workers, [&](std::size_t done, std::size_t total) {
+        if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu plus tests", done, total);
+      });
+      if (tty) std::fprintf(stderr, "\n");
+    }
+    const bool has_plus = std::any_of(problems.begin(), problems.end(), [](const Problem& p) { return !p.plus_input_json.empty(); });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    // Results, and (n, c) per problem in dataset order; sandbox errors count in neither.
-    std::map<const Problem*, std::pair<int, int>> nc;
+    // Results, and (n, c) per problem in dataset order, base and plus; sandbox errors count in neither.
+    std::map<const Problem*, std::pair<int, int>> nc, nc_plus;
     std::map<std::string, int> counts;
     for (std::size_t i = 0; i < samples.size(); ++i) {
       const Verdict& v = verdicts[i];
       nlohmann::json row = samples[i].row;
       row["result"] = v.result;
       row["passed"] = v.passed();
+      if (has_plus) {
+        const Verdict* pv = plus_of[i] == SIZE_MAX ? nullptr : &plus_verdicts[plus_of[i]];
+        row["plus_result"] = pv ? pv->result : "not run: the base tests did not pass";
+        row["plus_passed"] = pv && pv->passed();
+        if (pv && pv->status == Verdict::Status::SandboxError) counts["sandbox_error"]++;
+        else if (v.status != Verdict::Status::SandboxError) {
+          auto& [n, c] = nc_plus[samples[i].problem];
+          ++n;
+          c += pv && pv->passed();
+        }
+      }
       out.line(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       const char* kind = v.status == Verdict::Status::Passed ? "passed" : v.status == Verdict::Status::Failed ? "failed"
                          : v.status == Verdict::Status::TimedOut ? "timed_out" : "sandbox_error";
@@ -133,6 +167,10 @@ Runner add_score(CLI::App& app) {
     for (const auto& p : problems)
       if (auto it = nc.find(&p); it != nc.end()) per_problem.push_back(it->second);
     const auto passk = pass_at_k(per_problem, ks);
+    std::vector<std::pair<int, int>> per_problem_plus;
+    for (const auto& p : problems)
+      if (auto it = nc_plus.find(&p); it != nc_plus.end()) per_problem_plus.push_back(it->second);
+    const auto passk_plus = pass_at_k(per_problem_plus, ks);
 
     ordered_json summary = {{"dataset", o->dataset}, {"samples", samples.size()}, {"problems", per_problem.size()},
                             {"results", out_path}, {"seconds", secs}, {"samples_per_s", static_cast<double>(samples.size()) / secs}};
@@ -142,6 +180,11 @@ Runner add_score(CLI::App& app) {
       if (r.problems_skipped > 0) skipped["pass@" + std::to_string(r.k)] = r.problems_skipped;
     }
     summary["pass_at_k"] = pk;
+    if (has_plus) {  // HumanEval+: base and plus (base and plus tests both passed) separately
+      ordered_json pp = ordered_json::object();
+      for (const auto& r : passk_plus) pp["pass@" + std::to_string(r.k)] = r.problems_used > 0 ? ordered_json(r.mean) : ordered_json(nullptr);
+      summary["plus_pass_at_k"] = pp;
+    }
     summary["not_computable"] = skipped;  // problems with fewer than k samples, per k
     summary["verdicts"] = counts;
     summary["sandbox_missing"] = sandbox.missing();
@@ -154,6 +197,9 @@ Runner add_score(CLI::App& app) {
         if (r.problems_used > 0 && r.problems_skipped > 0) std::printf(" (%d with fewer than %d samples not computable)", r.problems_skipped, r.k);
         std::printf("\n");
       }
+      if (has_plus)
+        for (const auto& r : passk_plus)
+          if (r.problems_used > 0) std::printf("plus pass@%d: %.4f over %d problems (base and plus tests)\n", r.k, r.mean, r.problems_used);
       std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs,
                   static_cast<double>(samples.size()) / secs, out_path.c_str());
     }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <thread>
 
 #include "bestofn/parallel.h"
@@ -13,11 +14,11 @@ namespace bestofn {
 std::vector<Verdict> verify_all(const Sandbox& sandbox, const std::vector<VerifyRequest>& requests, int workers,
                                 const std::function<void(std::size_t, std::size_t)>& on_done) {
   // Unique (task, completion) pairs; every request points at one.
-  std::map<std::pair<const Problem*, std::string>, std::size_t> index;
+  std::map<std::tuple<const Problem*, std::string, bool>, std::size_t> index;
   std::vector<std::size_t> job_of(requests.size());
   std::vector<const VerifyRequest*> jobs;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto [it, fresh] = index.emplace(std::make_pair(requests[i].problem, requests[i].completion), jobs.size());
+    auto [it, fresh] = index.emplace(std::make_tuple(requests[i].problem, requests[i].completion, requests[i].plus), jobs.size());
     if (fresh) jobs.push_back(&requests[i]);
     job_of[i] = it->second;
   }
@@ -29,7 +30,8 @@ std::vector<Verdict> verify_all(const Sandbox& sandbox, const std::vector<Verify
   auto work = [&](int worker) {
     for (std::size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       try {
-        verdicts[j] = sandbox.run(program(*jobs[j]->problem, jobs[j]->completion), worker);
+        const VerifyRequest& r = *jobs[j];
+        verdicts[j] = sandbox.run(r.plus ? plus_program(*r.problem, r.completion) : program(*r.problem, r.completion), worker);
       } catch (const std::exception& e) {  // the sandbox could not run: data, never a crash
         verdicts[j] = {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
       }
