@@ -42,6 +42,7 @@ from pathlib import Path  # noqa: E402
 
 import tokenizers  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
+from bench_common import cpu_model, emit, git_commit  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
@@ -50,39 +51,12 @@ TOKENIZERS = ("llama3", "mistral")
 MODES = ("pieces", "whole")
 
 
-def emit(line, out_file=None):
-    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-    print(text, flush=True)
-    if out_file is not None:
-        out_file.write(text + "\n")
-        out_file.flush()
-
 
 def fail(message, **fields):
     emit({"bench": "tokenizer", "error": message, **fields})
     sys.exit(1)
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_commit():
-    try:
-        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
-                           capture_output=True, text=True, timeout=10)
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("BESTOFN_COMMIT") or "unknown"  # a copy of the tree may have no .git
 
 
 def humaneval_pieces():
@@ -173,7 +147,7 @@ def main():
     common = {
         "hf_tokenizers_version": tokenizers.__version__,
         "machine": {"node": platform.node(), "cpu": cpu_model()},
-        "commit": git_commit(),
+        "commit": git_commit(REPO),
         "command": shlex.join([Path(sys.executable).name] + sys.argv),
     }
 

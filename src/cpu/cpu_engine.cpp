@@ -108,7 +108,13 @@ class CpuEngine final : public Engine {
   void resize(std::size_t T);
   void embed(std::span<const int> tokens);
   void attend_prefill(int layer, const Prefix& p, std::size_t T);
-  void attend_decode(int layer, std::span<Slot* const> slots);
+  // The batch rows of each prefix in a decode step: attention shares the prefix's K/V among them.
+  struct PrefixGroup {
+    const Prefix* prefix;
+    std::vector<std::size_t> rows;
+  };
+  std::vector<PrefixGroup> group_by_prefix(std::span<Slot* const> batch) const;
+  void attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups);
   void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
              const std::function<void()>& attend);
   void ffn(int layer, std::size_t T);
@@ -264,8 +270,9 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
   }
   resize(T);
   embed(tokens);
+  const std::vector<PrefixGroup> groups = group_by_prefix(batch);  // once per step, not per layer
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, [&] { attend_decode(l, batch); });
+    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, [&] { attend_decode(l, batch, groups); });
   logits_rows(0, T, logits.data());
 }
 
@@ -273,21 +280,25 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
 // meet the prefix keys together (each K/V row is read once per prefix and KV head, a matrix
 // product); each slot then attends over its own suffix; the two softmaxes merge by log-sum-exp.
 // Row arithmetic depends only on that row: a slot gets the same numbers in any batch.
-void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch) {
+std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* const> batch) const {
+  std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows
+  for (std::size_t t = 0; t < batch.size(); ++t) by_prefix[batch[t]->prefix].push_back(t);
+  std::vector<PrefixGroup> groups;
+  for (auto& [p, rows] : by_prefix) groups.push_back({&prefixes_.at(p), std::move(rows)});
+  return groups;
+}
+
+void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows
-  for (std::size_t t = 0; t < batch.size(); ++t) by_prefix[batch[t]->prefix].push_back(t);
-  std::vector<std::pair<const Prefix*, const std::vector<std::size_t>*>> groups;
-  for (const auto& [p, rows] : by_prefix) groups.emplace_back(&prefixes_.at(p), &rows);
   const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
 
   pool_.run(items, [&](std::size_t i0, std::size_t i1) {
     std::vector<float> kv(hd), scores, acc;
     for (std::size_t item = i0; item < i1; ++item) {
-      const Prefix& P = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].first;
-      const auto& rows = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].second;
+      const Prefix& P = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].prefix;
+      const auto& rows = groups[item / static_cast<std::size_t>(c_.n_kv_heads)].rows;
       const std::size_t h = item % static_cast<std::size_t>(c_.n_kv_heads), off = h * hd;
       const std::size_t R = rows.size() * group, Lp = static_cast<std::size_t>(P.len);
       auto q_of = [&](std::size_t r) { return q_.data() + rows[r / group] * qd + (h * group + r % group) * hd; };

@@ -7,6 +7,7 @@
 
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
+#include "bestofn/quantize.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn::cpu {
@@ -16,13 +17,6 @@ constexpr int kLanes = 16;    // partial sums per dot product: a fixed order, on
 constexpr int kRows = 4;      // weight rows per block, each read once for all tokens
 constexpr std::size_t kTokenTile = 32;  // tokens per tile, so a tile of x stays in L2
 constexpr int kTokens = 4;              // tokens per micro-kernel call
-
-// E4M3 -> float: the 7 magnitude bits placed at float bits 20..26 give value * 2^-120 for normal
-// and subnormal codes alike; the scale by 2^120 is exact. (The NaN codes never occur in weights.)
-inline float e4m3_fast(std::uint8_t c) {
-  const std::uint32_t bits = (static_cast<std::uint32_t>(c & 0x80u) << 24) | (static_cast<std::uint32_t>(c & 0x7fu) << 20);
-  return std::bit_cast<float>(bits) * 0x1p120f;
-}
 
 void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
   const std::size_t off = static_cast<std::size_t>(r) * n;
@@ -48,7 +42,7 @@ void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
     }
     case DType::F8_E4M3: {
       const auto* p = t.data + off;
-      for (std::size_t i = 0; i < n; ++i) out[i] = e4m3_fast(p[i]);
+      for (std::size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_float_finite(p[i]);
       break;
     }
     default: throw Error("tensor '" + t.name + "': unsupported dtype for compute");
@@ -155,7 +149,7 @@ void quantize_activations(const Linear& l, const float* x, std::size_t T, std::s
     } else {
       float amax = 0.0f;
       for (std::size_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(row[i]));
-      scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      scale = fp8_row_scale(amax);
     }
     sx[t] = scale;
     for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_round(row[i] / scale);
