@@ -1,0 +1,63 @@
+#pragma once
+// What `bestofn eval` writes besides the samples: the fail@k chart (an SVG the project writes
+// itself, no plotting runtime), report.md from summary.json, and the pass@k curve behind the chart.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace bestofn {
+
+// The k values of the chart: {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} up to n_min (the smallest
+// per-problem n), plus n_min itself when it is not in that list (n = 8 gives 1, 2, 5, 8), so the
+// curve always ends at the largest k every problem can estimate. Every problem counts in every
+// point (n >= k for all). Empty when there are no problems or n_min is 0. Returns (k, pass@k).
+// Throws bestofn::Error for an invalid (n, c) (see passk.h).
+std::vector<std::pair<int, double>> pass_at_k_curve(const std::vector<std::pair<int, int>>& n_c_per_problem);
+
+// The smallest fail@k the chart draws: fail@k below it (pass@k = 1 gives 0, which a log axis cannot
+// show) is drawn at this value as an open marker, and a note on the chart says so.
+inline constexpr double kFailFloor = 1e-3;
+
+// fail@k = 1 - pass@k against k on log-log axes: decade ticks, labels and gridlines (minor gridlines
+// at 2..9 x each decade), the model's curve as a polyline with one marker per k, an optional second
+// curve for the HumanEval+ plus tests, and one dashed horizontal line per reference (name, pass@1):
+// ("GPT-4o", 0.902) draws fail = 0.098, labelled "GPT-4o pass@1 = 0.902". The x axis spans the
+// decades around the k values, the y axis from 1 down to the decade below the smallest value drawn.
+// Text is XML-escaped; numbers are printed with fixed precision, so the output is deterministic.
+// Elements carry classes for tools and tests: "series base" / "series plus" (polylines), "marker",
+// "reference" (dashed lines), "xtick" / "ytick" (tick labels, placed at exactly the tick's coordinate),
+// "grid major" / "grid minor".
+// pass_at_k may be empty (only the axes and references are drawn, with a note). Throws bestofn::Error
+// for k < 1, k not strictly increasing, or a pass value outside [0, 1] (NaN included).
+std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
+                          const std::vector<std::pair<std::string, double>>& references, const std::string& title,
+                          const std::vector<std::pair<int, double>>& plus_pass_at_k = {});
+
+// report.md from the summary that `bestofn eval` writes as summary.json. The schema (every field
+// optional for the report: a missing field, or one of another type, is left out or shown as "n/a";
+// nothing throws):
+//   {"bestofn_version": str, "commit": str, "model": str,
+//    "dataset": {"name": str, "path": str, "problems": int},
+//    "n": int, "k": [int...],
+//    "sampling": {"temperature": f, "top_p": f, "top_k": int, "min_p": f, "seed": int,
+//                 "max_new_tokens": int, "stop": [str], "chat": bool},
+//    "pass_at_k": {"1": f|null, "10": f|null, ...},      keys are k as strings; null: no problem has n >= k
+//    "plus_pass_at_k": {...},                            HumanEval+ only: the plus tests, same keys
+//    "pass_at_k_note": str,                              why pass@k is absent (e.g. --stop-on-pass)
+//    "problems_skipped": {"100": int, ...},              problems with n < k, per k
+//    "samples": int, "tokens": int,
+//    "verdicts": {"passed": int, "failed": int, "timed_out": int, "sandbox_error": int},
+//    "time": {"generation_s": f, "verification_s": f, "wall_s": f,
+//             "overlap_s": f,                            both generation and verification running
+//             "overlap_fraction": f},                    overlap_s / wall_s
+//    "throughput": {"tok_per_s": f, "samples_per_s": f},
+//    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
+//    "device": str, "command": str}
+// The report: settings, the pass@k table (a plus column when plus_pass_at_k is present), the
+// references, verdict counts, timing with the overlap, throughput and the command. plot_file, when
+// not empty, is linked as an image (a path relative to report.md).
+std::string render_report_md(const nlohmann::json& summary, const std::string& plot_file);
+
+}  // namespace bestofn
