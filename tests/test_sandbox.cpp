@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -186,4 +188,98 @@ TEST(Sandbox, TheTokenIsNotInTheProgramAndBadBytesAreData) {
   const Verdict bytes = box().run("import os\nos.write(2, b'\\xff\\xfe broken\\n')\nraise SystemExit(3)\n");
   EXPECT_FALSE(bytes.passed());
   EXPECT_NE(bytes.err.find("\xEF\xBF\xBD"), std::string::npos);
+}
+
+namespace {
+
+// Direct children of this process (the zygotes, when they run).
+std::vector<pid_t> children() {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid()) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
+  REQUIRE_ISOLATION();
+  EXPECT_TRUE(box().uses_zygote());
+  // Files in /tmp and /dev/shm, and SysV shared memory, do not carry from one candidate to the
+  // next, though both run in the same worker's zygote.
+  const std::string leave =
+      "import ctypes, os\n"
+      "open('/tmp/work/left', 'w').write('x')\nopen('/tmp/left', 'w').write('x')\n"
+      "if os.path.isdir('/dev/shm'):\n    open('/dev/shm/left', 'w').write('x')\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "assert libc.shmget(0x5eed, 4096, 0o1666) >= 0\n";  // IPC_CREAT | 0666
+  const Verdict first = box().run(leave);
+  ASSERT_TRUE(first.passed()) << first.result << first.err;
+  const Verdict second = box().run(
+      "import ctypes, os\n"
+      "assert not os.path.exists('/tmp/work/left') and not os.path.exists('/tmp/left')\n"
+      "assert not os.path.exists('/dev/shm/left')\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "assert libc.shmget(0x5eed, 0, 0) == -1\n"
+      "assert os.getcwd() == '/tmp/work' and os.getuid() != 0 and os.geteuid() != 0\n");
+  EXPECT_TRUE(second.passed()) << second.result << second.err;
+  // Each fork gets its own random state (Python reseeds after fork).
+  const Verdict a = box().run("import random\nprint(random.random())\n");
+  const Verdict b = box().run("import random\nprint(random.random())\n");
+  ASSERT_TRUE(a.passed() && b.passed());
+  EXPECT_NE(a.out, b.out);
+}
+
+TEST(SandboxZygote, APassingProgramsDetachedChildIsKilledAtOnce) {
+  REQUIRE_ISOLATION();
+  // The program passes, but leaves a setsid grandchild holding stdout: the verdict is taken when
+  // the main process ends, and the grandchild dies with it (no wait for the timeout).
+  const auto t0 = std::chrono::steady_clock::now();
+  const Verdict v = hostile_box().run(
+      "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\n"
+      "def sq(x):\n    return x * x\n" + kCheck + "check(sq)");
+  EXPECT_TRUE(v.passed()) << v.result;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
+  EXPECT_EQ(sandbox_processes(), 0);
+}
+
+TEST(SandboxZygote, AKilledZygoteIsRestarted) {
+  REQUIRE_ISOLATION();
+  SandboxLimits l;
+  l.timeout_s = 2.0;
+  l.uid = 64996;
+  const Sandbox s(l);
+  const auto before = children();
+  ASSERT_TRUE(s.run("assert 1 + 1 == 2\n").passed());
+  std::vector<pid_t> zygotes;
+  for (pid_t p : children())
+    if (std::find(before.begin(), before.end(), p) == before.end()) zygotes.push_back(p);
+  ASSERT_EQ(zygotes.size(), 1u);
+  kill(zygotes[0], SIGKILL);
+  usleep(100000);
+  const Verdict v = s.run("assert 2 + 2 == 4\n");
+  EXPECT_TRUE(v.passed()) << v.result;
+}
+
+TEST(SandboxFresh, OneInterpreterPerCandidateKeepsTheRules) {
+  SandboxLimits l;
+  l.timeout_s = 2.0;
+  l.uid = 64997;
+  l.zygote = false;
+  const Sandbox s(l);
+  EXPECT_FALSE(s.uses_zygote());
+  EXPECT_TRUE(s.run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)").passed());
+  EXPECT_EQ(s.run("def sq(x):\n    return x + x\n" + kCheck + "check(sq)").result, "failed: AssertionError");
+  EXPECT_EQ(s.run("import os\nos._exit(0)\n" + kCheck).status, Verdict::Status::Failed);
+  EXPECT_EQ(s.run("while True:\n    pass\n").status, Verdict::Status::TimedOut);
 }

@@ -7,10 +7,23 @@
 // rlimits on address space, CPU, file size, open files, processes and core dumps; and a wall-clock
 // timeout after which the sandbox's init, and with it every descendant, gets SIGKILL.
 //
+// Two ways to start a candidate, the same isolation either way:
+//  - zygote (the default where namespaces and a uid drop are available): per worker, one Python
+//    interpreter, started once in its own PID/mount/network/IPC namespaces with the common
+//    modules imported, forks per candidate. The child unshares a mount and IPC namespace of its
+//    own, mounts a fresh tmpfs on /tmp and /dev/shm, sets the rlimits, drops to the worker's uid
+//    and runs the program. The zygote is the PID namespace's init: when the candidate's main
+//    process ends (or the timeout fires), it SIGKILLs every other process in that namespace, so
+//    no descendant outlives the verdict. A candidate costs a fork, not an interpreter start.
+//  - fresh: one clone() + exec of python3 per candidate (the fallback, and --no-zygote).
+//
 // A run passes only when the bootstrap wrote this run's random token to a pipe (fd 3) that only the
 // verifier reads, after the program returned normally: sys.exit(0) or os._exit(0) inside a
 // candidate is a fail, whatever the exit code. The token is never in the program text.
+#include <chrono>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +40,7 @@ struct SandboxLimits {
   // uid and gid the program runs as when bestofn is root: nobody (65534) for worker 0, 65533 for
   // worker 1, ... (RLIMIT_NPROC counts per uid, machine-wide).
   unsigned uid = 65534;
+  bool zygote = true;  // fork candidates from a per-worker pre-started interpreter (see above)
 };
 
 struct Verdict {
@@ -40,12 +54,20 @@ struct Verdict {
 
 class Sandbox {
  public:
+  struct Zygote;
   // Finds the interpreter (/usr/bin/python3, else python3 on PATH), measures its baseline address
   // space and probes what isolation this machine allows.
   explicit Sandbox(SandboxLimits limits = {});
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
   // Runs `program` (Python source). `worker` (0, 1, ...) picks the uid: uid - worker, so that
-  // concurrent runs never share a uid (see SandboxLimits::uid).
-  Verdict run(const std::string& program, int worker = 0) const;
+  // concurrent runs never share a uid (see SandboxLimits::uid). Thread-safe; runs for one worker
+  // are serialized.
+  // timeout_s > 0 replaces limits.timeout_s for this run (HumanEval+ plus tests need longer).
+  Verdict run(const std::string& program, int worker = 0, double timeout_s = 0) const;
+  // Whether candidates are forked from per-worker zygotes (false: one interpreter start each).
+  bool uses_zygote() const { return zygote_; }
   // What isolation is unavailable here ("pid namespace", "unprivileged uid", ...): empty when complete.
   const std::vector<std::string>& missing() const { return missing_; }
   const std::string& python() const { return python_; }
@@ -54,8 +76,16 @@ class Sandbox {
   SandboxLimits limits_;
   std::string python_;
   std::size_t baseline_as_ = 0;
-  bool namespaces_ = false, drop_uid_ = false;
+  bool namespaces_ = false, drop_uid_ = false, zygote_ = false;
   std::vector<std::string> missing_;
+  Verdict run_fresh(const std::string& program, int worker, double timeout_s) const;
+  Verdict run_zygote(const std::string& program, int worker, double timeout_s) const;
+  Zygote& zygote_for(int worker) const;
+  Verdict make_verdict(std::string& out, std::string& err, const std::string& tok, const std::string& status,
+                       const std::string& token, bool timed_out, int wait_status,
+                       std::chrono::steady_clock::time_point t0) const;
+  mutable std::mutex zygotes_mu_;
+  mutable std::vector<std::unique_ptr<Zygote>> zygotes_;  // by worker, started on first use
 };
 
 }  // namespace bestofn

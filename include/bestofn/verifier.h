@@ -14,6 +14,7 @@ struct VerifyRequest {
   const Problem* problem = nullptr;
   std::string completion;
   bool plus = false;  // the HumanEval+ differential plus test (plus_program) instead of program()
+  double timeout_s = 0;  // > 0: this request's wall-clock limit instead of the sandbox's
 };
 
 // Verdicts in request order. on_done (optional) is called with the number finished so far, from

@@ -29,6 +29,7 @@ struct ScoreOptions {
   std::string samples, dataset = "humaneval", data_dir, k = "1,10,100", out;
   double timeout = 3.0, plus_timeout = 20.0;
   int workers = 0;
+  bool no_zygote = false;
   bool json = false;
 };
 
@@ -93,6 +94,9 @@ Runner add_score(CLI::App& app) {
       ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
+  sub->add_flag("--no-zygote", o->no_zygote,
+                "Start a fresh Python interpreter per sample instead of forking it from a per-worker pre-started one "
+                "(slower; the same isolation)");
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
   return [o] {
     const std::vector<int> ks = parse_ks(o->k);
@@ -105,6 +109,7 @@ Runner add_score(CLI::App& app) {
 
     SandboxLimits limits;
     limits.timeout_s = o->timeout;
+    limits.zygote = !o->no_zygote;
     const Sandbox sandbox(limits);
     std::vector<VerifyRequest> reqs;
     for (const auto& s : samples) reqs.push_back({s.problem, s.row["completion"].get<std::string>()});
@@ -124,9 +129,8 @@ Runner add_score(CLI::App& app) {
       }
     std::vector<Verdict> plus_verdicts;
     if (!plus_reqs.empty()) {
-      SandboxLimits plus_limits = limits;
-      plus_limits.timeout_s = std::max(o->timeout, o->plus_timeout);
-      plus_verdicts = verify_all(Sandbox(plus_limits), plus_reqs, o->workers, [&](std::size_t done, std::size_t total) {
+      for (auto& r : plus_reqs) r.timeout_s = std::max(o->timeout, o->plus_timeout);
+      plus_verdicts = verify_all(sandbox, plus_reqs, o->workers, [&](std::size_t done, std::size_t total) {
         if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu plus tests", done, total);
       });
       if (tty) std::fprintf(stderr, "\n");

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -48,6 +50,160 @@ constexpr const char* kBootstrap =
     "    os.write(3, token)\n"
     "_bestofn_run()\n";
 
+// The per-worker zygote (see sandbox.h). fd 3 is a SOCK_SEQPACKET socket to bestofn, fd 4 the
+// setup-status pipe (close-on-exec). It must be the init of its PID namespace: it kills "every
+// process" (-1) after each candidate, which outside a namespace of its own would be a disaster.
+// Protocol, one message each way at a time:
+//   bestofn -> zygote  "R uid as_extra cpu fsize nofile nproc tmpfs token" with five fds attached
+//                      (stdout, stderr, token out, setup status, the program in a memfd)
+//                      "K" kill the running candidate (the timeout; ignored when idle)
+//   zygote -> bestofn  "ready" once, then "X <wait status>" per candidate, after every process
+//                      of the candidate is dead and reaped.
+// The candidate child: new mount and IPC namespaces, a fresh tmpfs on /tmp and /dev/shm, the
+// program in /tmp/work/prog.py, rlimits (address space relative to the zygote's own size), the
+// worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh path.
+constexpr const char* kZygote = R"PY(
+import os, sys, socket, select, resource, ctypes, traceback
+import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
+import heapq, itertools, json, math, operator, random, re, statistics, string, typing
+libc = ctypes.CDLL(None, use_errno=True)
+if os.getpid() != 1:
+    os.write(4, b'zygote: not the init of a PID namespace')
+    os._exit(2)
+sock = socket.socket(fileno=3)
+
+def _fail(what):
+    try:
+        os.write(4, what.encode('utf-8', 'replace')[:200])
+    finally:
+        os._exit(127)
+
+def _run(src, token):
+    status = 0
+    try:
+        code = compile(src, 'prog.py', 'exec')
+        exec(code, {})
+        os.write(3, token)
+    except SystemExit as e:
+        if e.code is None:
+            status = 0
+        elif isinstance(e.code, int):
+            status = e.code & 0xff
+        else:
+            try:
+                sys.stderr.write(str(e.code) + '\n')
+            except BaseException:
+                pass
+            status = 1
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        status = 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+def _child(nums, token, fds):
+    try:
+        sock.detach()
+        uid, as_extra, cpu, fsize, nofile, nproc, tmpfs = nums
+        out_w, err_w, tok_w, st_w, prog_fd = fds
+        chunks = []
+        while True:
+            b = os.read(prog_fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        src = b''.join(chunks)
+        for i, fd in enumerate((out_w, err_w, tok_w, st_w), 1):
+            os.dup2(fd, i)
+        if libc.close_range(5, ctypes.c_uint(0xffffffff), 0) != 0:
+            os.closerange(5, 1 << 16)
+        if libc.unshare(0x00020000 | 0x08000000) != 0:
+            _fail('unshare mount/ipc: errno %d' % ctypes.get_errno())
+        opts = b'size=%d,mode=1777' % tmpfs
+        if libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 6, opts) != 0:
+            _fail('mount /tmp: errno %d' % ctypes.get_errno())
+        libc.mount(b'tmpfs', b'/dev/shm', b'tmpfs', 6, opts)
+        os.mkdir('/tmp/work', 0o700)
+        with open('/tmp/work/prog.py', 'wb') as p:
+            p.write(src)
+        os.chown('/tmp/work', uid, uid)
+        os.chdir('/tmp/work')
+        with open('/proc/self/statm') as m:
+            size = int(m.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+        for r, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile),
+                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, size + as_extra), (resource.RLIMIT_NPROC, nproc)):
+            resource.setrlimit(r, (v, v))
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:
+            _fail('no_new_privs: errno %d' % ctypes.get_errno())
+        os.close(4)
+    except BaseException as e:
+        _fail('zygote child setup: %r' % (e,))
+    _run(src, token)
+
+def _kill_all():
+    while True:
+        try:
+            os.kill(-1, 9)
+        except OSError:
+            pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except OSError:
+            pass
+
+sock.send(b'ready')
+while True:
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+    except OSError:
+        os._exit(0)
+    if not msg:
+        os._exit(0)
+    f = msg.split()
+    if f[0] != b'R' or len(f) != 9 or len(fds) != 5:
+        for fd in fds:
+            os.close(fd)
+        continue
+    pid = os.fork()
+    if pid == 0:
+        _child([int(x) for x in f[1:8]], f[8] + b'\n', fds)
+    for fd in fds:
+        os.close(fd)
+    try:
+        waitable = [os.pidfd_open(pid)]
+    except (AttributeError, OSError):
+        waitable = []
+    status = None
+    while status is None:
+        r, _, _ = select.select([sock] + waitable, [], [], None if waitable else 0.002)
+        if sock in r:
+            m = sock.recv(64)
+            if not m:
+                _kill_all()
+                os._exit(0)
+            if m[:1] == b'K':
+                os.kill(pid, 9)
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            status = st
+    for fd in waitable:
+        os.close(fd)
+    _kill_all()
+    sock.send(b'X %d' % status)
+)PY";
+
 // What the child needs, prepared by the parent: after clone the child only makes system calls.
 // It must not allocate or take a lock: clone() from a multithreaded process copies memory in which
 // another thread may hold the malloc lock.
@@ -59,6 +215,7 @@ struct ChildArgs {
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
   bool namespaces = false, drop_uid = false;
+  bool zygote = false;  // start the per-worker zygote (fd 3 = its socket, passed in token_w)
   uid_t uid = 65534;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
   const char* tmpfs_options = nullptr;
@@ -88,13 +245,29 @@ int child_main(void* arg) {
   const ChildArgs& a = *static_cast<ChildArgs*>(arg);
   // fds: 0 /dev/null; 1, 2 the output pipes; 3 the token out (written after the tests); 4 the
   // setup-status pipe (closes itself on exec); 5 the token in (read, then closed, by the bootstrap).
-  const int null_fd = open("/dev/null", O_RDONLY);
-  if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(a.out_w, 1) < 0 || dup2(a.err_w, 2) < 0 || dup2(a.token_w, 3) < 0 ||
-      dup2(a.status_w, 4) < 0 || fcntl(4, F_SETFD, FD_CLOEXEC) < 0 || dup2(a.token_r, 5) < 0)
+  // (The zygote: 1 /dev/null, 2 bestofn's stderr, 3 its socket, 4 the status pipe.) Every source
+  // moves above the targets first: a source may itself sit on 0-5.
+  int src[5] = {a.out_w, a.err_w, a.token_w, a.status_w, a.token_r};
+  for (int& fd : src)
+    if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 16)) < 0) fail(a, "stdio");
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(src[0], 1) < 0 || dup2(src[1], 2) < 0 || dup2(src[2], 3) < 0 ||
+      dup2(src[3], 4) < 0 || fcntl(4, F_SETFD, FD_CLOEXEC) < 0 || dup2(src[4], 5) < 0)
     fail(a, "stdio");
   const_cast<ChildArgs&>(a).status_w = 4;
-  if (syscall(SYS_close_range, 6, ~0U, 0) != 0)
-    for (int fd = 6; fd < 65536; ++fd) close(fd);
+  if (a.zygote && dup2(0, 1) < 0) fail(a, "stdio");  // the zygote's own stdout: /dev/null; stderr stays bestofn's
+  if (syscall(SYS_close_range, a.zygote ? 5 : 6, ~0U, 0) != 0)
+    for (int fd = a.zygote ? 5 : 6; fd < 65536; ++fd) close(fd);
+  if (a.zygote) {
+    // Its own PID/mount/network/IPC namespaces; a private mount tree, so that the per-candidate
+    // mounts its children make never propagate out. It stays root: it mounts and drops the uid
+    // per candidate.
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
+    const char* argv[] = {"python3", "-I", "-c", kZygote, nullptr};
+    execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
+    fail(a, "exec python3");
+  }
   if (!a.namespaces && setsid() < 0) fail(a, "setsid");
   if (a.namespaces) {
     // A private mount tree; a fresh tmpfs on /tmp and /dev/shm: the only writable places, gone
@@ -188,7 +361,11 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
                        "): no network isolation, a detached grandchild may survive, /tmp is shared");
   if (!drop_uid_) missing_.push_back("running as a separate uid (bestofn is not root): the candidate runs as this user");
   for (const auto& m : missing_) spdlog::warn("verifier sandbox degraded: {}", m);
+  // The zygote relies on being the init of a PID namespace of its own and on a uid to drop to.
+  zygote_ = limits_.zygote && namespaces_ && drop_uid_;
 }
+
+Sandbox::~Sandbox() = default;  // each Zygote's destructor kills its namespace
 
 namespace {
 // File descriptors closed on every path out.
@@ -211,9 +388,59 @@ struct Fds {
     fd = -1;
   }
 };
+
+// Reads what is ready on the four run pipes (stdout, stderr, token, setup status) into their
+// sinks, keeping the last output_cap bytes of the outputs; a pipe at EOF is closed.
+void drain(pollfd* fds, std::string* const* sinks, Fds& guard, int& open_fds, std::size_t output_cap) {
+  char buf[65536];
+  for (int i = 0; i < 4; ++i) {
+    if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+    if (n > 0) {
+      keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : 256);
+    } else if (n == 0 || errno != EINTR) {
+      int fd = fds[i].fd;
+      guard.close_now(fd);
+      fds[i].fd = -1;
+      --open_fds;
+    }
+  }
+}
 }  // namespace
 
-Verdict Sandbox::run(const std::string& program, int worker) const {
+
+// The verdict from what a run left: the setup-status text, the token, the timeout, the wait status.
+Verdict Sandbox::make_verdict(std::string& out_s, std::string& err_s, const std::string& tok_s, const std::string& status_s,
+                              const std::string& token, bool timed_out, int st, std::chrono::steady_clock::time_point t0) const {
+  Verdict v;
+  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (out_s.size() > limits_.output_bytes) out_s.erase(0, out_s.size() - limits_.output_bytes);
+  if (err_s.size() > limits_.output_bytes) err_s.erase(0, err_s.size() - limits_.output_bytes);
+  // Captured text is data for JSON: malformed UTF-8 (a raw byte, a character cut by the cap)
+  // becomes U+FFFD.
+  v.out = utf8::lossy(out_s);
+  v.err = utf8::lossy(err_s);
+  if (!status_s.empty()) {
+    v.status = Verdict::Status::SandboxError;
+    v.result = "sandbox error: " + status_s;
+  } else if (tok_s == token) {
+    v.status = Verdict::Status::Passed;
+    v.result = "passed";
+  } else if (timed_out) {
+    v.status = Verdict::Status::TimedOut;
+    v.result = "timed out";
+  } else {
+    v.status = Verdict::Status::Failed;
+    std::string why = last_line(v.err);
+    if (why.empty())
+      why = WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
+                            : "exited (status " + std::to_string(WEXITSTATUS(st)) + ") before the tests finished";
+    v.result = "failed: " + why;
+  }
+  return v;
+}
+
+Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeout_s) const {
   const std::string token = random_token() + "\n";
   Fds guard;
   int out[2], err[2], tok[2], status[2], tok_in[2];
@@ -241,21 +468,21 @@ Verdict Sandbox::run(const std::string& program, int worker) const {
   // must not reach another worker's candidate.
   a.uid = static_cast<uid_t>(limits_.uid - static_cast<unsigned>(worker));
   a.as = baseline_as_ + limits_.memory_bytes;
-  a.cpu = static_cast<rlim_t>(std::ceil(limits_.timeout_s)) + 1;
+  a.cpu = static_cast<rlim_t>(std::ceil(timeout_s)) + 1;
   a.fsize = limits_.file_bytes;
   a.nofile = static_cast<rlim_t>(limits_.open_files);
   a.nproc = static_cast<rlim_t>(limits_.processes);
   a.tmpfs_options = tmpfs.c_str();
 
+  // The token goes in through a pipe (64 bytes: never blocks) before the child exists, so the
+  // write can never meet a closed reader (SIGPIPE); then the pipe closes.
+  if (write(tok_in[1], token.data(), token.size()) != static_cast<ssize_t>(token.size()))
+    return {Verdict::Status::SandboxError, std::string("sandbox error: token pipe: ") + std::strerror(errno), "", "", 0};
+  guard.close_now(tok_in[1]);
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = spawn(a, namespaces_ ? kNamespaces : 0);
   for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &tok_in[0]}) guard.close_now(*fd);
-  Verdict v;
   if (pid < 0) return {Verdict::Status::SandboxError, std::string("sandbox error: clone: ") + std::strerror(errno), "", "", 0};
-  // The token goes in through a pipe (64 bytes: never blocks), then the pipe closes.
-  if (write(tok_in[1], token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
-  }
-  guard.close_now(tok_in[1]);
   // Read until every pipe closes; past the deadline, SIGKILL the sandbox's init (with the PID
   // namespace, the kernel then kills every descendant) or, without it, the process group.
   std::string out_s, err_s, tok_s, status_s;
@@ -264,10 +491,9 @@ Verdict Sandbox::run(const std::string& program, int worker) const {
   bool timed_out = false;
   auto killed_at = std::chrono::steady_clock::time_point::max();
   int open_fds = 4;
-  char buf[65536];
   while (open_fds > 0) {
     const auto now = std::chrono::steady_clock::now();
-    if (!timed_out && now - t0 > std::chrono::duration<double>(limits_.timeout_s)) {
+    if (!timed_out && now - t0 > std::chrono::duration<double>(timeout_s)) {
       timed_out = true;
       kill(pid, SIGKILL);
       if (!namespaces_) kill(-pid, SIGKILL);
@@ -275,18 +501,7 @@ Verdict Sandbox::run(const std::string& program, int worker) const {
     }
     if (timed_out && now - killed_at > std::chrono::milliseconds(500)) break;  // a survivor holds a pipe (no PID namespace)
     if (poll(fds, 4, 50) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 4; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? limits_.output_bytes : 256);
-      } else if (n == 0 || errno != EINTR) {
-        int fd = fds[i].fd;
-        guard.close_now(fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
+    drain(fds, sinks, guard, open_fds, limits_.output_bytes);
   }
   kill(pid, SIGKILL);  // the init of the sandbox: every descendant dies with it
   if (!namespaces_) kill(-pid, SIGKILL);
@@ -296,31 +511,212 @@ Verdict Sandbox::run(const std::string& program, int worker) const {
     std::error_code ec;
     std::filesystem::remove_all(fallback_dir, ec);
   }
-  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (out_s.size() > limits_.output_bytes) out_s.erase(0, out_s.size() - limits_.output_bytes);
-  if (err_s.size() > limits_.output_bytes) err_s.erase(0, err_s.size() - limits_.output_bytes);
-  // Captured text is data for JSON: malformed UTF-8 (a raw byte, a character cut by the cap)
-  // becomes U+FFFD.
-  v.out = utf8::lossy(out_s);
-  v.err = utf8::lossy(err_s);
-  if (!status_s.empty()) {
-    v.status = Verdict::Status::SandboxError;
-    v.result = "sandbox error: " + status_s;
-  } else if (tok_s == token) {
-    v.status = Verdict::Status::Passed;
-    v.result = "passed";
-  } else if (timed_out) {
-    v.status = Verdict::Status::TimedOut;
-    v.result = "timed out";
-  } else {
-    v.status = Verdict::Status::Failed;
-    std::string why = last_line(v.err);
-    if (why.empty())
-      why = WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
-                            : "exited (status " + std::to_string(WEXITSTATUS(st)) + ") before the tests finished";
-    v.result = "failed: " + why;
+  return make_verdict(out_s, err_s, tok_s, status_s, token, timed_out, st, t0);
+}
+
+
+struct Sandbox::Zygote {
+  std::mutex mu;  // one candidate at a time
+  pid_t pid = -1;
+  int sock = -1;
+  bool unavailable = false;  // could not start: this worker starts one interpreter per candidate
+  ~Zygote() { stop(); }
+  // SIGKILL to the zygote, the init of its PID namespace, kills every process in it.
+  void stop() {
+    if (sock >= 0) close(sock);
+    sock = -1;
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    pid = -1;
   }
-  return v;
+  // Starts the interpreter and waits for its "ready"; on failure, why says what went wrong.
+  bool start(const std::string& python, std::string& why) {
+    int sv[2], status[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+      why = std::string("socketpair: ") + std::strerror(errno);
+      return false;
+    }
+    if (pipe2(status, O_CLOEXEC) != 0) {
+      why = std::string("pipe: ") + std::strerror(errno);
+      close(sv[0]);
+      close(sv[1]);
+      return false;
+    }
+    ChildArgs a;
+    a.python = python.c_str();
+    a.zygote = true;
+    a.out_w = a.err_w = a.token_r = 2;
+    a.token_w = sv[1];
+    a.status_w = status[1];
+    pid = spawn(a, kNamespaces);
+    close(sv[1]);
+    close(status[1]);
+    sock = sv[0];
+    if (pid < 0) {
+      why = std::string("clone: ") + std::strerror(errno);
+      close(status[0]);
+      pid = -1;
+      stop();
+      return false;
+    }
+    std::string status_s;
+    bool ready = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    pollfd fds[2] = {{sock, POLLIN, 0}, {status[0], POLLIN, 0}};
+    while (!ready && std::chrono::steady_clock::now() < deadline) {
+      if (poll(fds, 2, 100) < 0 && errno != EINTR) break;
+      if (fds[1].fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+        char buf[256];
+        const ssize_t n = read(status[0], buf, sizeof buf);
+        if (n > 0) {
+          status_s.append(buf, static_cast<std::size_t>(n));
+        } else if (n == 0 || errno != EINTR) {
+          fds[1].fd = -1;  // exec succeeded (the pipe closed itself), or the child is gone
+        }
+      }
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char buf[16];
+        const ssize_t n = recv(sock, buf, sizeof buf, 0);
+        if (n == 5 && std::memcmp(buf, "ready", 5) == 0) ready = true;
+        else if (n <= 0 && errno != EINTR) break;
+      }
+    }
+    close(status[0]);
+    if (!ready) {
+      why = !status_s.empty() ? status_s : "the interpreter exited or did not answer while starting";
+      stop();
+    }
+    return ready;
+  }
+};
+
+Sandbox::Zygote& Sandbox::zygote_for(int worker) const {
+  std::lock_guard<std::mutex> lock(zygotes_mu_);
+  const std::size_t w = static_cast<std::size_t>(std::max(worker, 0));
+  if (zygotes_.size() <= w) zygotes_.resize(w + 1);
+  if (!zygotes_[w]) zygotes_[w] = std::make_unique<Zygote>();
+  return *zygotes_[w];
+}
+
+Verdict Sandbox::run(const std::string& program, int worker, double timeout_s) const {
+  if (!(timeout_s > 0)) timeout_s = limits_.timeout_s;
+  return zygote_ ? run_zygote(program, worker, timeout_s) : run_fresh(program, worker, timeout_s);
+}
+
+Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeout_s) const {
+  Zygote& z = zygote_for(worker);
+  std::lock_guard<std::mutex> lock(z.mu);
+  if (z.unavailable) return run_fresh(program, worker, timeout_s);
+  if (z.pid < 0) {
+    std::string why;
+    if (!z.start(python_, why)) {
+      z.unavailable = true;
+      spdlog::warn("verifier: worker {} could not start its zygote interpreter ({}); it starts one interpreter per candidate instead", worker,
+                   why);
+      return run_fresh(program, worker, timeout_s);
+    }
+  }
+  const std::string hex = random_token();
+  const std::string token = hex + "\n";
+  Fds guard;
+  int out[2], err[2], tok[2], status[2];
+  if (!guard.pipe(out) || !guard.pipe(err) || !guard.pipe(tok) || !guard.pipe(status))
+    return {Verdict::Status::SandboxError, std::string("sandbox error: pipe: ") + std::strerror(errno), "", "", 0};
+  // The program travels in a memfd: any size, no blocking.
+  int prog = memfd_create("bestofn-program", MFD_CLOEXEC);
+  if (prog >= 0) guard.fds.push_back(prog);
+  std::size_t written = 0;
+  while (prog >= 0 && written < program.size()) {
+    const ssize_t n = write(prog, program.data() + written, program.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  if (prog < 0 || written != program.size() || lseek(prog, 0, SEEK_SET) != 0)
+    return {Verdict::Status::SandboxError, std::string("sandbox error: memfd: ") + std::strerror(errno), "", "", 0};
+  const unsigned uid = limits_.uid - static_cast<unsigned>(worker);
+  const std::string msg = "R " + std::to_string(uid) + " " + std::to_string(limits_.memory_bytes) + " " +
+                          std::to_string(static_cast<long long>(std::ceil(timeout_s)) + 1) + " " +
+                          std::to_string(limits_.file_bytes) + " " + std::to_string(limits_.open_files) + " " +
+                          std::to_string(limits_.processes) + " " + std::to_string(limits_.tmpfs_bytes) + " " + hex;
+  const int pass[5] = {out[1], err[1], tok[1], status[1], prog};
+  auto send_request = [&]() {
+    iovec iov{const_cast<char*>(msg.data()), msg.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof pass)] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof pass);
+    std::memcpy(CMSG_DATA(c), pass, sizeof pass);
+    return sendmsg(z.sock, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!send_request()) {
+    // The zygote is gone (killed from outside, or out of memory): one restart, then give up.
+    z.stop();
+    std::string why;
+    if (!z.start(python_, why) || !send_request())
+      return {Verdict::Status::SandboxError, "sandbox error: the worker's zygote interpreter is gone (" + why + ")", "", "", 0};
+  }
+  for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &prog}) guard.close_now(*fd);
+
+  // Read until the pipes close and the zygote has reported; at the deadline ask the zygote to
+  // kill the candidate, and if it does not answer within a second, kill the zygote (and with it
+  // the whole namespace).
+  std::string out_s, err_s, tok_s, status_s;
+  pollfd fds[5] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {tok[0], POLLIN, 0}, {status[0], POLLIN, 0}, {z.sock, POLLIN, 0}};
+  std::string* sinks[4] = {&out_s, &err_s, &tok_s, &status_s};
+  bool timed_out = false, reported = false, zygote_died = false;
+  int st = 0;
+  auto killed_at = std::chrono::steady_clock::time_point::max();
+  int open_fds = 4;
+  while (open_fds > 0 || !(reported || zygote_died)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!timed_out && now - t0 > std::chrono::duration<double>(timeout_s)) {
+      timed_out = true;
+      killed_at = now;
+      if (send(z.sock, "K", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+        z.stop();
+        zygote_died = true;
+      }
+    }
+    // No answer, or pipes still open after the answer (never, with every process dead): the
+    // whole namespace goes.
+    if (timed_out && (!reported || open_fds > 0) && !zygote_died && now - killed_at > std::chrono::seconds(1)) {
+      z.stop();
+      zygote_died = true;
+    }
+    if (zygote_died) fds[4].fd = -1;
+    if (zygote_died && now - killed_at > std::chrono::seconds(2)) break;  // cannot happen: the namespace is dead
+    if (poll(fds, 5, 50) < 0 && errno != EINTR) break;
+    drain(fds, sinks, guard, open_fds, limits_.output_bytes);
+    if (fds[4].fd >= 0 && (fds[4].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char reply[64];
+      const ssize_t n = recv(z.sock, reply, sizeof reply - 1, 0);
+      if (n > 2 && reply[0] == 'X') {
+        reply[n] = '\0';
+        st = std::atoi(reply + 2);
+        reported = true;
+        fds[4].fd = -1;
+      } else if (n <= 0 && errno != EINTR) {
+        z.stop();
+        zygote_died = true;
+        if (killed_at == std::chrono::steady_clock::time_point::max()) killed_at = std::chrono::steady_clock::now();
+      }
+    }
+  }
+  if (zygote_died && !timed_out && tok_s != token && status_s.empty())
+    status_s = "the worker's zygote interpreter died during the run";
+  if (zygote_died && !timed_out) st = 0;
+  return make_verdict(out_s, err_s, tok_s, status_s, token, timed_out, st, t0);
 }
 
 }  // namespace bestofn

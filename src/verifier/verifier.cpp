@@ -31,7 +31,7 @@ std::vector<Verdict> verify_all(const Sandbox& sandbox, const std::vector<Verify
     for (std::size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       try {
         const VerifyRequest& r = *jobs[j];
-        verdicts[j] = sandbox.run(r.plus ? plus_program(*r.problem, r.completion) : program(*r.problem, r.completion), worker);
+        verdicts[j] = sandbox.run(r.plus ? plus_program(*r.problem, r.completion) : program(*r.problem, r.completion), worker, r.timeout_s);
       } catch (const std::exception& e) {  // the sandbox could not run: data, never a crash
         verdicts[j] = {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
       }
