@@ -1,37 +1,54 @@
-# libFuzzer targets, built when clang++ is present (whatever compiler builds the rest): compiled
-# directly with clang++ -fsanitize=fuzzer,address,undefined from the parser sources they cover.
+# libFuzzer targets (fuzz/): a separate CMake project built with clang++ (whatever compiler builds
+# the rest) through ExternalProject, when clang++ is present and BESTOFN_FUZZ is on. Each target
+# gets two tests, labelled "fuzz": a corpus seeded from real files (scripts/fuzz_corpus.sh), then a
+# bounded run (BESTOFN_FUZZ_SECONDS, default 60) that also replays the committed crashers in
+# tests/data/fuzz_regressions/<target>/ first. A crash, a sanitizer report, a leak, an input that
+# runs longer than 25 s or an RSS above 2 GB fails the test; the input is left in
+# <build>/fuzz/artifacts/.
+option(BESTOFN_FUZZ "Build the libFuzzer targets (needs clang++ and libclang-rt-14-dev)" ON)
+set(BESTOFN_FUZZ_SECONDS 60 CACHE STRING "Seconds each fuzz test runs its target")
+set(BESTOFN_FUZZ_TARGETS safetensors safetensors_index model_config tokenizer_json tokenizer datasets samples_jsonl
+    stop_strings utf8)
 find_program(BESTOFN_CLANGXX NAMES clang++ clang++-14)
-if(BESTOFN_CLANGXX)
-  get_target_property(_json_inc nlohmann_json::nlohmann_json INTERFACE_INCLUDE_DIRECTORIES)
-  set(_fuzz_flags -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-      -I${CMAKE_SOURCE_DIR}/include)
-  foreach(_inc IN LISTS _json_inc)
-    # /usr/include is already searched; naming it again breaks libstdc++'s #include_next.
-    if(NOT _inc STREQUAL "/usr/include")
-      list(APPEND _fuzz_flags -isystem ${_inc})
-    endif()
-  endforeach()
-  set(_fuzz_safetensors_src ${CMAKE_SOURCE_DIR}/fuzz/fuzz_safetensors.cpp ${CMAKE_SOURCE_DIR}/src/safetensors.cpp
-      ${CMAKE_SOURCE_DIR}/src/dtype.cpp)
-  add_custom_command(
-    OUTPUT ${CMAKE_BINARY_DIR}/fuzz/fuzz_safetensors
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/fuzz
-    COMMAND ${BESTOFN_CLANGXX} ${_fuzz_flags} ${_fuzz_safetensors_src} -o ${CMAKE_BINARY_DIR}/fuzz/fuzz_safetensors
-    DEPENDS ${_fuzz_safetensors_src} ${CMAKE_SOURCE_DIR}/include/bestofn/safetensors.h
-    COMMENT "libFuzzer target fuzz_safetensors (clang++)"
-    VERBATIM)
-  add_custom_target(fuzz_safetensors ALL DEPENDS ${CMAKE_BINARY_DIR}/fuzz/fuzz_safetensors)
-  if(BESTOFN_BUILD_TESTS)
-    # A bounded run on a corpus seeded from real and synthetic files, as a regular test.
-    add_test(NAME fuzz_safetensors_corpus
-      COMMAND ${CMAKE_SOURCE_DIR}/scripts/fuzz_corpus.sh ${CMAKE_BINARY_DIR}/fuzz/corpus_safetensors $<TARGET_FILE:bestofn>)
-    set_tests_properties(fuzz_safetensors_corpus PROPERTIES FIXTURES_SETUP fuzz_corpus LABELS "unit;fuzz")
-    add_test(NAME fuzz_safetensors_smoke
-      COMMAND ${CMAKE_BINARY_DIR}/fuzz/fuzz_safetensors -max_total_time=20 -rss_limit_mb=2048 -max_len=4096
-              ${CMAKE_BINARY_DIR}/fuzz/corpus_safetensors)
-    set_tests_properties(fuzz_safetensors_smoke PROPERTIES FIXTURES_REQUIRED fuzz_corpus LABELS "unit;fuzz")
-  endif()
-  message(STATUS "bestofn: libFuzzer targets ON (${BESTOFN_CLANGXX})")
-else()
-  message(STATUS "bestofn: clang++ not found, no libFuzzer targets")
+if(NOT BESTOFN_FUZZ OR NOT BESTOFN_CLANGXX)
+  message(STATUS "bestofn: no libFuzzer targets (BESTOFN_FUZZ=${BESTOFN_FUZZ}, clang++: ${BESTOFN_CLANGXX})")
+  return()
 endif()
+
+include(ExternalProject)
+set(_fuzz_bin ${CMAKE_BINARY_DIR}/fuzz)
+ExternalProject_Add(bestofn_fuzz
+  SOURCE_DIR ${CMAKE_SOURCE_DIR}/fuzz
+  BINARY_DIR ${_fuzz_bin}
+  PREFIX ${CMAKE_BINARY_DIR}/fuzz-prefix
+  CMAKE_ARGS -DCMAKE_CXX_COMPILER=${BESTOFN_CLANGXX} -DCMAKE_BUILD_TYPE=Release
+             -DBESTOFN_STAGED_DEPS=${BESTOFN_STAGED_DEPS}
+  BUILD_ALWAYS ON
+  INSTALL_COMMAND "")
+message(STATUS "bestofn: libFuzzer targets ON (${BESTOFN_CLANGXX}), ${BESTOFN_FUZZ_SECONDS} s per target")
+
+if(NOT BESTOFN_BUILD_TESTS)
+  return()
+endif()
+set(_shared "$ENV{BESTOFN_SHARED}")
+if(NOT _shared)
+  set(_shared "${CMAKE_SOURCE_DIR}/../shared")
+endif()
+file(MAKE_DIRECTORY ${_fuzz_bin}/artifacts)
+foreach(_t IN LISTS BESTOFN_FUZZ_TARGETS)
+  set(_corpus ${_fuzz_bin}/corpus/${_t})
+  add_test(NAME fuzz_${_t}_corpus
+    COMMAND ${CMAKE_SOURCE_DIR}/scripts/fuzz_corpus.sh ${_t} ${_corpus} $<TARGET_FILE:bestofn>)
+  set_tests_properties(fuzz_${_t}_corpus PROPERTIES FIXTURES_SETUP fuzz_corpus_${_t} LABELS fuzz)
+  set(_dirs ${_corpus})
+  if(EXISTS ${CMAKE_SOURCE_DIR}/tests/data/fuzz_regressions/${_t})
+    list(APPEND _dirs ${CMAKE_SOURCE_DIR}/tests/data/fuzz_regressions/${_t})
+  endif()
+  add_test(NAME fuzz_${_t}
+    COMMAND ${_fuzz_bin}/fuzz_${_t} -max_total_time=${BESTOFN_FUZZ_SECONDS} -timeout=25 -rss_limit_mb=2048
+            -max_len=16384 -print_final_stats=1 -artifact_prefix=${_fuzz_bin}/artifacts/${_t}- ${_dirs}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(fuzz_${_t} PROPERTIES FIXTURES_REQUIRED fuzz_corpus_${_t} LABELS fuzz
+    ENVIRONMENT "BESTOFN_SHARED=${_shared};BESTOFN_FUZZ_MODEL=${_fuzz_bin}/corpus/safetensors_index-model"
+    TIMEOUT 600)
+endforeach()

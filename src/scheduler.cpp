@@ -8,6 +8,7 @@
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
 #include "bestofn/parallel.h"
+#include "bestofn/stop_strings.h"
 #include "bestofn/tokenizer.h"
 
 namespace bestofn {
@@ -132,20 +133,11 @@ class Run {
 
   // The earliest stop string that ends in the text added since `before`; the text is cut there.
   bool match_stop(Candidate& c, std::size_t before) const {
-    std::size_t best = std::string::npos;
-    const std::string* which = nullptr;
-    auto check = [&](const std::string& s) {
-      if (s.empty()) return;
-      const std::size_t from = before >= s.size() ? before - s.size() + 1 : 0;
-      const std::size_t at = c.text.find(s, from);
-      if (at != std::string::npos && at < best) best = at, which = &s;
-    };
-    for (const auto& s : opt_.stop) check(s);
-    for (const auto& s : reqs_[c.prompt].stop) check(s);
-    if (!which) return false;
-    c.text.resize(best);
+    const StopMatch m = find_stop(c.text, before, opt_.stop, reqs_[c.prompt].stop);
+    if (!m.stop) return false;
+    c.text.resize(m.at);
     c.finish_reason = "stop";
-    c.stop = *which;
+    c.stop = *m.stop;
     return true;
   }
 

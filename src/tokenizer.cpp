@@ -115,7 +115,8 @@ std::string Tokenizer::Impl::raw_bytes(const std::string& token) const {
   for (const auto& s : decoder) {
     if (s.kind == DecodeStep::Replace) {
       replace_all(t, s.from, s.to);
-    } else if (s.kind == DecodeStep::ByteFallback && t.size() == 6 && t.starts_with("<0x") && t.back() == '>') {
+    } else if (s.kind == DecodeStep::ByteFallback && t.size() == 6 && t.starts_with("<0x") && t.back() == '>' &&
+               std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {  // as decode()
       t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
     } else if (s.kind == DecodeStep::ByteLevel) {
       if (auto bytes = byte_level_bytes(t)) t = std::move(*bytes);  // else HF keeps the token's own bytes

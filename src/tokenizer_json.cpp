@@ -68,6 +68,33 @@ struct Loader {
     return j[key].get<std::string>();
   }
 
+  // Optional members: absent (or null) gives the default; a wrong type is an error naming the member.
+  bool flag(const json& j, const char* key, bool fallback, const std::string& where) const {
+    if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean()) throw fail(where + ": \"" + key + "\" must be true or false, got " + j[key].dump());
+    return j[key].get<bool>();
+  }
+
+  std::string opt_str(const json& j, const char* key, const std::string& fallback, const std::string& where) const {
+    if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+    return str(j, key, where);
+  }
+
+  int count(const json& j, const char* key, const std::string& where) const {  // 0 when absent
+    if (!j.is_object() || !j.contains(key) || j[key].is_null()) return 0;
+    const json& v = j[key];
+    if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 1000000)
+      throw fail(where + ": \"" + key + "\" must be an integer from 0 to 1000000, got " + v.dump());
+    return v.get<int>();
+  }
+
+  // {"pattern": {"String": "..."}} (or "Regex"), as the pattern of a normalizer, pre-tokenizer or decoder.
+  std::string pattern(const json& j, const char* kind, const std::string& where) const {
+    if (!j.contains("pattern") || !j["pattern"].is_object() || !j["pattern"].contains(kind) || !j["pattern"][kind].is_string())
+      throw fail(where + ": only a " + kind + " pattern is supported");
+    return j["pattern"][kind].get<std::string>();
+  }
+
   void vocab(const json& model) {
     if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object of token -> id");
     const std::size_t n = model["vocab"].size();
@@ -111,16 +138,16 @@ struct Loader {
   void model(const json& j) {
     if (!j.contains("model") || !j["model"].is_object()) throw fail("no \"model\" object");
     const json& m = j["model"];
-    const std::string type = m.value("type", std::string("BPE"));
+    const std::string type = opt_str(m, "type", "BPE", "model");
     if (type != "BPE") throw fail("unsupported model type '" + type + "'; supported: BPE");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(key) && !m[key].is_null()) throw fail(std::string("model.") + key + " is not supported");
     if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0) throw fail("BPE dropout is not supported");
     vocab(m);
     merges(m);
-    t.ignore_merges = m.value("ignore_merges", false);
-    t.byte_fallback = m.value("byte_fallback", false);
-    t.fuse_unk = m.value("fuse_unk", false);
+    t.ignore_merges = flag(m, "ignore_merges", false, "model");
+    t.byte_fallback = flag(m, "byte_fallback", false, "model");
+    t.fuse_unk = flag(m, "fuse_unk", false, "model");
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       const auto it = t.vocab.find(m["unk_token"].get<std::string>());
       if (it == t.vocab.end()) throw fail("model.unk_token " + m["unk_token"].dump() + " is not in the vocab");
@@ -131,18 +158,23 @@ struct Loader {
   void added_tokens(const json& j) {
     if (!j.contains("added_tokens") || j["added_tokens"].is_null()) return;
     if (!j["added_tokens"].is_array()) throw fail("added_tokens must be a list");
+    // Added tokens take vocabulary ids or the ids right after them: a bound that keeps a corrupt id
+    // from sizing the id table.
+    const long long max_id = static_cast<long long>(t.id_to_token.size() + j["added_tokens"].size());
     for (const auto& a : j["added_tokens"]) {
       AddedToken at;
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || a["id"].get<long long>() < 0 ||
-          a["id"].get<long long>() > 100000000)
-        throw fail("added_tokens: entry " + a.dump().substr(0, 80) + " needs a non-negative integer id");
+          a["id"].get<long long>() >= max_id)
+        throw fail("added_tokens: entry " + a.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 80) +
+                   " needs an integer id from 0 to " + std::to_string(max_id - 1) + " (the vocab size + the added tokens)");
       at.id = a["id"].get<int>();
       at.content = str(a, "content", "added_tokens");
       if (at.content.empty() || utf8::first_invalid(at.content)) throw fail("added_tokens: token " + std::to_string(at.id) + " has empty or invalid content");
-      at.special = a.value("special", false);
-      at.lstrip = a.value("lstrip", false);
-      at.rstrip = a.value("rstrip", false);
-      at.single_word = a.value("single_word", false);
+      const std::string where = "added token " + std::to_string(at.id);
+      at.special = flag(a, "special", false, where);
+      at.lstrip = flag(a, "lstrip", false, where);
+      at.rstrip = flag(a, "rstrip", false, where);
+      at.single_word = flag(a, "single_word", false, where);
       if (static_cast<std::size_t>(at.id) >= t.id_to_token.size()) t.id_to_token.resize(static_cast<std::size_t>(at.id) + 1);
       t.id_to_token[static_cast<std::size_t>(at.id)] = at.content;
       t.vocab[at.content] = at.id;
@@ -161,9 +193,7 @@ struct Loader {
     } else if (type == "Prepend") {
       t.normalizer.push_back({true, "", str(n, "prepend", "Prepend normalizer")});
     } else if (type == "Replace") {
-      if (!n.contains("pattern") || !n["pattern"].contains("String"))
-        throw fail("Replace normalizer: only a String pattern is supported");
-      t.normalizer.push_back({false, n["pattern"]["String"].get<std::string>(), str(n, "content", "Replace normalizer")});
+      t.normalizer.push_back({false, pattern(n, "String", "Replace normalizer"), str(n, "content", "Replace normalizer")});
     } else {
       throw fail("unsupported normalizer '" + type + "'; supported: Sequence, Prepend, Replace");
     }
@@ -188,13 +218,13 @@ struct Loader {
     if (type == "Sequence") {
       for (const auto& s : p.value("pretokenizers", json::array())) pre_tokenizer(s);
     } else if (type == "Split") {
-      if (!p.contains("pattern") || !p["pattern"].contains("Regex")) throw fail("Split pre_tokenizer: only a Regex pattern is supported");
-      if (p.value("behavior", std::string()) != "Isolated" || p.value("invert", false))
+      const std::string regex = pattern(p, "Regex", "Split pre_tokenizer");
+      if (opt_str(p, "behavior", "", "Split pre_tokenizer") != "Isolated" || flag(p, "invert", false, "Split pre_tokenizer"))
         throw fail("Split pre_tokenizer: only behavior Isolated without invert is supported");
-      add_regex(p["pattern"]["Regex"].get<std::string>());
+      add_regex(regex);
     } else if (type == "ByteLevel") {
-      if (p.value("add_prefix_space", false)) throw fail("ByteLevel pre_tokenizer: add_prefix_space is not supported");
-      if (p.value("use_regex", true))  // GPT-2's own split
+      if (flag(p, "add_prefix_space", false, "ByteLevel pre_tokenizer")) throw fail("ByteLevel pre_tokenizer: add_prefix_space is not supported");
+      if (flag(p, "use_regex", true, "ByteLevel pre_tokenizer"))  // GPT-2's own split
         add_regex(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
       t.byte_level = true;
     } else {
@@ -210,8 +240,7 @@ struct Loader {
     } else if (type == "ByteLevel") {
       t.decoder.push_back({DecodeStep::ByteLevel, "", "", ' ', 0, 0});
     } else if (type == "Replace") {
-      if (!d.contains("pattern") || !d["pattern"].contains("String")) throw fail("Replace decoder: only a String pattern is supported");
-      t.decoder.push_back({DecodeStep::Replace, d["pattern"]["String"].get<std::string>(), str(d, "content", "Replace decoder"), ' ', 0, 0});
+      t.decoder.push_back({DecodeStep::Replace, pattern(d, "String", "Replace decoder"), str(d, "content", "Replace decoder"), ' ', 0, 0});
     } else if (type == "ByteFallback") {
       t.decoder.push_back({DecodeStep::ByteFallback, "", "", ' ', 0, 0});
     } else if (type == "Fuse") {
@@ -219,7 +248,7 @@ struct Loader {
     } else if (type == "Strip") {
       const std::string c = str(d, "content", "Strip decoder");
       if (c.size() != 1) throw fail("Strip decoder: content must be one ASCII character");
-      t.decoder.push_back({DecodeStep::Strip, "", "", c[0], d.value("start", 0), d.value("stop", 0)});
+      t.decoder.push_back({DecodeStep::Strip, "", "", c[0], count(d, "start", "Strip decoder"), count(d, "stop", "Strip decoder")});
     } else {
       throw fail("unsupported decoder '" + type + "'; supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip");
     }
@@ -252,14 +281,17 @@ struct Loader {
   void specials(const json& j, const json& config) {
     const json& post = j.contains("post_processor") ? j["post_processor"] : json();
     std::vector<const json*> procs;
-    if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") && post["processors"].is_array())
+    if (post.is_object() && opt_str(post, "type", "", "post_processor") == "Sequence" && post.contains("processors") && post["processors"].is_array())
       for (const auto& p : post["processors"]) procs.push_back(&p);
     else if (post.is_object())
       procs.push_back(&post);
-    for (const json* p : procs)
-      if (p->value("type", "") == "TemplateProcessing" && p->contains("single") && (*p)["single"].is_array() &&
-          !(*p)["single"].empty() && (*p)["single"][0].contains("SpecialToken"))
-        t.bos = special_id((*p)["single"][0]["SpecialToken"]["id"]);
+    for (const json* p : procs) {
+      if (!p->is_object() || opt_str(*p, "type", "", "post_processor") != "TemplateProcessing" || !p->contains("single")) continue;
+      const json& single = (*p)["single"];
+      if (single.is_array() && !single.empty() && single[0].is_object() && single[0].contains("SpecialToken") &&
+          single[0]["SpecialToken"].is_object() && single[0]["SpecialToken"].contains("id"))
+        t.bos = special_id(single[0]["SpecialToken"]["id"]);
+    }
     if (config.is_object()) {
       if (!t.bos && config.contains("bos_token")) t.bos = special_id(config["bos_token"]);
       if (config.contains("eos_token")) t.eos = special_id(config["eos_token"]);
