@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
 #include "bestofn/quantize.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/gemm_fp8.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn::cpu {
@@ -173,16 +176,51 @@ void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std:
   }
 }
 
-void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
+namespace {
+
+// The GEMM path for FP8 weights: fp8::best_path() unless BESTOFN_FP8_GENERIC is set (both give
+// the same bits; the variable is there to measure one against the other).
+fp8::Path fp8_path() {
+  static const fp8::Path p = std::getenv("BESTOFN_FP8_GENERIC") ? fp8::Path::Generic : fp8::best_path();
+  return p;
+}
+
+void linear_fp8(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  const fp8::Path path = fp8_path();
   thread_local std::vector<float> xq, sx;
-  const float* xa = x;
-  if (l.is_fp8()) {
-    quantize_activations(l, x, T, in, xq, sx);
-    xa = xq.data();
-  }
-  const float* sxp = l.is_fp8() ? sx.data() : nullptr;
+  thread_local std::vector<std::uint16_t> packed;
+  quantize_activations(l, x, T, in, xq, sx);
+  packed.resize(T * fp8::packed_size(path, in));
+  fp8::pack_activations(path, xq.data(), T, in, packed.data());
+  // Plain pointers into this thread's buffers: inside the lambda, on a worker, the names of the
+  // thread_local vectors would mean the worker's own.
+  const std::uint16_t* xp = packed.data();
+  const float* sxp = sx.data();
   const std::size_t blocks = (out + kRows - 1) / kRows;
+  pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t r0 = b0 * kRows, r1 = std::min(out, b1 * kRows);
+    fp8::dot_rows(path, l.weight.data, in, r0, r1, xp, T, y, out);
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t o = r0; o < r1; ++o) y[t * out + o] = y[t * out + o] * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+  });
+}
+
+}  // namespace
+
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
+  if (l.is_fp8()) {
+    linear_fp8(l, x, T, y, pool);
+    return;
+  }
+  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  const std::size_t blocks = (out + kRows - 1) / kRows;
+  if (l.weight.dtype == DType::BF16 && bf16::available()) {  // the same sums, widened in registers
+    pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
+      bf16::dot_rows(reinterpret_cast<const std::uint16_t*>(l.weight.data), in, b0 * kRows, std::min(out, b1 * kRows), x, T, y, out);
+    });
+    return;
+  }
   pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
     thread_local std::vector<float> wbuf;
     wbuf.resize(kRows * in);
@@ -200,18 +238,13 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
         for (std::size_t t = t0; t < t1; t += kTokens) {
           const int tt = static_cast<int>(std::min<std::size_t>(kTokens, t1 - t));
           const float* xs[kTokens];
-          for (int j = 0; j < kTokens; ++j) xs[j] = xa + (t + static_cast<std::size_t>(std::min(j, tt - 1))) * in;
+          for (int j = 0; j < kTokens; ++j) xs[j] = x + (t + static_cast<std::size_t>(std::min(j, tt - 1))) * in;
           float acc[kTokens][kRows];
           if (tt == 1) kernel_4x1(xs[0], w[0], w[1], w[2], w[3], in, acc);
           else if (tt == 2) kernel_4x2(xs, w[0], w[1], w[2], w[3], in, acc);
           else kernel_4x4(xs, w[0], w[1], w[2], w[3], in, acc);  // a 3-token tile repeats its last token
           for (int j = 0; j < tt; ++j)
-            for (int k = 0; k < rows; ++k) {
-              const std::size_t o = r0 + static_cast<std::size_t>(k);
-              float v = acc[j][k];
-              if (sxp) v = v * sxp[t + static_cast<std::size_t>(j)] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
-              y[(t + static_cast<std::size_t>(j)) * out + o] = v;
-            }
+            for (int k = 0; k < rows; ++k) y[(t + static_cast<std::size_t>(j)) * out + r0 + static_cast<std::size_t>(k)] = acc[j][k];
         }
       }
     }

@@ -21,7 +21,8 @@ void tensor_row(const Tensor& t, std::int64_t r, float* out);
 
 // y (T x out) = x (T x in) W^T. FP8 weights: the activations are quantized to E4M3 first (the
 // static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
-// summed in fp32 and scaled by x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does.
+// summed in fp32 (in the order cpu/gemm_fp8.h states, on every CPU) and scaled by
+// x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does.
 // Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
 // a candidate's numbers never depend on the batch around it.
 void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool);

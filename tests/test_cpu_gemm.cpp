@@ -1,0 +1,187 @@
+// The CPU GEMM kernels against scalar references written from the orders their headers state
+// (src/cpu/gemm_fp8.h, src/cpu/gemm_bf16.h), bit for bit: E4M3 x E4M3 products are exact in fp32,
+// so an FP8 dot product depends only on its summation order, and the BF16 kernels use one fused
+// multiply-add per product (std::fma here). A second check puts the FP8 reference within the
+// fp32 error bound of a double-precision sum, so the order is an order of the right terms.
+// Shapes: the bench-100m layers (768 / 2048 wide, N = 1, 2, 3, 16, 33 tokens) and ragged ones
+// (a partial 64-element block, a partial block of 4 rows); values: all 256 E4M3 codes as weights
+// against all finite codes as activations, subnormals and +-448 included.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bestofn/numeric.h"
+#include "bestofn/weights.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/gemm_fp8.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+
+namespace bestofn {
+namespace {
+
+namespace fp8 = cpu::fp8;
+
+struct Shape {
+  std::size_t out, in, T;
+};
+const Shape kShapes[] = {{768, 768, 1}, {256, 768, 2}, {2048, 768, 3}, {768, 2048, 16}, {132, 768, 33},
+                         {259, 296, 1}, {259, 296, 5}, {7, 40, 2},     {13, 64, 4}};
+
+float tree_sum(const float* a) {
+  float h8[8], h4[4];
+  for (int i = 0; i < 8; ++i) h8[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) h4[i] = h8[i] + h8[i + 4];
+  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+// The FP8 order of gemm_fp8.h, one scalar addition at a time.
+float fp8_reference(const float* x, const std::uint8_t* w, std::size_t in) {
+  auto term = [&](std::size_t e) { return e < in ? x[e] * fp8_e4m3_to_float_finite(w[e]) : 0.0f; };
+  float lanes[16] = {};
+  for (std::size_t b = 0; b < in; b += 64)
+    for (std::size_t j = 0; j < 16; ++j) {
+      const std::size_t e = b + 16 * (j / 4) + 2 * (j % 4);
+      for (std::size_t d : {1, 0, 9, 8}) lanes[j] += term(e + d);
+    }
+  return tree_sum(lanes);
+}
+
+// Codes: weights take all 256 (row r, column i: code (r * 7 + i) mod 256 for the first 256
+// columns), then random; activations take every finite code, then random finite codes.
+std::vector<std::uint8_t> weight_codes(std::size_t out, std::size_t in, std::mt19937& rng) {
+  std::vector<std::uint8_t> w(out * in);
+  for (std::size_t r = 0; r < out; ++r)
+    for (std::size_t i = 0; i < in; ++i) w[r * in + i] = static_cast<std::uint8_t>(i < 256 ? (r * 7 + i) % 256 : rng() % 256);
+  return w;
+}
+std::vector<float> activation_values(std::size_t T, std::size_t in, std::mt19937& rng) {
+  std::vector<float> x(T * in);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    auto c = static_cast<std::uint8_t>(i < 256 ? i : rng() % 256);
+    if ((c & 0x7f) == 0x7f) c = c == 0x7f ? 0x7e : 0xfe;  // the NaN codes -> +-448
+    x[i] = fp8_e4m3_to_float_finite(c);
+  }
+  return x;
+}
+
+TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
+  std::mt19937 rng(7);
+  std::vector<fp8::Path> paths = {fp8::Path::Generic};
+  if (fp8::available(fp8::Path::Avx512Bf16)) paths.push_back(fp8::Path::Avx512Bf16);
+  else std::cout << "[ note ] no AVX-512 BF16 on this CPU: the generic path only\n";
+  for (const Shape& s : kShapes) {
+    const auto w = weight_codes(s.out, s.in, rng);
+    const auto x = activation_values(s.T, s.in, rng);
+    for (fp8::Path p : paths) {
+      std::vector<std::uint16_t> packed(s.T * fp8::packed_size(p, s.in));
+      fp8::pack_activations(p, x.data(), s.T, s.in, packed.data());
+      std::vector<float> y(s.T * s.out, NAN);
+      // Two row ranges, as two threads would split them.
+      fp8::dot_rows(p, w.data(), s.in, 0, s.out / 2, packed.data(), s.T, y.data(), s.out);
+      fp8::dot_rows(p, w.data(), s.in, s.out / 2, s.out, packed.data(), s.T, y.data(), s.out);
+      int bad = 0;
+      for (std::size_t t = 0; t < s.T; ++t)
+        for (std::size_t o = 0; o < s.out; ++o) {
+          const float ref = fp8_reference(x.data() + t * s.in, w.data() + o * s.in, s.in);
+          const float got = y[t * s.out + o];
+          if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
+            ADD_FAILURE() << (p == fp8::Path::Generic ? "generic" : "avx512-bf16") << " " << s.out << "x" << s.in << " T" << s.T
+                          << " [" << t << ", " << o << "]: " << got << " vs " << ref;
+        }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+TEST(CpuGemm, Fp8ReferenceIsTheDotProductWithinFp32Rounding) {
+  std::mt19937 rng(8);
+  const std::size_t in = 2048, out = 64;
+  const auto w = weight_codes(out, in, rng);
+  const auto x = activation_values(1, in, rng);
+  for (std::size_t o = 0; o < out; ++o) {
+    double exact = 0, mag = 0;
+    for (std::size_t i = 0; i < in; ++i) {
+      const double term = static_cast<double>(x[i]) * fp8_e4m3_to_float_finite(w[o * in + i]);
+      exact += term, mag += std::fabs(term);
+    }
+    EXPECT_LE(std::fabs(fp8_reference(x.data(), w.data() + o * in, in) - exact), in * 0x1p-24 * mag) << "row " << o;
+  }
+}
+
+// cpu::linear on an FP8 Linear: the kernels' sums, scaled by the token's and the row's scales,
+// whatever the thread count.
+TEST(CpuGemm, Fp8LinearScalesTheOrderedSums) {
+  std::mt19937 rng(9);
+  const std::size_t out = 260, in = 768, T = 5;
+  const auto w = weight_codes(out, in, rng);
+  Linear l;
+  l.weight = Tensor{"w", DType::F8_E4M3, {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)}, w.data(), w.size()};
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (std::size_t o = 0; o < out; ++o) l.weight_scale.push_back(std::fabs(u(rng)) * 1e-3f + 1e-4f);
+  std::vector<float> x(T * in);
+  for (auto& v : x) v = u(rng);
+  for (int threads : {1, 2}) {
+    cpu::ThreadPool pool(threads);
+    std::vector<float> y(T * out);
+    cpu::linear(l, x.data(), T, y.data(), pool);
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* row = x.data() + t * in;
+      float amax = 0;
+      for (std::size_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(row[i]));
+      const float sx = amax / kFp8E4M3Max;
+      std::vector<float> xq(in);
+      for (std::size_t i = 0; i < in; ++i) xq[i] = fp8_e4m3_round(row[i] / sx);
+      for (std::size_t o = 0; o < out; ++o) {
+        const float ref = fp8_reference(xq.data(), w.data() + o * in, in) * sx * l.weight_scale[o];
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(y[t * out + o]), std::bit_cast<std::uint32_t>(ref)) << "threads " << threads << " [" << t << ", " << o << "]";
+      }
+    }
+  }
+}
+
+// The BF16 order of gemm_bf16.h: lane l takes i = l mod 16 by fused multiply-adds, lanes summed in
+// order, then the tail.
+float bf16_reference(const float* x, const std::uint16_t* w, std::size_t in) {
+  float lanes[16] = {};
+  const std::size_t body = in / 16 * 16;
+  for (std::size_t i = 0; i < body; ++i) lanes[i % 16] = std::fma(x[i], bf16_to_float(w[i]), lanes[i % 16]);
+  float a = 0.0f;
+  for (float l : lanes) a += l;
+  for (std::size_t i = body; i < in; ++i) a = std::fma(x[i], bf16_to_float(w[i]), a);
+  return a;
+}
+
+TEST(CpuGemm, Bf16KernelFollowsTheStatedOrderBitForBit) {
+  if (!cpu::bf16::available()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(10);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : kShapes) {
+    std::vector<std::uint16_t> w(s.out * s.in);
+    for (auto& h : w) h = bf16_from_float(nd(rng) * 0.05f);
+    w[0] = 0x0001, w[1] = 0x8000, w[2] = 0x7f7f;  // a denormal, -0, the largest finite
+    std::vector<float> x(s.T * s.in);
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> y(s.T * s.out, NAN);
+    cpu::bf16::dot_rows(w.data(), s.in, 0, s.out / 2, x.data(), s.T, y.data(), s.out);
+    cpu::bf16::dot_rows(w.data(), s.in, s.out / 2, s.out, x.data(), s.T, y.data(), s.out);
+    int bad = 0;
+    for (std::size_t t = 0; t < s.T; ++t)
+      for (std::size_t o = 0; o < s.out; ++o) {
+        const float ref = bf16_reference(x.data() + t * s.in, w.data() + o * s.in, s.in), got = y[t * s.out + o];
+        if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
+          ADD_FAILURE() << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o << "]: " << got << " vs " << ref;
+      }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+}  // namespace
+}  // namespace bestofn
