@@ -288,6 +288,37 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   return groups;
 }
 
+// scores[r * Lp + j] = (q_r . K_j) * scale for the R queries of a prefix group, each dot product
+// summed over i = 0..hd-1 in order (the sums of the CPU twin, cpu/attention.cpp). Q is transposed
+// (hd x R) and 4 positions go at once, so the loop over r vectorizes and 4R sums run side by
+// side; each sum still adds its terms one by one in the same order.
+template <class QOf>
+void prefix_scores(const KvRows& K, std::size_t Lp, std::size_t off, std::size_t R, const QOf& q_of, float scale,
+                   std::vector<float>& kv, std::vector<float>& scores) {
+  constexpr std::size_t kPos = 4;
+  const std::size_t hd = kv.size();
+  thread_local std::vector<float> qt, k4, s4;
+  qt.resize(hd * R), k4.resize(kPos * hd), s4.resize(kPos * R);
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t i = 0; i < hd; ++i) qt[i * R + r] = q_of(r)[i];
+  scores.assign(R * Lp, 0.0f);
+  for (std::size_t j0 = 0; j0 < Lp; j0 += kPos) {
+    const std::size_t np = std::min(kPos, Lp - j0);
+    for (std::size_t p = 0; p < np; ++p) K.read(j0 + p, off, hd, k4.data() + p * hd);
+    std::fill(s4.begin(), s4.end(), 0.0f);
+    for (std::size_t i = 0; i < hd; ++i) {
+      const float* qi = qt.data() + i * R;
+      for (std::size_t p = 0; p < np; ++p) {
+        const float k = k4[p * hd + i];
+        float* s = s4.data() + p * R;
+        for (std::size_t r = 0; r < R; ++r) s[r] += qi[r] * k;
+      }
+    }
+    for (std::size_t p = 0; p < np; ++p)
+      for (std::size_t r = 0; r < R; ++r) scores[r * Lp + j0 + p] = s4[p * R + r] * scale;
+  }
+}
+
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
@@ -305,16 +336,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       const KvRows& PK = P.kv.k[static_cast<std::size_t>(layer)];
       const KvRows& PV = P.kv.v[static_cast<std::size_t>(layer)];
       // Prefix: S = Q K^T (R x Lp), row softmax statistics, O_p = exp(S - m) V.
-      scores.assign(R * Lp, 0.0f);
-      for (std::size_t j = 0; j < Lp; ++j) {
-        PK.read(j, off, hd, kv.data());
-        for (std::size_t r = 0; r < R; ++r) {
-          const float* q = q_of(r);
-          float s = 0.0f;
-          for (std::size_t i = 0; i < hd; ++i) s += q[i] * kv[i];
-          scores[r * Lp + j] = s * scale;
-        }
-      }
+      prefix_scores(PK, Lp, off, R, q_of, scale, kv, scores);
       std::vector<Softmax> sp(R);
       for (std::size_t r = 0; r < R; ++r) {
         for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);

@@ -20,6 +20,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <vector>
@@ -60,14 +61,21 @@ inline Vec load_vec(const float* p) {
   return v;
 }
 
-// Row of codes -> floats in the generic layout, zero past `in`.
+// Row of codes -> floats in the generic layout, zero past `in`: each block widened in element
+// order (a loop that vectorizes), then permuted.
 void widen_generic(const std::uint8_t* w, std::size_t in, float* out) {
-  const std::size_t pad = padded(in);
-  for (std::size_t b = 0; b < pad; b += 64)
-    for (std::size_t f = 0; f < 64; ++f) {
-      const std::size_t e = b + generic_element(f);
-      out[b + f] = e < in ? fp8_e4m3_to_float_finite(w[e]) : 0.0f;
-    }
+  static constexpr auto order = [] {
+    std::array<std::uint8_t, 64> a{};
+    for (std::size_t f = 0; f < 64; ++f) a[f] = static_cast<std::uint8_t>(generic_element(f));
+    return a;
+  }();
+  float block[64];
+  for (std::size_t b = 0; b < in; b += 64) {
+    const std::size_t n = std::min<std::size_t>(64, in - b);
+    for (std::size_t e = 0; e < n; ++e) block[e] = fp8_e4m3_to_float_finite(w[b + e]);
+    for (std::size_t e = n; e < 64; ++e) block[e] = 0.0f;
+    for (std::size_t f = 0; f < 64; ++f) out[b + f] = block[order[f]];
+  }
 }
 
 template <int TT>
