@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages bestofn builds with, then builds Release into build/.
+# Installs the Debian packages bestofn builds with, then builds Release into build/ (with the
+# libFuzzer targets) and the ASan + UBSan unit tests into build-asan/, which build/'s ctest runs.
 # Idempotent and non-interactive: packages already installed are left alone, and a second run
 # only rebuilds what changed. Extra arguments go to the cmake configure step, e.g.
 #   scripts/setup.sh -DBESTOFN_CUDA=OFF
@@ -25,6 +26,16 @@ if ! command -v nvcc >/dev/null && [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
+# The sanitizer build (CPU only, ASan + UBSan) whose unit tests the main build runs as ctest tests
+# labelled "asan" (cmake/Sanitize.cmake). BESTOFN_SETUP_ASAN=0 skips it.
+asan=()
+if [ "${BESTOFN_SETUP_ASAN:-1}" != 0 ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBESTOFN_SANITIZE=ON -DBESTOFN_CUDA=OFF \
+        -DBESTOFN_NATIVE=OFF -DBESTOFN_FUZZ=OFF
+  cmake --build build-asan -j "$(nproc)"
+  asan=(-DBESTOFN_ASAN_BUILD="$PWD/build-asan")
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${asan[@]}" "$@"
 cmake --build build -j "$(nproc)"
-echo "setup: built build/bestofn"
+echo "setup: built build/bestofn${asan:+ and the sanitizer build build-asan/}"

@@ -44,7 +44,16 @@ class Run {
       for (int id : r[p].prompt_ids)
         if (id < 0 || static_cast<std::size_t>(id) >= vocab_)
           throw Error("prompt " + r[p].id + ": token id " + std::to_string(id) + " is outside the model's vocabulary");
-      for (int i = 0; i < r[p].n; ++i) pending_.emplace_back(p, i);
+      if (r[p].indices.empty()) {
+        for (int i = 0; i < r[p].n; ++i) pending_.emplace_back(p, i);
+        prompts_[p].unfinished = r[p].n;
+      } else {
+        for (int i : r[p].indices) {
+          if (i < 0 || i >= r[p].n) throw Error("prompt " + r[p].id + ": candidate index " + std::to_string(i) + " is outside [0, n)");
+          pending_.emplace_back(p, i);
+        }
+        prompts_[p].unfinished = static_cast<int>(r[p].indices.size());
+      }
     }
   }
 
@@ -77,7 +86,8 @@ class Run {
 
  private:
   Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
-    return sample_token(logits, opt_.sampling, opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index),
+    const auto& rng = reqs_[a.c.prompt].rng_prompt;
+    return sample_token(logits, opt_.sampling, rng ? *rng : opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index),
                         a.c.token_ids.size(), s);
   }
 
@@ -88,13 +98,17 @@ class Run {
       const auto [p, i] = pending_.front();
       pending_.pop_front();
       PromptState& ps = prompts_[p];
+      if (opt_.cancelled && opt_.cancelled(p)) {
+        stats_.cancelled++;
+        retire(ps);
+        continue;
+      }
       if (ps.prefix < 0) {
         ps.logits.resize(vocab_);
         const auto t0 = Clock::now();
         ps.prefix = engine_.prefill(reqs_[p].prompt_ids, ps.logits);
         stats_.prefill_seconds += since(t0);
         stats_.prompt_tokens += reqs_[p].prompt_ids.size();
-        ps.unfinished = reqs_[p].n;
       }
       auto a = std::make_unique<Active>();
       a->slot = engine_.add_slot(ps.prefix);
@@ -141,22 +155,32 @@ class Run {
     return true;
   }
 
-  // Finished candidates leave: slot released, result handed over, prefix freed with its last one.
+  // One candidate of the prompt is over: the prefix is freed with the last one.
+  void retire(PromptState& ps) {
+    if (--ps.unfinished == 0 && ps.prefix >= 0) {
+      engine_.release_prefix(ps.prefix);
+      ps.prefix = -1;
+      ps.logits = {};
+    }
+  }
+
+  // Finished candidates leave: slot released, result handed over. Cancelled ones leave silently.
   void sweep() {
     for (std::size_t b = 0; b < active_.size();) {
       Active& a = *active_[b];
-      if (a.c.finish_reason.empty()) {
+      const bool cancel = a.c.finish_reason.empty() && opt_.cancelled && opt_.cancelled(a.c.prompt);
+      if (a.c.finish_reason.empty() && !cancel) {
         ++b;
         continue;
       }
       engine_.release_slot(a.slot);
-      PromptState& ps = prompts_[a.c.prompt];
-      if (--ps.unfinished == 0) {
-        engine_.release_prefix(ps.prefix);
-        ps.logits = {};
+      retire(prompts_[a.c.prompt]);
+      if (cancel) {
+        stats_.cancelled++;
+      } else {
+        ++finished_;
+        done_(std::move(a.c));
       }
-      ++finished_;
-      done_(std::move(a.c));
       active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(b));
     }
   }

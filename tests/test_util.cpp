@@ -51,10 +51,7 @@ std::string slurp_fd(int fd) {
 }
 }  // namespace
 
-CliResult run_cli(const std::vector<std::string>& args) {
-  // stdout and stderr go to temp files (no pipe deadlock on large output).
-  TempDir tmp;
-  const fs::path out_path = tmp / "out", err_path = tmp / "err";
+pid_t start_cli(const std::vector<std::string>& args, const fs::path& out_path, const fs::path& err_path) {
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -73,6 +70,14 @@ CliResult run_cli(const std::vector<std::string>& args) {
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+CliResult run_cli(const std::vector<std::string>& args) {
+  // stdout and stderr go to temp files (no pipe deadlock on large output).
+  TempDir tmp;
+  const fs::path out_path = tmp / "out", err_path = tmp / "err";
+  const pid_t pid = start_cli(args, out_path, err_path);
   int status = 0;
   waitpid(pid, &status, 0);
   CliResult r;

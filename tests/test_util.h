@@ -36,6 +36,9 @@ struct CliResult {
 };
 // Runs the built bestofn binary with `args` (no shell), stdin from /dev/null.
 CliResult run_cli(const std::vector<std::string>& args);
+// Starts the binary in the background (stdout and stderr to the given files); the caller waits
+// for (or kills) the returned pid.
+int start_cli(const std::vector<std::string>& args, const std::filesystem::path& out, const std::filesystem::path& err);
 
 std::string read_text(const std::filesystem::path& p);
 void write_text(const std::filesystem::path& p, const std::string& text);

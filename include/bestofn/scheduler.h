@@ -21,6 +21,12 @@ struct GenerationRequest {
   std::vector<int> prompt_ids;
   int n = 1;
   std::vector<std::string> stop;  // stop strings, in addition to the options'
+  // The candidate indices to generate, each in [0, n): empty means all of 0..n-1 (a resumed or
+  // sharded run generates only the missing ones, with the same draws as a full run).
+  std::vector<int> indices;
+  // The prompt index of this prompt's RNG stream: unset means options.prompt_index_base plus the
+  // request's position (set it to keep a prompt's draws when the request list is a subset).
+  std::optional<std::uint64_t> rng_prompt;
 };
 
 struct GenerationOptions {
@@ -30,6 +36,9 @@ struct GenerationOptions {
   std::vector<int> eos_ids;
   std::vector<std::string> stop;
   std::uint64_t prompt_index_base = 0;  // prompt i draws with RNG prompt index base + i
+  // Optional, called between steps: true drops the prompt's unstarted candidates and cancels its
+  // running ones (they are not handed to on_done). For --stop-on-pass.
+  std::function<bool(std::size_t prompt)> cancelled;
 };
 
 struct Candidate {
@@ -44,6 +53,7 @@ struct Candidate {
 
 struct GenerationStats {
   std::uint64_t generated_tokens = 0, prompt_tokens = 0, steps = 0;
+  std::uint64_t cancelled = 0;  // candidates dropped or stopped by options.cancelled
   double prefill_seconds = 0.0, decode_seconds = 0.0;
 };
 

@@ -11,6 +11,7 @@ using Runner = std::function<int()>;
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitBelowThreshold = 3;  // eval --fail-under
 
 Runner add_inspect(CLI::App& app);
 Runner add_make_synthetic(CLI::App& app);
@@ -20,5 +21,6 @@ Runner add_generate(CLI::App& app);
 Runner add_score(CLI::App& app);
 // `command`: the whole command line, recorded in each JSON line.
 Runner add_bench(CLI::App& app, const std::string& command);
+Runner add_eval(CLI::App& app, const std::string& command);
 
 }  // namespace bestofn::cli

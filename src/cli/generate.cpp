@@ -18,6 +18,7 @@
 #include "bestofn/weights.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
+#include "cli/model_flags.h"
 #include "cli/output_file.h"
 
 #include <spdlog/spdlog.h>
@@ -27,12 +28,10 @@ namespace {
 using nlohmann::json;
 
 struct GenerateOptions {
-  std::string model, tokenizer, prompt, prompts, device = "auto", quantize = "none", chat_format = "auto", system, out;
-  int n = 1, max_new_tokens = 256, top_k = -1, threads = 0, batch = 64;
-  float temperature = -1.0f, top_p = -1.0f, min_p = 0.0f;
-  std::uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool chat = false, ids = false;
+  ModelFlags m;
+  std::string prompt, prompts, out;
+  int n = 1;
+  bool ids = false;
 };
 
 struct PromptSpec {
@@ -67,18 +66,6 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
   return out;
 }
 
-SamplingParams sampling(const GenerateOptions& o, const ModelConfig& c) {
-  // Unset flags take the model's generation_config.json, else temperature 1 and no truncation.
-  SamplingParams s;
-  s.temperature = o.temperature >= 0 ? o.temperature : static_cast<float>(c.generation.temperature.value_or(1.0));
-  s.top_p = o.top_p >= 0 ? o.top_p : static_cast<float>(c.generation.top_p.value_or(1.0));
-  s.top_k = o.top_k >= 0 ? o.top_k : c.generation.top_k.value_or(0);
-  s.min_p = o.min_p;
-  s.seed = o.seed;
-  if (c.generation.do_sample == false && o.temperature < 0) s.temperature = 0.0f;
-  return s;
-}
-
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
@@ -93,61 +80,24 @@ Runner add_generate(CLI::App& app) {
       "Examples:\n"
       "  bestofn generate --model ~/models/Llama-3.1-8B --prompt 'def fib(n):' -n 8 --temperature 0.8 --stop '\\ndef '\n"
       "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
-  sub->add_option("--model", o->model, "Hugging Face model directory")->required();
-  sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json or its directory (default: the model directory)");
+  add_model_flags(sub, o->m);
   auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text");
   auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz]: prompt, id, stop, n per line) or a plain-text file (one prompt)");
   prompt->excludes(prompts);
   sub->add_option("-n", o->n, "Candidates per prompt")->check(CLI::Range(1, 1000000))->default_str("1");
-  sub->add_option("--max-new-tokens", o->max_new_tokens, "Tokens per candidate at most")->check(CLI::Range(1, 10000000))->default_str("256");
-  sub->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
-  sub->add_option("--top-p", o->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
-  sub->add_option("--top-k", o->top_k, "Keep the k most probable tokens (0: off)")->check(CLI::Range(0, 100000000));
-  sub->add_option("--min-p", o->min_p, "Drop tokens below min_p x the best probability")->check(CLI::Range(0.0f, 1.0f))->default_str("0");
-  sub->add_option("--seed", o->seed, "Random seed")->default_str("0");
-  sub->add_option("--stop", o->stop, "Stop string (repeatable); removed from the text");
-  sub->add_flag("--chat", o->chat, "Wrap each prompt as a user turn in the chat template");
-  sub->add_option("--chat-format", o->chat_format, "auto, llama3 or llama2")->check(CLI::IsMember({"auto", "llama3", "llama2"}))->default_str("auto");
-  sub->add_option("--system", o->system, "System message for --chat");
-  sub->add_option("--quantize", o->quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
-  sub->add_option("--device", o->device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
-  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
-  sub->add_option("--batch", o->batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
+  add_sampling_flags(sub, o->m, "Stop string (repeatable); removed from the text");
   sub->add_flag("--ids", o->ids, "Add token_ids to each row");
   sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
   });
   return [o] {
-    const Tokenizer tok = Tokenizer::load(o->tokenizer.empty() ? o->model : o->tokenizer);
-    LoadOptions lo;
-    lo.quantize_fp8 = o->quantize == "fp8";
-    auto weights = std::make_shared<const Weights>(load_model(o->model, lo));
-    const ModelConfig& cfg = weights->config;
-    if (tok.vocab_size() > cfg.vocab_size)
-      throw Error(tok.path(), "tokenizer has " + std::to_string(tok.vocab_size()) + " ids, more than the model's vocab_size " + std::to_string(cfg.vocab_size));
+    const LoadedModel model = load_model_flags(o->m);
     const std::vector<PromptSpec> specs = o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n}} : read_prompts(o->prompts, o->n);
-    const ChatFormat fmt = o->chat ? chat_format(tok, o->chat_format) : ChatFormat::Llama3;
     std::vector<GenerationRequest> reqs;
-    for (const auto& p : specs) {
-      std::vector<int> ids;
-      try {
-        ids = o->chat ? encode_chat(tok, fmt, o->system, p.text) : tok.encode(p.text, cfg.bos_token_id.has_value() && tok.bos_id().has_value());
-      } catch (const Error& e) {
-        throw Error((o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")", e.what());
-      }
-      reqs.push_back({p.id.dump(), std::move(ids), p.n, p.stop});
-    }
-    GenerationOptions go;
-    go.sampling = sampling(*o, cfg);
-    go.max_new_tokens = o->max_new_tokens;
-    go.batch = o->batch;
-    go.stop = o->stop;
-    go.eos_ids = cfg.eos_token_ids;
-    if (go.eos_ids.empty() && tok.eos_id()) go.eos_ids.push_back(*tok.eos_id());
-    EngineOptions eo;
-    eo.threads = o->threads;
-    auto engine = make_engine(weights, o->device, eo);
+    for (const auto& p : specs)
+      reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
+    const GenerationOptions go = generation_options(o->m, model);
 
     OutputFile out(o->out);
     // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
@@ -176,7 +126,7 @@ Runner add_generate(CLI::App& app) {
       const double secs = std::chrono::duration<double>(now - t0).count();
       std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   ", done, total, static_cast<double>(s.generated_tokens) / secs);
     };
-    const GenerationStats st = generate(*engine, tok, reqs, go, on_done, on_step);
+    const GenerationStats st = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
     out.commit();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   \n", total, total, static_cast<double>(st.generated_tokens) / secs);

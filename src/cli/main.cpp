@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
       {"detokenize", add_detokenize(app)},
       {"generate", add_generate(app)},
       {"score", add_score(app)},
+      {"eval", add_eval(app, command_line(argc, argv))},
       {"bench", add_bench(app, command_line(argc, argv))},
   };
 

@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/jsonl.h"
 #include "cli/output_file.h"
+#include "cli/scoring.h"
 
 namespace bestofn::cli {
 namespace {
@@ -32,24 +33,6 @@ struct ScoreOptions {
   bool no_zygote = false;
   bool json = false;
 };
-
-std::vector<int> parse_ks(const std::string& s) {
-  std::vector<int> ks;
-  std::stringstream ss(s);
-  for (std::string part; std::getline(ss, part, ',');) {
-    std::size_t used = 0;
-    int k = 0;
-    try {
-      k = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != part.size() || k < 1) throw Error("--k: '" + part + "' is not a positive integer (e.g. --k 1,10,100)");
-    ks.push_back(k);
-  }
-  if (ks.empty()) throw Error("--k: empty list");
-  return ks;
-}
 
 struct Sample {
   nlohmann::json row;
@@ -138,77 +121,39 @@ Runner add_score(CLI::App& app) {
     const bool has_plus = std::any_of(problems.begin(), problems.end(), [](const Problem& p) { return !p.plus_input_json.empty(); });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    // Results, and (n, c) per problem in dataset order, base and plus; sandbox errors count in neither.
-    std::map<const Problem*, std::pair<int, int>> nc, nc_plus;
-    std::map<std::string, int> counts;
+    // Results rows, and (n, c) per problem, base and plus; sandbox errors count in neither.
+    Tally tally;
     for (std::size_t i = 0; i < samples.size(); ++i) {
-      const Verdict& v = verdicts[i];
-      nlohmann::json row = samples[i].row;
-      row["result"] = v.result;
-      row["passed"] = v.passed();
-      if (has_plus) {
-        const Verdict* pv = plus_of[i] == SIZE_MAX ? nullptr : &plus_verdicts[plus_of[i]];
-        row["plus_result"] = pv ? pv->result : "not run: the base tests did not pass";
-        row["plus_passed"] = pv && pv->passed();
-        if (pv && pv->status == Verdict::Status::SandboxError) counts["sandbox_error"]++;
-        else if (v.status != Verdict::Status::SandboxError) {
-          auto& [n, c] = nc_plus[samples[i].problem];
-          ++n;
-          c += pv && pv->passed();
-        }
-      }
+      const Verdict* pv = plus_of[i] == SIZE_MAX ? nullptr : &plus_verdicts[plus_of[i]];
+      const nlohmann::json row = result_row(samples[i].row, verdicts[i], has_plus, pv);
       out.line(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-      const char* kind = v.status == Verdict::Status::Passed ? "passed" : v.status == Verdict::Status::Failed ? "failed"
-                         : v.status == Verdict::Status::TimedOut ? "timed_out" : "sandbox_error";
-      counts[kind]++;
-      if (v.status == Verdict::Status::SandboxError) continue;
-      auto& [n, c] = nc[samples[i].problem];
-      ++n;
-      c += v.passed();
+      tally.add_row(row);
     }
     out.commit();
-    std::vector<std::pair<int, int>> per_problem;
-    for (const auto& p : problems)
-      if (auto it = nc.find(&p); it != nc.end()) per_problem.push_back(it->second);
-    const auto passk = pass_at_k(per_problem, ks);
-    std::vector<std::pair<int, int>> per_problem_plus;
-    for (const auto& p : problems)
-      if (auto it = nc_plus.find(&p); it != nc_plus.end()) per_problem_plus.push_back(it->second);
-    const auto passk_plus = pass_at_k(per_problem_plus, ks);
+    const auto passk = tally.pass_at_k(problems, ks, false);
+    const auto passk_plus = tally.pass_at_k(problems, ks, true);
+    const int problems_scored = tally.problems_done();
 
-    ordered_json summary = {{"dataset", o->dataset}, {"samples", samples.size()}, {"problems", per_problem.size()},
+    ordered_json summary = {{"dataset", o->dataset}, {"samples", samples.size()}, {"problems", problems_scored},
                             {"results", out_path}, {"seconds", secs}, {"samples_per_s", static_cast<double>(samples.size()) / secs}};
-    ordered_json pk = ordered_json::object(), skipped = ordered_json::object();
-    for (const auto& r : passk) {
-      pk["pass@" + std::to_string(r.k)] = r.problems_used > 0 ? ordered_json(r.mean) : ordered_json(nullptr);
+    ordered_json skipped = ordered_json::object();
+    for (const auto& r : passk)
       if (r.problems_skipped > 0) skipped["pass@" + std::to_string(r.k)] = r.problems_skipped;
-    }
-    summary["pass_at_k"] = pk;
-    if (has_plus) {  // HumanEval+: base and plus (base and plus tests both passed) separately
-      ordered_json pp = ordered_json::object();
-      for (const auto& r : passk_plus) pp["pass@" + std::to_string(r.k)] = r.problems_used > 0 ? ordered_json(r.mean) : ordered_json(nullptr);
-      summary["plus_pass_at_k"] = pp;
-    }
+    summary["pass_at_k"] = Tally::to_json(passk, "pass@");
+    // HumanEval+: base and plus (base and plus tests both passed) separately
+    if (has_plus) summary["plus_pass_at_k"] = Tally::to_json(passk_plus, "pass@");
     summary["not_computable"] = skipped;  // problems with fewer than k samples, per k
-    summary["verdicts"] = counts;
+    summary["verdicts"] = tally.counts();
     summary["sandbox_missing"] = sandbox.missing();
     if (o->json) {
       std::cout << summary.dump(2) << "\n";
     } else {
-      for (const auto& r : passk) {
-        if (r.problems_used > 0) std::printf("pass@%d: %.4f over %d problems", r.k, r.mean, r.problems_used);
-        else std::printf("pass@%d: not computable (every problem has fewer than %d samples)", r.k, r.k);
-        if (r.problems_used > 0 && r.problems_skipped > 0) std::printf(" (%d with fewer than %d samples not computable)", r.problems_skipped, r.k);
-        std::printf("\n");
-      }
-      if (has_plus)
-        for (const auto& r : passk_plus)
-          if (r.problems_used > 0) std::printf("plus pass@%d: %.4f over %d problems (base and plus tests)\n", r.k, r.mean, r.problems_used);
+      print_pass_at_k(passk, passk_plus);
       std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs,
                   static_cast<double>(samples.size()) / secs, out_path.c_str());
     }
-    if (counts["sandbox_error"] > 0) {
-      std::cerr << "bestofn: error: " << counts["sandbox_error"] << " sample(s) could not be run (sandbox errors; see \"result\" in "
+    if (tally.sandbox_errors() > 0) {
+      std::cerr << "bestofn: error: " << tally.sandbox_errors() << " sample(s) could not be run (sandbox errors; see \"result\" in "
                 << out_path << "); they are not in pass@k\n";
       return kExitError;
     }

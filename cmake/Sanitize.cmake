@@ -1,0 +1,15 @@
+# The unit tests of a sanitizer build, run as tests of this build. scripts/setup.sh configures
+# build-asan (-DBESTOFN_SANITIZE=ON -DBESTOFN_CUDA=OFF -DBESTOFN_NATIVE=OFF: CPU only, ASan + UBSan)
+# and passes -DBESTOFN_ASAN_BUILD=<it> here, so that CI's one `ctest` runs every unit test binary
+# of that build as a test labelled "asan". Any ASan report (leaks included) or UBSan report fails.
+set(BESTOFN_ASAN_BUILD "" CACHE PATH "A -DBESTOFN_SANITIZE=ON build directory whose unit tests this build runs (label asan)")
+if(NOT BESTOFN_ASAN_BUILD OR NOT BESTOFN_BUILD_TESTS)
+  return()
+endif()
+get_property(_unit_tests GLOBAL PROPERTY BESTOFN_UNIT_TESTS)
+foreach(_t IN LISTS _unit_tests)
+  add_test(NAME asan_${_t} COMMAND ${BESTOFN_ASAN_BUILD}/tests/${_t} --gtest_brief=1 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(asan_${_t} PROPERTIES LABELS asan TIMEOUT 1200
+    ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1;UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1")
+endforeach()
+message(STATUS "bestofn: running the unit tests of ${BESTOFN_ASAN_BUILD} (label asan)")

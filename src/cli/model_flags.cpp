@@ -1,0 +1,77 @@
+#include "cli/model_flags.h"
+
+#include "bestofn/backends.h"
+#include "bestofn/error.h"
+
+namespace bestofn::cli {
+
+void add_model_flags(CLI::App* sub, ModelFlags& f) {
+  sub->add_option("--model", f.model, "Hugging Face model directory")->required();
+  sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)");
+  sub->add_option("--quantize", f.quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
+  sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
+  sub->add_option("--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
+}
+
+void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
+  sub->add_option("--max-new-tokens", f.max_new_tokens, "Tokens per candidate at most")->check(CLI::Range(1, 10000000))->default_str(std::to_string(f.max_new_tokens));
+  sub->add_option("--temperature", f.temperature, "0: greedy")->check(CLI::Range(0.0f, 100.0f));
+  sub->add_option("--top-p", f.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--top-k", f.top_k, "Keep the k most probable tokens (0: off)")->check(CLI::Range(0, 100000000));
+  sub->add_option("--min-p", f.min_p, "Drop tokens below min_p x the best probability")->check(CLI::Range(0.0f, 1.0f))->default_str("0");
+  sub->add_option("--seed", f.seed, "Random seed")->default_str("0");
+  sub->add_option("--stop", f.stop, stop_help);
+  sub->add_flag("--chat", f.chat, "Wrap each prompt as a user turn in the chat template");
+  sub->add_option("--chat-format", f.chat_format, "auto, llama3 or llama2")->check(CLI::IsMember({"auto", "llama3", "llama2"}))->default_str("auto");
+  sub->add_option("--system", f.system, "System message for --chat");
+}
+
+LoadedModel load_model_flags(const ModelFlags& f) {
+  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
+  LoadOptions lo;
+  lo.quantize_fp8 = f.quantize == "fp8";
+  m.weights = std::make_shared<const Weights>(load_model(f.model, lo));
+  const ModelConfig& cfg = m.weights->config;
+  if (m.tokenizer.vocab_size() > cfg.vocab_size)
+    throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
+                                        std::to_string(cfg.vocab_size));
+  if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
+  EngineOptions eo;
+  eo.threads = f.threads;
+  m.engine = make_engine(m.weights, f.device, eo);
+  return m;
+}
+
+SamplingParams sampling_params(const ModelFlags& f, const ModelConfig& c) {
+  SamplingParams s;
+  s.temperature = f.temperature >= 0 ? f.temperature : static_cast<float>(c.generation.temperature.value_or(1.0));
+  s.top_p = f.top_p >= 0 ? f.top_p : static_cast<float>(c.generation.top_p.value_or(1.0));
+  s.top_k = f.top_k >= 0 ? f.top_k : c.generation.top_k.value_or(0);
+  s.min_p = f.min_p;
+  s.seed = f.seed;
+  if (c.generation.do_sample == false && f.temperature < 0) s.temperature = 0.0f;
+  return s;
+}
+
+GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m) {
+  GenerationOptions go;
+  go.sampling = sampling_params(f, m.weights->config);
+  go.max_new_tokens = f.max_new_tokens;
+  go.batch = f.batch;
+  go.stop = f.stop;
+  go.eos_ids = m.weights->config.eos_token_ids;
+  if (go.eos_ids.empty() && m.tokenizer.eos_id()) go.eos_ids.push_back(*m.tokenizer.eos_id());
+  return go;
+}
+
+std::vector<int> encode_prompt(const ModelFlags& f, const LoadedModel& m, const std::string& text, const std::string& where) {
+  try {
+    return f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
+                  : m.tokenizer.encode(text, m.weights->config.bos_token_id.has_value() && m.tokenizer.bos_id().has_value());
+  } catch (const Error& e) {
+    throw Error(where, e.what());
+  }
+}
+
+}  // namespace bestofn::cli

@@ -1,0 +1,54 @@
+#pragma once
+// The flags that `generate` and `eval` share (model, device, sampling, stop strings, chat), and
+// what they turn into: a tokenizer, weights, an engine, prompt ids and GenerationOptions.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bestofn/chat_template.h"
+#include "bestofn/engine.h"
+#include "bestofn/scheduler.h"
+#include "bestofn/tokenizer.h"
+#include "bestofn/weights.h"
+
+namespace bestofn::cli {
+
+struct ModelFlags {
+  std::string model, tokenizer, device = "auto", quantize = "none", chat_format = "auto", system;
+  int max_new_tokens = 256, top_k = -1, threads = 0, batch = 64;
+  float temperature = -1.0f, top_p = -1.0f, min_p = 0.0f;  // < 0: from generation_config.json
+  std::uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool chat = false;
+};
+
+// --model --tokenizer --quantize --device --threads --batch
+void add_model_flags(CLI::App* sub, ModelFlags& f);
+// --max-new-tokens --temperature --top-p --top-k --min-p --seed --stop --chat --chat-format --system
+// (the --max-new-tokens default shown is f.max_new_tokens as given)
+void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help);
+
+struct LoadedModel {
+  Tokenizer tokenizer;
+  std::shared_ptr<const Weights> weights;
+  std::unique_ptr<Engine> engine;
+  ChatFormat chat_format = ChatFormat::Llama3;
+};
+
+// Loads the tokenizer and weights, checks they fit together, and starts the engine.
+LoadedModel load_model_flags(const ModelFlags& f);
+
+// Sampling parameters: set flags win, unset ones come from generation_config.json, else
+// temperature 1 and no truncation.
+SamplingParams sampling_params(const ModelFlags& f, const ModelConfig& c);
+
+// GenerationOptions from the flags (EOS ids from the config, else the tokenizer's).
+GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m);
+
+// A prompt's ids: the chat template around it with --chat, else BOS (when the model has one)
+// and the text. `where` names the prompt in an error.
+std::vector<int> encode_prompt(const ModelFlags& f, const LoadedModel& m, const std::string& text, const std::string& where);
+
+}  // namespace bestofn::cli

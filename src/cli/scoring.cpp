@@ -1,0 +1,113 @@
+#include "cli/scoring.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "bestofn/error.h"
+
+namespace bestofn::cli {
+
+std::vector<int> parse_ks(const std::string& s) {
+  std::vector<int> ks;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');) {
+    std::size_t used = 0;
+    int k = 0;
+    try {
+      k = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || k < 1) throw Error("--k: '" + part + "' is not a positive integer (e.g. --k 1,10,100)");
+    ks.push_back(k);
+  }
+  if (ks.empty()) throw Error("--k: empty list");
+  return ks;
+}
+
+const char* verdict_kind(const Verdict& v) {
+  switch (v.status) {
+    case Verdict::Status::Passed: return "passed";
+    case Verdict::Status::Failed: return "failed";
+    case Verdict::Status::TimedOut: return "timed_out";
+    case Verdict::Status::SandboxError: break;
+  }
+  return "sandbox_error";
+}
+
+nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus) {
+  sample["result"] = base.result;
+  sample["passed"] = base.passed();
+  if (has_plus) {
+    sample["plus_result"] = plus ? plus->result : "not run: the base tests did not pass";
+    sample["plus_passed"] = plus && plus->passed();
+  }
+  return sample;
+}
+
+void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus) {
+  for (const auto& r : base) {
+    if (r.problems_used > 0) std::printf("pass@%d: %.4f over %d problems", r.k, r.mean, r.problems_used);
+    else std::printf("pass@%d: not computable (every problem has fewer than %d samples)", r.k, r.k);
+    if (r.problems_used > 0 && r.problems_skipped > 0) std::printf(" (%d with fewer than %d samples not computable)", r.problems_skipped, r.k);
+    std::printf("\n");
+  }
+  for (const auto& r : plus)
+    if (r.problems_used > 0) std::printf("plus pass@%d: %.4f over %d problems (base and plus tests)\n", r.k, r.mean, r.problems_used);
+}
+
+void Tally::add(const std::string& task_id, const std::string& result, bool passed, bool sandbox_error, const std::string* plus_result,
+                bool plus_passed) {
+  const bool plus_error = plus_result && plus_result->starts_with("sandbox error");
+  counts_[sandbox_error ? "sandbox_error" : passed ? "passed" : result == "timed out" ? "timed_out" : "failed"]++;
+  if (plus_error) counts_["sandbox_error"]++;
+  if (sandbox_error) return;
+  auto& [n, c] = base_[task_id];
+  ++n;
+  c += passed;
+  if (plus_result && !plus_error) {
+    auto& [pn, pc] = plus_[task_id];
+    ++pn;
+    pc += plus_passed;
+  }
+}
+
+void Tally::add_row(const nlohmann::json& row) {
+  const std::string result = row.value("result", "");
+  std::string plus_result;
+  if (row.contains("plus_result") && row["plus_result"].is_string()) plus_result = row["plus_result"].get<std::string>();
+  add(row.at("task_id").get<std::string>(), result, row.value("passed", false), result.starts_with("sandbox error"),
+      row.contains("plus_result") ? &plus_result : nullptr, row.value("plus_passed", false));
+}
+
+std::vector<PassAtK> Tally::pass_at_k(const std::vector<Problem>& problems, const std::vector<int>& ks, bool plus) const {
+  const auto& m = plus ? plus_ : base_;
+  std::vector<std::pair<int, int>> nc;
+  for (const auto& p : problems)
+    if (auto it = m.find(p.task_id); it != m.end()) nc.push_back(it->second);
+  return bestofn::pass_at_k(nc, ks);
+}
+
+int Tally::passed(const std::string& task_id) const {
+  const auto it = base_.find(task_id);
+  return it == base_.end() ? 0 : it->second.second;
+}
+
+std::pair<int, int> Tally::n_c(const std::string& task_id, bool plus) const {
+  const auto& m = plus ? plus_ : base_;
+  const auto it = m.find(task_id);
+  return it == m.end() ? std::pair<int, int>{0, 0} : it->second;
+}
+
+int Tally::sandbox_errors() const {
+  const auto it = counts_.find("sandbox_error");
+  return it == counts_.end() ? 0 : it->second;
+}
+
+nlohmann::ordered_json Tally::to_json(const std::vector<PassAtK>& r, const std::string& prefix) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& x : r) out[prefix + std::to_string(x.k)] = x.problems_used > 0 ? nlohmann::ordered_json(x.mean) : nlohmann::ordered_json(nullptr);
+  return out;
+}
+
+}  // namespace bestofn::cli

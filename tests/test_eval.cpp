@@ -1,0 +1,248 @@
+// bestofn eval end to end on the CPU: a synthetic tiny model with the real Llama 3 tokenizer
+// (garbage completions, real plumbing), resume after SIGKILL, the summary/report/plot, and the
+// pass-counting path with known samples.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace bestofn::test;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One tiny model for every test in this process.
+const fs::path& tiny_model() {
+  static TempDir dir;
+  static const fs::path model = [] {
+    const fs::path out = dir / "tiny";
+    const auto tok = require_shared("tokenizers/llama3/tokenizer.json");
+    const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "bf16", "--seed", "5", "--out", out.string(), "--tokenizer", tok.string()});
+    if (r.exit_code != 0) throw std::runtime_error("make-synthetic failed: " + r.err);
+    return out;
+  }();
+  return model;
+}
+
+std::vector<json> rows(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+std::map<std::pair<std::string, int>, json> by_key(const std::vector<json>& rs) {
+  std::map<std::pair<std::string, int>, json> m;
+  for (const auto& r : rs) m[{r.at("task_id").get<std::string>(), r.at("index").get<int>()}] = r;
+  return m;
+}
+
+std::size_t count_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += !line.empty();
+  return n;
+}
+
+std::vector<std::string> eval_args(const fs::path& out, const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"eval", "--model", tiny_model().string(), "--dataset", "humaneval", "--data-dir",
+                                shared_path("data").string(), "--out-dir", out.string(), "--device", "cpu", "--temperature", "0.9",
+                                "--seed", "11"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// XML well-formedness by Python's own parser (an independent reference).
+bool well_formed_svg(const fs::path& p) {
+  const std::string cmd = "python3 -c \"import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); "
+                          "sys.exit(0 if r.tag.endswith('svg') else 1)\" '" + p.string() + "'";
+  return std::system(cmd.c_str()) == 0;
+}
+
+}  // namespace
+
+TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
+  TempDir tmp;
+  const fs::path out = tmp / "run";
+  const auto r = run_cli(eval_args(out, {"-n", "5", "--limit", "4", "--k", "1,2,10", "--max-new-tokens", "24", "--batch", "3",
+                                         "--reference", "GPT-4o=0.902", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto samples = rows(out / "samples.jsonl"), results = rows(out / "results.jsonl");
+  EXPECT_EQ(samples.size(), 20u);
+  EXPECT_EQ(results.size(), 20u);
+  EXPECT_EQ(by_key(samples).size(), 20u) << "duplicate (task_id, index) rows";
+  EXPECT_EQ(by_key(results).size(), 20u);
+  for (const auto& s : samples) {
+    for (const char* f : {"task_id", "completion", "index", "finish_reason", "num_tokens", "logprob"}) EXPECT_TRUE(s.contains(f)) << f;
+    EXPECT_LE(s["num_tokens"].get<int>(), 24);
+  }
+  for (const auto& x : results) {
+    EXPECT_TRUE(x["result"].is_string());
+    EXPECT_EQ(x["passed"].get<bool>(), x["result"] == "passed");
+  }
+  // --json prints the summary, the same as summary.json.
+  const json printed = json::parse(r.out);
+  const json summary = json::parse(read_text(out / "summary.json"));
+  EXPECT_EQ(printed, summary);
+  EXPECT_EQ(summary["n"], 5);
+  EXPECT_EQ(summary["samples"], 20);
+  EXPECT_EQ(summary["dataset"]["problems"], 4);
+  EXPECT_TRUE(summary["pass_at_k"]["1"].is_number());
+  EXPECT_TRUE(summary["pass_at_k"]["10"].is_null()) << "k > n must be reported as not computable";
+  EXPECT_EQ(summary["problems_skipped"]["10"], 4);
+  EXPECT_EQ(summary["references"]["GPT-4o"], 0.902);
+  EXPECT_GT(summary["tokens"].get<int>(), 0);
+  const json& t = summary["time"];
+  EXPECT_GE(t["wall_s"].get<double>(), t["generation_s"].get<double>());
+  EXPECT_LE(t["overlap_s"].get<double>(), t["wall_s"].get<double>() + 1e-9);
+  EXPECT_LE(t["overlap_s"].get<double>(), t["verification_s"].get<double>() + 1e-9);
+  const std::string report = read_text(out / "report.md");
+  EXPECT_NE(report.find("pass@1"), std::string::npos);
+  EXPECT_NE(report.find("fail_at_k.svg"), std::string::npos);
+  EXPECT_TRUE(well_formed_svg(out / "fail_at_k.svg"));
+  EXPECT_NE(read_text(out / "fail_at_k.svg").find("GPT-4o"), std::string::npos);
+  // The run's directory is not overwritten by accident.
+  const auto again = run_cli(eval_args(out, {"-n", "5", "--limit", "4"}));
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
+}
+
+TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
+  TempDir tmp;
+  const std::vector<std::string> common = {"-n", "8", "--limit", "4", "--k", "1,5", "--max-new-tokens", "32", "--batch", "4", "--workers", "1"};
+  const fs::path whole = tmp / "whole", cut = tmp / "cut";
+  const auto full = run_cli(eval_args(whole, common));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+
+  const pid_t pid = start_cli(eval_args(cut, common), tmp / "out.txt", tmp / "err.txt");
+  // Kill it once some samples are written and before it is done.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (count_lines(cut / "samples.jsonl") < 10 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st)) << "the run finished before it could be killed";
+  const std::size_t before = count_lines(cut / "samples.jsonl");
+  EXPECT_LT(before, 32u);
+  EXPECT_FALSE(fs::exists(cut / "summary.json"));
+
+  const auto resumed = run_cli(eval_args(cut, [&] {
+    auto a = common;
+    a.push_back("--resume");
+    return a;
+  }()));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto a = by_key(rows(whole / "samples.jsonl")), b = by_key(rows(cut / "samples.jsonl"));
+  EXPECT_EQ(rows(cut / "samples.jsonl").size(), 32u) << "no duplicates, no losses";
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, row] : a) {
+    ASSERT_TRUE(b.count(key)) << key.first << " " << key.second;
+    EXPECT_EQ(row["completion"], b.at(key)["completion"]) << key.first << " " << key.second;
+    EXPECT_EQ(row["finish_reason"], b.at(key)["finish_reason"]);
+    EXPECT_EQ(row["num_tokens"], b.at(key)["num_tokens"]);
+  }
+  const auto ra = by_key(rows(whole / "results.jsonl")), rb = by_key(rows(cut / "results.jsonl"));
+  EXPECT_EQ(rows(cut / "results.jsonl").size(), 32u);
+  for (const auto& [key, row] : ra) EXPECT_EQ(row["result"], rb.at(key)["result"]) << key.first << " " << key.second;
+  const json sa = json::parse(read_text(whole / "summary.json")), sb = json::parse(read_text(cut / "summary.json"));
+  EXPECT_EQ(sa["pass_at_k"], sb["pass_at_k"]);
+  EXPECT_EQ(sa["verdicts"], sb["verdicts"]);
+  EXPECT_GT(sb["resumed_samples"].get<int>(), 0);
+
+  // Resuming with other settings is refused, naming the setting.
+  const auto other = run_cli(eval_args(cut, {"-n", "8", "--limit", "4", "--max-new-tokens", "33", "--resume"}));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("max_new_tokens"), std::string::npos) << other.err;
+}
+
+TEST(Eval, KnownSamplesCountExactly) {
+  // The pass-counting path of eval with known samples: a run's samples are replaced by the
+  // canonical solutions (problems 0 and 2) and wrong ones (problem 1), and --resume verifies them.
+  TempDir tmp;
+  const fs::path out = tmp / "run";
+  const std::vector<std::string> common = {"-n", "4", "--limit", "3", "--k", "1,2,4", "--max-new-tokens", "4"};
+  ASSERT_EQ(run_cli(eval_args(out, common)).exit_code, 0);
+  std::map<std::string, std::string> canonical;
+  {
+    const std::string cmd = "python3 -c \"import gzip, json, sys; [print(json.dumps(json.loads(l))) for l in gzip.open(sys.argv[1], 'rt')]\" '" +
+                            shared_path("data/humaneval/HumanEval.jsonl.gz").string() + "'";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[1 << 16];
+    std::string all;
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) all.append(buf, n);
+    pclose(p);
+    std::istringstream lines(all);
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      canonical[j["task_id"]] = j["canonical_solution"];
+    }
+  }
+  // Problem 0: 4 of 4 pass; problem 1: 1 of 4 (three wrong); problem 2: 0 of 4.
+  std::ofstream s(out / "samples.jsonl", std::ios::trunc);
+  for (int i = 0; i < 4; ++i) {
+    s << json{{"task_id", "HumanEval/0"}, {"completion", canonical["HumanEval/0"]}, {"index", i}}.dump() << "\n";
+    s << json{{"task_id", "HumanEval/1"}, {"completion", i == 2 ? canonical["HumanEval/1"] : "    return []\n"}, {"index", i}}.dump() << "\n";
+    s << json{{"task_id", "HumanEval/2"}, {"completion", "    return -1.0\n"}, {"index", i}}.dump() << "\n";
+  }
+  s.close();
+  fs::remove(out / "results.jsonl");
+  auto args = eval_args(out, common);
+  args.push_back("--resume");
+  args.push_back("--json");
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json summary = json::parse(r.out);
+  // The unbiased estimator by its definition, 1 - C(n-c, k) / C(n, k), averaged over problems.
+  auto binom = [](int n, int k) { return k > n ? 0.0 : std::tgamma(n + 1.0) / (std::tgamma(k + 1.0) * std::tgamma(n - k + 1.0)); };
+  auto pass = [&](int n, int c, int k) { return 1.0 - binom(n - c, k) / binom(n, k); };
+  for (int k : {1, 2, 4}) {
+    const double expected = (pass(4, 4, k) + pass(4, 1, k) + pass(4, 0, k)) / 3.0;
+    EXPECT_NEAR(summary["pass_at_k"][std::to_string(k)].get<double>(), expected, 1e-12) << "k=" << k;
+  }
+  EXPECT_EQ(summary["verdicts"]["passed"], 5);
+  EXPECT_EQ(summary["verdicts"]["failed"], 7);
+  EXPECT_EQ(summary["samples"], 12);
+  // --fail-under: exit 3 below the threshold, 0 at or above it.
+  auto strict = eval_args(out, common);
+  for (const char* a : {"--resume", "--fail-under", "pass@1=0.5"}) strict.push_back(a);
+  const auto below = run_cli(strict);
+  EXPECT_EQ(below.exit_code, 3) << below.err;
+  EXPECT_NE(below.err.find("pass@1"), std::string::npos);
+  strict.back() = "pass@4=0.6";
+  EXPECT_EQ(run_cli(strict).exit_code, 0);
+}
+
+TEST(Eval, StopOnPassAndUsageErrors) {
+  TempDir tmp;
+  const auto r = run_cli(eval_args(tmp / "a", {"-n", "3", "--limit", "2", "--max-new-tokens", "4", "--stop-on-pass", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json summary = json::parse(r.out);
+  EXPECT_FALSE(summary.contains("pass_at_k"));
+  EXPECT_TRUE(summary["pass_at_k_note"].is_string());
+  EXPECT_EQ(summary["solved"], 0);
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"--fail-under", "pass@3=0.5", "--k", "1"},
+                                                               {"--fail-under", "pass@1=1.5"},
+                                                               {"--reference", "GPT-4o"},
+                                                               {"--limit", "2", "--tasks", "HumanEval/0"},
+                                                               {"--stop-on-pass", "--fail-under", "pass@1=0.5"}}) {
+    const auto e = run_cli(eval_args(tmp / "b", bad));
+    EXPECT_EQ(e.exit_code, 2) << bad[0] << ": " << e.err;
+  }
+  const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);
+}
