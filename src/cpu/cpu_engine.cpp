@@ -288,34 +288,37 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   return groups;
 }
 
-// scores[r * Lp + j] = (q_r . K_j) * scale for the R queries of a prefix group, each dot product
-// summed over i = 0..hd-1 in order (the sums of the CPU twin, cpu/attention.cpp). Q is transposed
-// (hd x R) and 4 positions go at once, so the loop over r vectorizes and 4R sums run side by
-// side; each sum still adds its terms one by one in the same order.
+// scores[r * L + j] = (q_r . K_j) * scale for R queries over L positions of one KV head, each dot
+// product summed over i = 0..hd-1 in order (the sums of the CPU twin, cpu/attention.cpp). 16
+// positions go at once with their K transposed, so the innermost loop (over positions) vectorizes
+// whatever R is; each sum still adds its terms one by one in the same order.
 template <class QOf>
-void prefix_scores(const KvRows& K, std::size_t Lp, std::size_t off, std::size_t R, const QOf& q_of, float scale,
-                   std::vector<float>& kv, std::vector<float>& scores) {
-  constexpr std::size_t kPos = 4;
+void head_scores(const KvRows& K, std::size_t L, std::size_t off, std::size_t R, const QOf& q_of, float scale,
+                 std::vector<float>& kv, std::vector<float>& scores) {
+  constexpr std::size_t kPos = 16;
   const std::size_t hd = kv.size();
-  thread_local std::vector<float> qt, k4, s4;
-  qt.resize(hd * R), k4.resize(kPos * hd), s4.resize(kPos * R);
+  thread_local std::vector<float> qt, kt, s;
+  qt.resize(hd * R), kt.resize(hd * kPos), s.resize(R * kPos);
   for (std::size_t r = 0; r < R; ++r)
     for (std::size_t i = 0; i < hd; ++i) qt[i * R + r] = q_of(r)[i];
-  scores.assign(R * Lp, 0.0f);
-  for (std::size_t j0 = 0; j0 < Lp; j0 += kPos) {
-    const std::size_t np = std::min(kPos, Lp - j0);
-    for (std::size_t p = 0; p < np; ++p) K.read(j0 + p, off, hd, k4.data() + p * hd);
-    std::fill(s4.begin(), s4.end(), 0.0f);
-    for (std::size_t i = 0; i < hd; ++i) {
-      const float* qi = qt.data() + i * R;
-      for (std::size_t p = 0; p < np; ++p) {
-        const float k = k4[p * hd + i];
-        float* s = s4.data() + p * R;
-        for (std::size_t r = 0; r < R; ++r) s[r] += qi[r] * k;
-      }
+  scores.assign(R * L, 0.0f);
+  for (std::size_t j0 = 0; j0 < L; j0 += kPos) {
+    const std::size_t np = std::min(kPos, L - j0);
+    std::fill(kt.begin(), kt.end(), 0.0f);
+    for (std::size_t p = 0; p < np; ++p) {
+      K.read(j0 + p, off, hd, kv.data());
+      for (std::size_t i = 0; i < hd; ++i) kt[i * kPos + p] = kv[i];
     }
-    for (std::size_t p = 0; p < np; ++p)
-      for (std::size_t r = 0; r < R; ++r) scores[r * Lp + j0 + p] = s4[p * R + r] * scale;
+    std::fill(s.begin(), s.end(), 0.0f);
+    for (std::size_t i = 0; i < hd; ++i)
+      for (std::size_t r = 0; r < R; ++r) {
+        const float q = qt[i * R + r];
+        const float* k = kt.data() + i * kPos;
+        float* sr = s.data() + r * kPos;
+        for (std::size_t p = 0; p < kPos; ++p) sr[p] += q * k[p];
+      }
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t p = 0; p < np; ++p) scores[r * L + j0 + p] = s[r * kPos + p] * scale;
   }
 }
 
@@ -336,7 +339,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       const KvRows& PK = P.kv.k[static_cast<std::size_t>(layer)];
       const KvRows& PV = P.kv.v[static_cast<std::size_t>(layer)];
       // Prefix: S = Q K^T (R x Lp), row softmax statistics, O_p = exp(S - m) V.
-      prefix_scores(PK, Lp, off, R, q_of, scale, kv, scores);
+      head_scores(PK, Lp, off, R, q_of, scale, kv, scores);
       std::vector<Softmax> sp(R);
       for (std::size_t r = 0; r < R; ++r) {
         for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);
@@ -355,16 +358,9 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         const KvRows& SK = S.kv.k[static_cast<std::size_t>(layer)];
         const KvRows& SV = S.kv.v[static_cast<std::size_t>(layer)];
         const std::size_t Ls = SK.rows();
-        const float* q = q_of(r);
-        s_scores.assign(Ls, 0.0f);
+        head_scores(SK, Ls, off, 1, [&](std::size_t) { return q_of(r); }, scale, kv, s_scores);
         Softmax ss;
-        for (std::size_t j = 0; j < Ls; ++j) {
-          SK.read(j, off, hd, kv.data());
-          float s = 0.0f;
-          for (std::size_t i = 0; i < hd; ++i) s += q[i] * kv[i];
-          s_scores[j] = s * scale;
-          ss.m = std::max(ss.m, s_scores[j]);
-        }
+        for (std::size_t j = 0; j < Ls; ++j) ss.m = std::max(ss.m, s_scores[j]);
         std::fill(o_s.begin(), o_s.end(), 0.0f);
         for (std::size_t j = 0; j < Ls; ++j) {
           const float e = std::exp(s_scores[j] - ss.m);
