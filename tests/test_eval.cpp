@@ -326,3 +326,59 @@ TEST(VerifiedGenerate, PassedAndBestPerPromptAndLogprobRanking) {
   EXPECT_EQ(run_cli(alone).exit_code, 2);
   EXPECT_EQ(run_cli({"generate", "--model", tiny_model().string(), "--prompt", "x", "--verify"}).exit_code, 2);
 }
+
+TEST(EvalFaults, SigtermLeavesACleanStateThatResumeCompletes) {
+  TempDir tmp;
+  const fs::path out = tmp / "run";
+  const std::vector<std::string> common = {"-n", "8", "--limit", "4", "--max-new-tokens", "32", "--batch", "4", "--workers", "1"};
+  for (int sig : {SIGTERM, SIGINT}) {
+    fs::remove_all(out);
+    const pid_t pid = start_cli(eval_args(out, common), tmp / "out.txt", tmp / "err.txt");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (count_lines(out / "samples.jsonl") < 6 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    kill(pid, sig);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st)) << "signal " << sig << " killed the run instead of stopping it";
+    EXPECT_EQ(WEXITSTATUS(st), 130);
+    const std::string err = read_text(tmp / "err.txt");
+    EXPECT_NE(err.find("--resume"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(out / "summary.json"));
+    // Every row that is there is whole (rows() throws on a torn line), with no duplicates.
+    const auto samples = rows(out / "samples.jsonl"), results = rows(out / "results.jsonl");
+    EXPECT_EQ(by_key(samples).size(), samples.size());
+    EXPECT_LE(results.size(), samples.size());
+    auto args = eval_args(out, common);
+    args.push_back("--resume");
+    const auto r = run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(by_key(rows(out / "samples.jsonl")).size(), 32u);
+    EXPECT_EQ(rows(out / "results.jsonl").size(), 32u);
+  }
+}
+
+TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  TempDir tmp;
+  const fs::path small = tmp / "small";
+  fs::create_directories(small);
+  if (std::system(("mount -t tmpfs -o size=12k tmpfs '" + small.string() + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  const std::vector<std::string> common = {"-n", "8", "--limit", "4", "--max-new-tokens", "32"};
+  const auto r = run_cli(eval_args(small / "run", common));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(".jsonl"), std::string::npos) << r.err;  // names the file
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Move the partial run to a disk with room; --resume completes it.
+  const fs::path moved = tmp / "moved";
+  fs::copy(small / "run", moved, fs::copy_options::recursive);
+  std::system(("umount '" + small.string() + "'").c_str());
+  auto args = eval_args(moved, common);
+  args.push_back("--resume");
+  const auto resumed = run_cli(args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(by_key(rows(moved / "samples.jsonl")).size(), 32u);
+  EXPECT_EQ(rows(moved / "results.jsonl").size(), 32u);
+}

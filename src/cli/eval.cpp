@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -59,8 +60,11 @@ struct EvalOptions {
 // SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
 // kills at once (the handler puts the default back).
 std::atomic<bool> g_interrupted{false};
+// Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
+std::atomic<bool> g_stop{false};
 extern "C" void on_interrupt(int sig) {
   g_interrupted.store(true);
+  g_stop.store(true);
   std::signal(sig, SIG_DFL);
 }
 
@@ -169,8 +173,8 @@ class VerifierPool {
     e.waiters.push_back(std::move(job));
     // Back-pressure: the engine waits while the queue is full (polling for an interrupt, after
     // which the job is dropped: it stays in samples.jsonl, and --resume verifies it).
-    while (queue_.size() >= capacity_ && !g_interrupted.load()) space_.wait_for(lock, std::chrono::milliseconds(100));
-    if (g_interrupted.load()) return std::chrono::duration<double>(Clock::now() - t0).count();
+    while (queue_.size() >= capacity_ && !g_stop.load()) space_.wait_for(lock, std::chrono::milliseconds(100));
+    if (g_stop.load()) return std::chrono::duration<double>(Clock::now() - t0).count();
     queue_.push_back(key);
     ready_.notify_one();
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -225,7 +229,7 @@ class VerifierPool {
       {
         std::unique_lock<std::mutex> lock(mu_);
         ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
-        if (queue_.empty() || g_interrupted.load()) return;
+        if (queue_.empty() || g_stop.load()) return;
         key = queue_.front();
         queue_.pop_front();
       }
@@ -398,7 +402,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       reqs.push_back(std::move(r));
       req_problem.push_back(i);
     }
-    go.cancelled = [&](std::size_t r) { return g_interrupted.load() || (o->stop_on_pass && solved[req_problem[r]].load()); };
+    go.cancelled = [&](std::size_t r) { return g_stop.load() || (o->stop_on_pass && solved[req_problem[r]].load()); };
 
     SandboxLimits limits;
     limits.timeout_s = o->timeout;
@@ -424,10 +428,18 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                    selected.size(), verified, total_samples, static_cast<double>(verified_now) / secs, static_cast<double>(tokens) / secs,
                    p1.problems_used ? p1.mean : 0.0);
     };
+    std::exception_ptr write_error;  // the first failed write of a verifier thread (with mu)
     auto on_verified = [&](const VerifierPool::Job& job, const Verdict& base, const Verdict* plus) {
       const json row = result_row(job.sample, base, has_plus, plus);
       std::lock_guard<std::mutex> lock(mu);
-      files.append_result(row);
+      if (write_error) return;
+      try {
+        files.append_result(row);
+      } catch (...) {  // stop the run; the main thread reports it
+        write_error = std::current_exception();
+        g_stop = true;
+        return;
+      }
       tally.add_row(row);
       ++verified, ++verified_now;
       if (base.passed()) solved[index_of[job.problem->task_id]] = true;
@@ -461,9 +473,15 @@ Runner add_eval(CLI::App& app, const std::string& command) {
         tokens = s.generated_tokens;
         progress(false);
       };
-      if (!reqs.empty()) gs = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
+      try {
+        if (!reqs.empty()) gs = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
+      } catch (...) {
+        g_stop = true;  // the verifier threads stop too, leaving what is written valid
+        throw;
+      }
       g1 = Clock::now();
       pool.finish();
+      if (write_error) std::rethrow_exception(write_error);
       const auto [busy, overlap] = pool.busy_and_overlap(g0, g1);
       const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
       {
