@@ -47,7 +47,7 @@ class Tally {
 
  private:
   std::map<std::string, std::pair<int, int>> base_, plus_;
-  std::map<std::string, int> counts_;
+  std::map<std::string, int> counts_{{"passed", 0}, {"failed", 0}, {"timed_out", 0}, {"sandbox_error", 0}};
 };
 
 }  // namespace bestofn::cli
