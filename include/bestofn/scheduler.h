@@ -23,10 +23,10 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings, in addition to the options'
   // The candidate indices to generate, each in [0, n): empty means all of 0..n-1 (a resumed or
   // sharded run generates only the missing ones, with the same draws as a full run).
-  std::vector<int> indices;
+  std::vector<int> indices = {};
   // The prompt index of this prompt's RNG stream: unset means options.prompt_index_base plus the
   // request's position (set it to keep a prompt's draws when the request list is a subset).
-  std::optional<std::uint64_t> rng_prompt;
+  std::optional<std::uint64_t> rng_prompt = std::nullopt;
 };
 
 struct GenerationOptions {
