@@ -109,6 +109,19 @@ TEST(Messages, EveryBadInvocationGetsOneLineNamingTheFlagOrFile) {
       {{"generate", "--model", model, "--prompts", prompt_number}, 1, {"tokenizer.json"}},
       {{"generate", "--model", synth, "--prompts", prompt_number}, 1, {prompt_number + ":1", "prompt"}},
       {{"generate", "--model", synth, "--prompts", prompt_n}, 1, {prompt_n + ":1", "\"n\""}},
+      {{"generate", "--model", synth, "--prompt", "x", "--best-only"}, 2, {"--best-only"}},
+      {{"generate", "--model", synth, "--prompt", "x", "--verify"}, 2, {"--verify"}},
+      // eval: flags, values, files.
+      {{"eval", "--model", synth, "--frob"}, 2, {"--frob"}},
+      {{"eval", "--model", synth, "--data-dir", data, "-n", "0"}, 2, {"-n"}},
+      {{"eval", "--model", synth, "--data-dir", data, "--k", "1", "--fail-under", "pass@3=0.5"}, 2, {"--fail-under", "pass@3"}},
+      {{"eval", "--model", synth, "--data-dir", data, "--fail-under", "pass@1"}, 2, {"--fail-under"}},
+      {{"eval", "--model", synth, "--data-dir", data, "--reference", "GPT-4o=high"}, 2, {"--reference"}},
+      {{"eval", "--model", synth, "--data-dir", data, "--limit", "1", "--tasks", "HumanEval/0"}, 2, {"--limit", "--tasks"}},
+      {{"eval", "--model", synth, "--data-dir", d + "/nodata"}, 1, {"HumanEval.jsonl", "BESTOFN_DATA"}},
+      {{"eval", "--model", synth, "--dataset", bad_dataset}, 1, {bad_dataset + ":1"}},
+      {{"eval", "--model", synth, "--data-dir", data, "--tasks", "HumanEval/9999"}, 1, {"--tasks", "HumanEval/9999"}},
+      {{"eval", "--model", d + "/nomodel", "--data-dir", data, "--limit", "1"}, 1, {d + "/nomodel"}},
   };
   for (const auto& c : table) {
     const auto r = run_cli(c.args);
