@@ -26,24 +26,11 @@ namespace {
 
 // One tiny model for every test in this process.
 const fs::path& tiny_model() {
-  static TempDir dir;
-  static const fs::path model = [] {
-    const fs::path out = dir / "tiny";
-    const auto tok = require_shared("tokenizers/llama3/tokenizer.json");
-    const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "bf16", "--seed", "5", "--out", out.string(), "--tokenizer", tok.string()});
-    if (r.exit_code != 0) throw std::runtime_error("make-synthetic failed: " + r.err);
-    return out;
-  }();
+  static const fs::path model = tiny_synthetic_model(5);
   return model;
 }
 
-std::vector<json> rows(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+std::vector<json> rows(const fs::path& p) { return read_jsonl(p); }
 
 std::map<std::pair<std::string, int>, json> by_key(const std::vector<json>& rs) {
   std::map<std::pair<std::string, int>, json> m;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -88,6 +89,26 @@ CliResult run_cli(const std::vector<std::string>& args) {
   close(fo);
   close(fe);
   return r;
+}
+
+fs::path tiny_synthetic_model(int seed) {
+  static TempDir dir;
+  static std::map<int, fs::path> made;
+  if (const auto it = made.find(seed); it != made.end()) return it->second;
+  const fs::path out = dir / ("tiny-" + std::to_string(seed));
+  const auto tok = require_shared("tokenizers/llama3/tokenizer.json");
+  const auto r = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", "bf16", "--seed", std::to_string(seed), "--out", out.string(),
+                          "--tokenizer", tok.string()});
+  if (r.exit_code != 0) throw std::runtime_error("make-synthetic failed: " + r.err);
+  return made[seed] = out;
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 std::string read_text(const fs::path& p) {

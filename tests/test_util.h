@@ -2,6 +2,7 @@
 // Helpers shared by the tests: paths into ../shared, temporary directories, running the CLI.
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ CliResult run_cli(const std::vector<std::string>& args);
 // Starts the binary in the background (stdout and stderr to the given files); the caller waits
 // for (or kills) the returned pid.
 int start_cli(const std::vector<std::string>& args, const std::filesystem::path& out, const std::filesystem::path& err);
+
+// A tiny synthetic model (make-synthetic --shape tiny --dtype bf16 with ../shared's Llama 3
+// tokenizer), made once per seed per process in a directory that lives as long as the process.
+std::filesystem::path tiny_synthetic_model(int seed);
+// The rows of a JSONL file (throws on a line that is not JSON: a torn row fails the test).
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p);
 
 std::string read_text(const std::filesystem::path& p);
 void write_text(const std::filesystem::path& p, const std::string& text);

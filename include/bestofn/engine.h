@@ -17,6 +17,9 @@ enum class KvDtype { F32, BF16 };
 
 struct EngineOptions {
   int threads = 0;          // CPU threads (0: default_threads())
+  // CUDA engine: the device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES).
+  // The engine makes it current on every call, so several engines may run on several threads.
+  int device_index = 0;
   // KV cache precision. CPU engine, Auto: F32 for an F32 checkpoint (the reference, exact against
   // llama2.c and HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
   // CUDA engine: BF16 always (Auto and BF16; F32 is refused). Parity tests set BF16 on the CPU.

@@ -22,5 +22,6 @@ Runner add_score(CLI::App& app);
 // `command`: the whole command line, recorded in each JSON line.
 Runner add_bench(CLI::App& app, const std::string& command);
 Runner add_eval(CLI::App& app, const std::string& command);
+Runner add_merge(CLI::App& app, const std::string& command);
 
 }  // namespace bestofn::cli

@@ -35,6 +35,9 @@
 #include "bestofn/verifier.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
+#include "cli/devices.h"
+#include "cli/eval_summary.h"
+#include "cli/shard.h"
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
 #include "cli/eval_files.h"
@@ -50,7 +53,7 @@ using Clock = std::chrono::steady_clock;
 
 struct EvalOptions {
   ModelFlags m;
-  std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks;
+  std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks, shard, devices;
   std::vector<std::string> references, fail_under;
   int n = 10, limit = 0, workers = 0, queue = 0;
   double timeout = 3.0, plus_timeout = 20.0;
@@ -94,7 +97,7 @@ double tidy(float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; }
 
 // The settings that decide a run's samples: a resumed run must have the same ones.
 ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const SamplingParams& s, const std::vector<std::string>& stop,
-                      const std::vector<const Problem*>& selected) {
+                      const std::vector<const Problem*>& selected, const Shard& shard) {
   std::vector<std::string> ids;
   for (const Problem* p : selected) ids.push_back(p->task_id);
   return {{"model", std::filesystem::absolute(o.m.model).lexically_normal().string()},
@@ -115,24 +118,8 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"timeout", o.timeout},
           {"plus_timeout", o.plus_timeout},
           {"stop_on_pass", o.stop_on_pass},
+          {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"tasks", ids}};
-}
-
-// NAME=VALUE pairs: --reference GPT-4o=0.902, --fail-under pass@10=0.5.
-std::pair<std::string, double> name_value(const std::string& s, const std::string& flag) {
-  const std::size_t eq = s.rfind('=');
-  double v = -1;
-  std::size_t used = 0;
-  if (eq != std::string::npos && eq > 0) {
-    try {
-      v = std::stod(s.substr(eq + 1), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-  }
-  if (eq == std::string::npos || eq == 0 || used == 0 || used != s.size() - eq - 1 || !(v >= 0 && v <= 1))
-    throw CLI::ValidationError(flag, "'" + s + "' must be NAME=VALUE with VALUE in [0, 1]");
-  return {s.substr(0, eq), v};
 }
 
 // The verifier side of the pipeline: a bounded queue (back-pressure when full), `workers`
@@ -315,7 +302,15 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (default: 64 x workers)")->check(CLI::Range(0, 10000000));
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
+  add_shard_flag(sub, o->shard);
+  sub->add_option("--devices", o->devices,
+                  "CUDA devices, e.g. 0,1,2,3: one engine per GPU in this process, sharing the verifier pool (default: every device "
+                  "CUDA_VISIBLE_DEVICES shows)");
   sub->callback([o] {
+    if (!o->shard.empty() && o->stop_on_pass)
+      throw CLI::ValidationError("--shard", "cannot be used with --stop-on-pass: a shard cannot see the other shards' passes");
+    if (!o->devices.empty() && o->m.device == "cpu")
+      throw CLI::ValidationError("--devices", "selects GPUs for --device cuda (one engine per GPU); the CPU engine uses every core (--threads)");
     for (const auto& r : o->references) name_value(r, "--reference");
     if (o->stop_on_pass && !o->fail_under.empty()) throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass does not report");
     const std::vector<int> ks = parse_ks(o->k);
@@ -353,13 +348,23 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     const std::string kind = selected.front()->dataset;
     const bool has_plus = std::any_of(selected.begin(), selected.end(), [](const Problem* p) { return !p->plus_input_json.empty(); });
 
+    const Shard shard = o->shard.empty() ? Shard{} : parse_shard(o->shard, "--shard");
+    // The candidates of each problem that this run makes: all n, or this shard's share.
+    std::vector<std::vector<int>> share;
+    for (std::size_t i = 0; i < selected.size(); ++i) share.push_back(shard.candidates(i * static_cast<std::uint64_t>(o->n), o->n));
+
+    const std::vector<int> devices = choose_devices(o->m.device, o->devices);
+    if (!devices.empty()) o->m.device_index = devices.front();
     LoadedModel model = load_model_flags(o->m);
+    const std::vector<std::unique_ptr<Engine>> more = more_engines(model.weights, devices);
+    std::vector<Engine*> engines{model.engine.get()};
+    for (const auto& e : more) engines.push_back(e.get());
     GenerationOptions go = generation_options(o->m, model);
     go.stop = o->m.stop.empty() ? default_stop_strings(kind, o->m.chat) : o->m.stop;
 
     // The output directory: a new run, or the one being resumed (same settings only).
     const std::filesystem::path dir(o->out_dir);
-    const ordered_json run = manifest(*o, model, go.sampling, go.stop, selected);
+    const ordered_json run = manifest(*o, model, go.sampling, go.stop, selected, shard);
     RunFiles files(dir, run, o->resume);
 
     // What is already done: samples generated, and of those, the ones verified.
@@ -371,8 +376,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     for (const auto& [where, row] : files.samples()) {
       const auto it = index_of.find(row.value("task_id", ""));
       const int idx = row.value("index", -1);
-      if (it == index_of.end() || idx < 0 || idx >= o->n || !row.contains("completion") || !row["completion"].is_string())
-        throw Error(where, "not a sample of this run (task_id, index in [0, n) and completion expected)");
+      if (it == index_of.end() || idx < 0 || idx >= o->n || !row.contains("completion") || !row["completion"].is_string() ||
+          !shard.owns(it->second * static_cast<std::uint64_t>(o->n) + static_cast<std::uint64_t>(idx)))
+        throw Error(where, "not a sample of this run (task_id, index in [0, n) of shard " + shard.str() + " and completion expected)");
       if (!generated[it->second].insert(idx).second) throw Error(where, "a second row for " + it->first + " index " + std::to_string(idx));
       unverified[{it->first, idx}] = row;
     }
@@ -390,12 +396,12 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     std::vector<std::size_t> req_problem;
     std::size_t to_generate = 0;
     for (std::size_t i = 0; i < selected.size(); ++i) {
-      if (static_cast<int>(generated[i].size()) == o->n || (o->stop_on_pass && solved[i])) continue;
+      if (generated[i].size() == share[i].size() || (o->stop_on_pass && solved[i])) continue;
       GenerationRequest r;
       r.id = selected[i]->task_id;
       r.prompt_ids = encode_prompt(o->m, model, prompt_text(*selected[i], o->m.chat), o->dataset + " " + selected[i]->task_id);
       r.n = o->n;
-      for (int c = 0; c < o->n; ++c)
+      for (int c : share[i])
         if (!generated[i].count(c)) r.indices.push_back(c);
       r.rng_prompt = rng_index[i];
       to_generate += r.indices.size();
@@ -414,7 +420,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     std::mutex mu;
     std::size_t verified = resumed_samples, verified_now = 0;
     std::uint64_t tokens = 0;
-    const std::size_t total_samples = selected.size() * static_cast<std::size_t>(o->n);
+    std::size_t total_samples = 0;
+    for (const auto& c : share) total_samples += c.size();
     const bool tty = isatty(STDERR_FILENO);
     const auto t0 = Clock::now();
     auto last_print = t0;
@@ -465,7 +472,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                     {"num_tokens", c.token_ids.size()},
                     {"logprob", c.cumulative_logprob}};
         if (o->m.chat) row["reply"] = c.text;
-        files.append_sample(row);
+        files.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
         waited += pool.submit({&p, std::move(row)});
       };
       auto on_step = [&](const GenerationStats& s, std::size_t) {
@@ -474,7 +481,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
         progress(false);
       };
       try {
-        if (!reqs.empty()) gs = generate(*model.engine, model.tokenizer, reqs, go, on_done, on_step);
+        if (!reqs.empty()) gs = generate_data_parallel(engines, model.tokenizer, reqs, go, on_done, on_step);
       } catch (...) {
         g_stop = true;  // the verifier threads stop too, leaving what is written valid
         throw;
@@ -499,36 +506,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
 
       // The summary, the report and the plot.
       const double gen_s = std::chrono::duration<double>(g1 - g0).count();
-      ordered_json summary = {{"bestofn_version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"model", run["model"]},
-                              {"dataset", {{"name", o->dataset}, {"kind", kind}, {"problems", selected.size()}}},
-                              {"n", o->n}, {"k", ks}};
-      summary["sampling"] = {{"temperature", tidy(go.sampling.temperature)}, {"top_p", tidy(go.sampling.top_p)}, {"top_k", go.sampling.top_k},
-                             {"min_p", tidy(go.sampling.min_p)}, {"seed", go.sampling.seed}, {"max_new_tokens", o->m.max_new_tokens},
-                             {"stop", go.stop}, {"chat", o->m.chat}};
-      std::vector<PassAtK> passk, passk_plus;
-      if (!o->stop_on_pass) {
-        std::vector<Problem> sel;
-        for (const Problem* p : selected) sel.push_back(*p);
-        passk = tally.pass_at_k(sel, ks, false);
-        summary["pass_at_k"] = Tally::to_json(passk, "");
-        if (has_plus) {
-          passk_plus = tally.pass_at_k(sel, ks, true);
-          summary["plus_pass_at_k"] = Tally::to_json(passk_plus, "");
-        }
-        ordered_json skipped = ordered_json::object();
-        for (const auto& r : passk)
-          if (r.problems_skipped > 0) skipped[std::to_string(r.k)] = r.problems_skipped;
-        summary["problems_skipped"] = skipped;
-      } else {
-        int solved_count = 0;
-        for (const auto& s : solved) solved_count += s.load();
-        summary["solved"] = solved_count;
-        summary["solve_rate"] = selected.empty() ? 0.0 : static_cast<double>(solved_count) / static_cast<double>(selected.size());
-        summary["pass_at_k_note"] =
-            "--stop-on-pass: generation for a problem stopped at its first passing sample, so problems have different, "
-            "biased numbers of samples and pass@k is not an estimate of anything; solved / solve_rate count the problems "
-            "with a passing sample among at most n";
-      }
+      const RunSummary rs = build_summary(run, kind, ks, tally, has_plus);
+      ordered_json summary = rs.json;
+      const std::vector<PassAtK>& passk = rs.passk;
       summary["samples"] = verified;
       summary["tokens"] = gs.generated_tokens;
       summary["cancelled"] = gs.cancelled;
@@ -542,39 +522,19 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                          {"generation_waited_for_verifier_s", waited}};
       summary["throughput"] = {{"tok_per_s", gen_s > 0 ? static_cast<double>(gs.generated_tokens) / gen_s : 0.0},
                                {"samples_per_s", wall > 0 ? static_cast<double>(verified_now) / wall : 0.0}};
-      ordered_json refs = ordered_json::object();
-      std::vector<std::pair<std::string, double>> ref_pairs;
-      for (const auto& r : o->references) {
-        ref_pairs.push_back(name_value(r, "--reference"));
-        refs[ref_pairs.back().first] = ref_pairs.back().second;
-      }
-      summary["references"] = refs;
       summary["device"] = model.engine->name();
+      if (!devices.empty()) summary["devices"] = devices;
       summary["workers"] = workers;
       summary["sandbox_missing"] = sandbox.missing();
       summary["command"] = command;
-
-      const std::filesystem::path plot = o->plot.empty() ? dir / "fail_at_k.svg" : std::filesystem::path(o->plot);
-      std::string plot_rel;
-      if (!o->stop_on_pass) {
-        std::vector<std::pair<int, int>> base_nc, plus_nc;
-        for (const Problem* p : selected) {
-          base_nc.push_back(tally.n_c(p->task_id, false));
-          if (has_plus) plus_nc.push_back(tally.n_c(p->task_id, true));
-        }
-        const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, o->dataset + " fail@k (" + model.engine->name() + ")",
-                                              has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{});
-        write_file_atomic(plot, svg);
-        summary["plot"] = plot.string();
-        plot_rel = std::filesystem::absolute(plot).lexically_relative(std::filesystem::absolute(dir)).string();
-      }
-      write_file_atomic(dir / "summary.json", summary.dump(2) + "\n");
-      write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
+      write_summary_files(dir, summary, tally, run["tasks"].get<std::vector<std::string>>(), o->references, o->plot,
+                          o->dataset + ": " + std::filesystem::path(run["model"].get<std::string>()).filename().string() + ", n = " +
+                              std::to_string(o->n) + " (" + model.engine->name() + ")");
 
       if (o->json) {
         std::cout << summary.dump(2) << "\n";
       } else {
-        print_pass_at_k(passk, passk_plus);
+        print_pass_at_k(passk, rs.passk_plus);
         if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", summary["solved"].get<int>(), selected.size());
         std::printf("%zu samples, %llu tokens; generation %.1f s (%.1f tok/s), verification %.1f s, wall %.1f s, overlap %.0f%%\n", verified,
                     static_cast<unsigned long long>(gs.generated_tokens), gen_s, summary["throughput"]["tok_per_s"].get<double>(), busy,

@@ -22,6 +22,7 @@
 #include "cli/jsonl.h"
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
+#include "cli/shard.h"
 
 #include <spdlog/spdlog.h>
 
@@ -31,7 +32,7 @@ using nlohmann::json;
 
 struct GenerateOptions {
   ModelFlags m;
-  std::string prompt, prompts, out, select;
+  std::string prompt, prompts, out, select, shard;
   int n = 1, workers = 0;
   double timeout = 3.0;
   bool ids = false, verify = false, best_only = false, no_zygote = false;
@@ -164,6 +165,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)");
   sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
+  add_shard_flag(sub, o->shard)->excludes("--verify")->excludes("--select")->excludes("--best-only");  // best: among all candidates
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
     if (sub->count("--best-only") && !sub->count("--verify") && !sub->count("--select"))
@@ -173,7 +175,7 @@ Runner add_generate(CLI::App& app) {
   });
   return [o] {
     const LoadedModel model = load_model_flags(o->m);
-    const std::vector<PromptSpec> specs =
+    std::vector<PromptSpec> specs =
         o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n, "", ""}} : read_prompts(o->prompts, o->n);
     if (o->verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
       throw Error(o->prompts, "--verify: no prompt row has \"test\" and \"entry_point\"");
@@ -181,6 +183,21 @@ Runner add_generate(CLI::App& app) {
     std::vector<GenerationRequest> reqs;
     for (const auto& p : specs)
       reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
+    if (!o->shard.empty()) {
+      // --shard I/N: only this shard's (prompt, candidate) pairs (cli/shard.h), each prompt with the
+      // RNG index of its position, so that the shards together write the unsharded run's rows.
+      const Shard shard = parse_shard(o->shard, "--shard");
+      std::vector<GenerationRequest> mine;
+      std::vector<PromptSpec> mine_specs;
+      std::uint64_t first = 0;
+      for (std::size_t p = 0; p < reqs.size(); ++p) {
+        reqs[p].rng_prompt = p;
+        reqs[p].indices = shard.candidates(first, reqs[p].n);
+        first += static_cast<std::uint64_t>(reqs[p].n);
+        if (!reqs[p].indices.empty()) mine.push_back(std::move(reqs[p])), mine_specs.push_back(std::move(specs[p]));
+      }
+      reqs = std::move(mine), specs = std::move(mine_specs);
+    }
     const GenerationOptions go = generation_options(o->m, model);
 
     OutputFile out(o->out);
@@ -193,13 +210,13 @@ Runner add_generate(CLI::App& app) {
                   {"cumulative_logprob", c.cumulative_logprob}};
       if (o->ids) row["token_ids"] = c.token_ids;
       rows[c.prompt][c.index] = std::move(row);
-      while (!select && next < reqs.size() && static_cast<int>(rows[next].size()) == reqs[next].n) {
+      while (!select && next < reqs.size() && rows[next].size() == candidate_count(reqs[next])) {
         for (auto& [i, r] : rows[next]) out.line(r.dump());
         rows[next++].clear();
       }
     };
     std::size_t total = 0;
-    for (const auto& r : reqs) total += static_cast<std::size_t>(r.n);
+    for (const auto& r : reqs) total += candidate_count(r);
     const bool tty = isatty(STDERR_FILENO);
     const auto t0 = std::chrono::steady_clock::now();
     auto last = t0;

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
       {"generate", add_generate(app)},
       {"score", add_score(app)},
       {"eval", add_eval(app, command_line(argc, argv))},
+      {"merge", add_merge(app, command_line(argc, argv))},
       {"bench", add_bench(app, command_line(argc, argv))},
   };
 

@@ -39,6 +39,7 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
   EngineOptions eo;
   eo.threads = f.threads;
+  eo.device_index = f.device_index;
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

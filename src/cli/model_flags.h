@@ -22,6 +22,7 @@ struct ModelFlags {
   std::uint64_t seed = 0;
   std::vector<std::string> stop;
   bool chat = false;
+  int device_index = 0;  // the CUDA engine's device (eval --devices: the first of them)
 };
 
 // --model --tokenizer --quantize --device --threads --batch

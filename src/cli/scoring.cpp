@@ -81,10 +81,16 @@ void Tally::add_row(const nlohmann::json& row) {
 }
 
 std::vector<PassAtK> Tally::pass_at_k(const std::vector<Problem>& problems, const std::vector<int>& ks, bool plus) const {
+  std::vector<std::string> ids;
+  for (const auto& p : problems) ids.push_back(p.task_id);
+  return pass_at_k(ids, ks, plus);
+}
+
+std::vector<PassAtK> Tally::pass_at_k(const std::vector<std::string>& task_ids, const std::vector<int>& ks, bool plus) const {
   const auto& m = plus ? plus_ : base_;
   std::vector<std::pair<int, int>> nc;
-  for (const auto& p : problems)
-    if (auto it = m.find(p.task_id); it != m.end()) nc.push_back(it->second);
+  for (const auto& id : task_ids)
+    if (auto it = m.find(id); it != m.end()) nc.push_back(it->second);
   return bestofn::pass_at_k(nc, ks);
 }
 

@@ -36,6 +36,7 @@ class Tally {
   void add_row(const nlohmann::json& row);
   // pass@k per k over the problems (in this order) that have at least one verified sample.
   std::vector<PassAtK> pass_at_k(const std::vector<Problem>& problems, const std::vector<int>& ks, bool plus) const;
+  std::vector<PassAtK> pass_at_k(const std::vector<std::string>& task_ids, const std::vector<int>& ks, bool plus) const;
   int passed(const std::string& task_id) const;
   // (n, c) of one problem, base or plus; (0, 0) when it has no verified sample.
   std::pair<int, int> n_c(const std::string& task_id, bool plus) const;

@@ -99,11 +99,15 @@ struct Slot {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
-  ~CudaEngine() override { cudaStreamSynchronize(stream_); }
+  ~CudaEngine() override {
+    cudaSetDevice(device_);  // the buffers below are freed on the device they live on
+    cudaStreamSynchronize(stream_);
+  }
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cuda"; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   void release_prefix(int p) override {
+    use_device();
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
     prefixes_.erase(p);
@@ -115,6 +119,7 @@ class CudaEngine final : public Engine {
     return slots_.put(std::move(s));
   }
   void release_slot(int s) override {
+    use_device();
     prefix_at(slot_at(s).prefix).slots--;
     slots_.erase(s);
   }
@@ -125,6 +130,9 @@ class CudaEngine final : public Engine {
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
 
  private:
+  // Several engines may run on several threads, one device each: every call that touches the
+  // device first makes this engine's current on the calling thread (cheap when it already is).
+  void use_device() const { CUDA_CHECK(cudaSetDevice(device_)); }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
   std::size_t kv_row_bytes() const { return static_cast<std::size_t>(c_.kv_dim()) * 2; }
@@ -148,6 +156,7 @@ class CudaEngine final : public Engine {
   };
   std::shared_ptr<const Weights> w_;
   const ModelConfig& c_;
+  int device_ = 0;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
@@ -168,7 +177,13 @@ class CudaEngine final : public Engine {
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--device cuda: the CUDA engine keeps its KV cache in BF16 only");
   std::string why;
-  if (list_devices(&why).empty()) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
+  const std::size_t visible = list_devices(&why).size();
+  if (visible == 0) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
+  if (opt.device_index < 0 || static_cast<std::size_t>(opt.device_index) >= visible)
+    throw Error("CUDA device " + std::to_string(opt.device_index) + " is not visible: this process sees " + std::to_string(visible) +
+                " device(s), numbered from 0 within CUDA_VISIBLE_DEVICES");
+  device_ = opt.device_index;
+  use_device();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   stream_owner_.reset(stream_);
   gemm_ = std::make_unique<Gemm>(stream_);
@@ -277,6 +292,7 @@ void CudaEngine::logits(int first, int T, float* host_out) {
 }
 
 int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
+  use_device();
   const int T = static_cast<int>(tokens.size());
   if (T == 0) throw Error("prefill: empty prompt");
   if (T > c_.max_position_embeddings)
@@ -310,6 +326,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
 }
 
 void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits_out) {
+  use_device();
   const int T = static_cast<int>(slots.size());
   if (tokens.size() != slots.size() || logits_out.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
     throw Error("decode: slots, tokens and logits sizes disagree");

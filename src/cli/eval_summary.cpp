@@ -1,0 +1,91 @@
+#include "cli/eval_summary.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "bestofn/report.h"
+#include "bestofn_version.h"
+#include "cli/eval_files.h"
+
+namespace bestofn::cli {
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::pair<std::string, double> name_value(const std::string& s, const std::string& flag) {
+  const std::size_t eq = s.rfind('=');
+  double v = -1;
+  std::size_t used = 0;
+  if (eq != std::string::npos && eq > 0) {
+    try {
+      v = std::stod(s.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+  }
+  if (eq == std::string::npos || eq == 0 || used == 0 || used != s.size() - eq - 1 || !(v >= 0 && v <= 1))
+    throw CLI::ValidationError(flag, "'" + s + "' must be NAME=VALUE with VALUE in [0, 1]");
+  return {s.substr(0, eq), v};
+}
+
+RunSummary build_summary(const ordered_json& m, const std::string& kind, const std::vector<int>& ks, const Tally& tally, bool has_plus) {
+  RunSummary r;
+  ordered_json& s = r.json;
+  const auto tasks = m.at("tasks").get<std::vector<std::string>>();
+  s = {{"bestofn_version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"model", m.at("model")},
+       {"dataset", {{"name", m.at("dataset")}, {"kind", kind}, {"problems", tasks.size()}}},
+       {"n", m.at("n")}, {"k", ks}};
+  if (m.contains("shard") && m["shard"].value("count", 1) > 1) s["shard"] = m["shard"];
+  s["sampling"] = {{"temperature", m.at("temperature")}, {"top_p", m.at("top_p")}, {"top_k", m.at("top_k")}, {"min_p", m.at("min_p")},
+                   {"seed", m.at("seed")}, {"max_new_tokens", m.at("max_new_tokens")}, {"stop", m.at("stop")}, {"chat", m.at("chat")}};
+  if (m.value("stop_on_pass", false)) {
+    const auto solved = std::count_if(tasks.begin(), tasks.end(), [&](const std::string& t) { return tally.passed(t) > 0; });
+    s["solved"] = solved;
+    s["solve_rate"] = tasks.empty() ? 0.0 : static_cast<double>(solved) / static_cast<double>(tasks.size());
+    s["pass_at_k_note"] =
+        "--stop-on-pass: generation for a problem stopped at its first passing sample, so problems have different, "
+        "biased numbers of samples and pass@k is not an estimate of anything; solved / solve_rate count the problems "
+        "with a passing sample among at most n";
+    return r;
+  }
+  r.passk = tally.pass_at_k(tasks, ks, false);
+  s["pass_at_k"] = Tally::to_json(r.passk, "");
+  if (has_plus) {
+    r.passk_plus = tally.pass_at_k(tasks, ks, true);
+    s["plus_pass_at_k"] = Tally::to_json(r.passk_plus, "");
+  }
+  ordered_json skipped = ordered_json::object();
+  for (const auto& p : r.passk)
+    if (p.problems_skipped > 0) skipped[std::to_string(p.k)] = p.problems_skipped;
+  s["problems_skipped"] = skipped;
+  return r;
+}
+
+void write_summary_files(const std::filesystem::path& dir, ordered_json& summary, const Tally& tally, const std::vector<std::string>& task_ids,
+                         const std::vector<std::string>& references, const std::string& plot, const std::string& title) {
+  ordered_json refs = ordered_json::object();
+  std::vector<std::pair<std::string, double>> ref_pairs;
+  for (const auto& ref : references) {
+    ref_pairs.push_back(name_value(ref, "--reference"));
+    refs[ref_pairs.back().first] = ref_pairs.back().second;
+  }
+  summary["references"] = refs;
+  std::string plot_rel;
+  if (summary.contains("pass_at_k")) {
+    const bool has_plus = summary.contains("plus_pass_at_k");
+    const std::filesystem::path file = plot.empty() ? dir / "fail_at_k.svg" : std::filesystem::path(plot);
+    std::vector<std::pair<int, int>> base_nc, plus_nc;
+    for (const auto& t : task_ids) {
+      base_nc.push_back(tally.n_c(t, false));
+      if (has_plus) plus_nc.push_back(tally.n_c(t, true));
+    }
+    const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, title,
+                                          has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{});
+    write_file_atomic(file, svg);
+    summary["plot"] = file.string();
+    plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();
+  }
+  write_file_atomic(dir / "summary.json", summary.dump(2) + "\n");
+  write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
+}
+
+}  // namespace bestofn::cli

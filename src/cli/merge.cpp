@@ -1,0 +1,286 @@
+// bestofn merge OUT_DIR SHARD_DIR...: the output directories of the N shards of one eval run
+// (--shard I/N) combined into one, as an unsharded run would have left it: run.json, samples.jsonl
+// and results.jsonl (sorted by problem and index), summary.json, report.md and the fail@k plot.
+// Shards of different runs, overlapping, missing or unfinished shards are refused.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "bestofn/error.h"
+#include "cli/commands.h"
+#include "cli/eval_files.h"
+#include "cli/eval_summary.h"
+#include "cli/jsonl.h"
+#include "cli/scoring.h"
+#include "cli/shard.h"
+
+namespace bestofn::cli {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+struct MergeOptions {
+  std::string out;
+  std::vector<std::string> shards, references;
+  std::string k, plot;
+  bool json = false;
+};
+
+struct ShardRun {
+  fs::path dir;
+  ordered_json manifest;
+  json summary;  // summary.json when the shard wrote one, else null
+  Shard shard;
+  std::vector<json> samples, results;
+};
+
+ordered_json read_json_file(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error(p.string(), "cannot be read: not a finished bestofn eval output directory");
+  const ordered_json j = ordered_json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw Error(p.string(), "not a JSON object");
+  return j;
+}
+
+ShardRun read_shard(const fs::path& dir) {
+  ShardRun s;
+  s.dir = dir;
+  s.manifest = read_json_file(dir / "run.json");
+  const ordered_json& sh = s.manifest.contains("shard") ? s.manifest["shard"] : ordered_json::object();
+  s.shard = {sh.value("index", 0), sh.value("count", 1)};
+  if (s.shard.count < 1 || s.shard.index < 0 || s.shard.index >= s.shard.count)
+    throw Error((dir / "run.json").string(), "shard " + sh.dump() + " is not I/N with 0 <= I < N");
+  if (fs::exists(dir / "summary.json")) s.summary = json(read_json_file(dir / "summary.json"));
+  for (const char* name : {"samples.jsonl", "results.jsonl"}) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p)) throw Error(p.string(), "missing: the shard has not run (or not in this directory)");
+    auto& rows = std::string(name) == "samples.jsonl" ? s.samples : s.results;
+    for_each_jsonl(p.string(), [&](json&& j, const std::string& where) {
+      if (!j.is_object() || !j.contains("task_id") || !j["task_id"].is_string() || !j.contains("index") || !j["index"].is_number_integer())
+        throw Error(where, "not a sample row (task_id and index expected)");
+      rows.push_back(std::move(j));
+    });
+  }
+  return s;
+}
+
+// Every setting but the shard must agree; the first that differs is named.
+void check_same_run(const ShardRun& a, const ShardRun& b) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a.manifest.items()) keys.insert(k);
+  for (const auto& [k, v] : b.manifest.items()) keys.insert(k);
+  for (const auto& k : keys) {
+    if (k == "shard") continue;
+    const bool in_a = a.manifest.contains(k), in_b = b.manifest.contains(k);
+    if (in_a && in_b && a.manifest[k] == b.manifest[k]) continue;
+    const std::string what = k == "tasks" ? "tasks (the dataset's selected problems)" : k;
+    throw Error("merge: the shards are of different runs: " + what + " = " + (in_b ? b.manifest[k].dump() : "(unset)") + " in " +
+                (b.dir / "run.json").string() + ", but " + (in_a ? a.manifest[k].dump() : "(unset)") + " in " + (a.dir / "run.json").string());
+  }
+}
+
+// Shards 0..N-1 of one N, each once.
+void check_shard_set(const std::vector<ShardRun>& runs) {
+  const int count = runs.front().shard.count;
+  std::map<int, const ShardRun*> by_index;
+  for (const auto& r : runs) {
+    if (r.shard.count != count)
+      throw Error("merge: shards of different N: " + runs.front().dir.string() + " is shard " + runs.front().shard.str() + ", " + r.dir.string() +
+                  " is shard " + r.shard.str());
+    const auto [it, fresh] = by_index.emplace(r.shard.index, &r);
+    if (!fresh)
+      throw Error("merge: overlapping shards: " + it->second->dir.string() + " and " + r.dir.string() + " are both shard " + r.shard.str());
+  }
+  std::string missing;
+  for (int i = 0; i < count; ++i)
+    if (!by_index.count(i)) missing += (missing.empty() ? "" : ", ") + Shard{i, count}.str();
+  if (!missing.empty()) throw Error("merge: missing shard(s) " + missing + ": give the output directories of all " + std::to_string(count) + " shards");
+}
+
+// The shard's samples are exactly its share of (problem, candidate) pairs, each with one result.
+void check_complete(const ShardRun& r, const std::map<std::string, std::size_t>& pos, int n) {
+  const std::string resume = "; finish it with its eval command and --resume";
+  std::set<std::pair<std::string, int>> samples, results;
+  for (const auto& row : r.samples) {
+    const std::string t = row["task_id"].get<std::string>();
+    const int c = row["index"].get<int>();
+    const auto it = pos.find(t);
+    if (it == pos.end() || c < 0 || c >= n || !r.shard.owns(it->second * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(c)))
+      throw Error((r.dir / "samples.jsonl").string(), t + " index " + std::to_string(c) + " is not a sample of shard " + r.shard.str());
+    if (!samples.insert({t, c}).second) throw Error((r.dir / "samples.jsonl").string(), "a second row for " + t + " index " + std::to_string(c));
+  }
+  for (const auto& row : r.results) {
+    const std::pair<std::string, int> key{row["task_id"].get<std::string>(), row["index"].get<int>()};
+    if (!samples.count(key) || !results.insert(key).second)
+      throw Error((r.dir / "results.jsonl").string(), "a result for " + key.first + " index " + std::to_string(key.second) +
+                                                         " that is not in samples.jsonl, or a second one");
+  }
+  std::size_t expected = 0;
+  std::string first_missing;
+  for (const auto& [t, p] : pos)
+    for (int c : r.shard.candidates(p * static_cast<std::uint64_t>(n), n)) {
+      ++expected;
+      if (first_missing.empty() && !results.count({t, c})) first_missing = t + " index " + std::to_string(c);
+    }
+  if (results.size() != expected)
+    throw Error("merge: " + r.dir.string() + " is incomplete: shard " + r.shard.str() + " has " + std::to_string(results.size()) + " of its " +
+                std::to_string(expected) + " verified samples (" + first_missing + " is missing)" + resume);
+}
+
+// The dataset kind of the summary: the shards' own word, else what the rows show.
+std::string dataset_kind(const std::vector<ShardRun>& runs, bool has_plus) {
+  const json& s = runs.front().summary;
+  if (s.is_object() && s.contains("dataset") && s["dataset"].is_object() && s["dataset"].contains("kind") && s["dataset"]["kind"].is_string())
+    return s["dataset"]["kind"];
+  const auto& tasks = runs.front().manifest["tasks"];
+  if (!tasks.empty() && tasks.front().get<std::string>().starts_with("Mbpp/")) return "mbpp";
+  return has_plus ? "humaneval+" : "humaneval";
+}
+
+// Sums of the shards' summary fields (absent ones count 0).
+double sum_field(const std::vector<ShardRun>& runs, const char* group, const char* key) {
+  double total = 0;
+  for (const auto& r : runs)
+    if (r.summary.is_object() && r.summary.contains(group) && r.summary[group].is_object() && r.summary[group].contains(key) &&
+        r.summary[group][key].is_number())
+      total += r.summary[group][key].get<double>();
+  return total;
+}
+
+void write_rows(const fs::path& p, const std::vector<const json*>& rows) {
+  std::string text;
+  for (const json* r : rows) text += r->dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  write_file_atomic(p, text);
+}
+
+int run_merge(const MergeOptions& o, const std::string& command) {
+  std::vector<ShardRun> runs;
+  std::set<fs::path> seen_dirs;
+  const fs::path out = fs::absolute(o.out).lexically_normal();
+  for (const auto& d : o.shards) {
+    const fs::path dir = fs::absolute(d).lexically_normal();
+    if (dir == out) throw Error("merge: OUT_DIR " + o.out + " is also a shard directory; choose a new OUT_DIR");
+    if (!seen_dirs.insert(dir).second) throw Error("merge: " + d + " is given twice (overlapping shards)");
+    runs.push_back(read_shard(d));
+  }
+  for (const auto& r : runs) check_same_run(runs.front(), r);
+  check_shard_set(runs);
+  ordered_json manifest = runs.front().manifest;
+  if (manifest.value("stop_on_pass", false)) throw Error("merge: " + o.shards.front() + " is a --stop-on-pass run, which has no pass@k to merge");
+  const int n = manifest.at("n").get<int>();
+  const auto tasks = manifest.at("tasks").get<std::vector<std::string>>();
+  std::map<std::string, std::size_t> pos;
+  for (std::size_t i = 0; i < tasks.size(); ++i) pos[tasks[i]] = i;
+  for (const auto& r : runs) check_complete(r, pos, n);
+
+  if (fs::exists(out / "run.json") || fs::exists(out / "samples.jsonl"))
+    throw Error(o.out, "holds a run already; merge writes into a new (or empty) directory");
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) throw Error(o.out, "cannot create the output directory: " + ec.message());
+
+  // Rows in problem order, then by index (the shards wrote them in the order they finished).
+  auto order = [&](const json* a, const json* b) {
+    return std::make_pair(pos[(*a)["task_id"].get<std::string>()], (*a)["index"].get<int>()) <
+           std::make_pair(pos[(*b)["task_id"].get<std::string>()], (*b)["index"].get<int>());
+  };
+  std::vector<const json*> samples, results;
+  Tally tally;
+  double tokens = 0;
+  bool has_plus = false;
+  for (const auto& r : runs) {
+    for (const auto& s : r.samples) samples.push_back(&s), tokens += s.value("num_tokens", 0.0);
+    for (const auto& x : r.results) results.push_back(&x), tally.add_row(x), has_plus |= x.contains("plus_result");
+  }
+  std::sort(samples.begin(), samples.end(), order);
+  std::sort(results.begin(), results.end(), order);
+  manifest["shard"] = {{"index", 0}, {"count", 1}};  // the merged directory is a whole run
+  write_file_atomic(out / "run.json", manifest.dump(2) + "\n");
+  write_rows(out / "samples.jsonl", samples);
+  write_rows(out / "results.jsonl", results);
+
+  const json& first = runs.front().summary;
+  std::vector<int> ks = o.k.empty() ? std::vector<int>{1, 10, 100} : parse_ks(o.k);
+  if (o.k.empty() && first.is_object() && first.contains("k") && first["k"].is_array()) ks = first["k"].get<std::vector<int>>();
+  std::vector<std::string> refs = o.references;
+  if (refs.empty() && first.is_object() && first.contains("references") && first["references"].is_object())
+    for (const auto& [name, v] : first["references"].items()) refs.push_back(name + "=" + v.dump());
+  std::string device;
+  for (const auto& r : runs) {
+    const std::string d = r.summary.is_object() ? r.summary.value("device", std::string("unknown")) : "unknown";
+    device = device.empty() || device == d ? d : "mixed";
+  }
+
+  const std::string kind = dataset_kind(runs, has_plus);
+  const RunSummary rs = build_summary(manifest, kind, ks, tally, has_plus);
+  ordered_json summary = rs.json;
+  const double gen_s = sum_field(runs, "time", "generation_s");
+  summary["samples"] = results.size();
+  summary["tokens"] = static_cast<std::uint64_t>(tokens);
+  summary["verdicts"] = tally.counts();
+  // The shards ran apart: their times are summed (engine-seconds, verifier-seconds).
+  summary["time"] = {{"generation_s", gen_s},
+                     {"verification_s", sum_field(runs, "time", "verification_s")},
+                     {"wall_s", sum_field(runs, "time", "wall_s")},
+                     {"overlap_s", sum_field(runs, "time", "overlap_s")}};
+  summary["throughput"] = {{"tok_per_s", gen_s > 0 ? tokens / gen_s : 0.0}};
+  summary["device"] = device;
+  summary["shards"] = runs.size();
+  ordered_json from = ordered_json::array();
+  for (const auto& r : runs) from.push_back({{"dir", fs::absolute(r.dir).lexically_normal().string()}, {"shard", r.shard.str()}});
+  summary["merged_from"] = from;
+  summary["command"] = command;
+  const std::string model_name = fs::path(manifest["model"].get<std::string>()).filename().string();
+  write_summary_files(out, summary, tally, tasks, refs, o.plot,
+                      manifest["dataset"].get<std::string>() + ": " + model_name + ", n = " + std::to_string(n) + " (" + device + ", " +
+                          std::to_string(runs.size()) + " shards)");
+  if (o.json) {
+    std::cout << summary.dump(2) << "\n";
+  } else {
+    print_pass_at_k(rs.passk, rs.passk_plus);
+    std::printf("merged %zu shards: %zu samples into %s (report.md, summary.json)\n", runs.size(), results.size(), o.out.c_str());
+  }
+  if (tally.sandbox_errors() > 0) {
+    std::cerr << "bestofn: error: " << tally.sandbox_errors() << " sample(s) could not be run (sandbox errors; see \"result\" in "
+              << (out / "results.jsonl").string() << "); they are not in pass@k\n";
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_merge(CLI::App& app, const std::string& command) {
+  auto o = std::make_shared<MergeOptions>();
+  auto* sub = app.add_subcommand("merge", "Combine the output directories of the shards of one eval run (--shard I/N)");
+  sub->footer(
+      "OUT_DIR gets what the unsharded run would have left: run.json, samples.jsonl and results.jsonl\n"
+      "(sorted by problem and index), summary.json (time fields summed over the shards), report.md and\n"
+      "the fail@k plot. Refused, naming the problem: shards of different runs (the setting that differs:\n"
+      "model, seed, sampling, n, dataset/tasks, ...), the same shard twice, shards of different N, a\n"
+      "missing shard, and a shard whose results do not cover its share (finish it with --resume).\n"
+      "Examples:\n"
+      "  bestofn merge runs/llama8b runs/llama8b.shard0 runs/llama8b.shard1 runs/llama8b.shard2 runs/llama8b.shard3\n"
+      "  bestofn merge runs/all runs/shard-* --reference GPT-4o=0.902 --json");
+  sub->add_option("OUT_DIR", o->out, "Output directory (new or empty)")->required();
+  sub->add_option("SHARD_DIR", o->shards, "The shards' --out-dir directories, all N of them")->required();
+  sub->add_option("--k", o->k, "pass@k values, comma-separated (default: the shards' --k)");
+  sub->add_option("--reference", o->references, "NAME=PASS_AT_1 drawn on the plot (repeatable; default: the shards' references)");
+  sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
+  sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
+  sub->callback([o] {
+    if (!o->k.empty()) parse_ks(o->k);
+    for (const auto& r : o->references) name_value(r, "--reference");
+  });
+  return [o, command] { return run_merge(*o, command); };
+}
+
+}  // namespace bestofn::cli

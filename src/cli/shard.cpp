@@ -1,0 +1,48 @@
+#include "cli/shard.h"
+
+#include "bestofn/error.h"
+
+namespace bestofn::cli {
+
+std::vector<int> Shard::candidates(std::uint64_t first_pair, int n) const {
+  std::vector<int> out;
+  for (int c = 0; c < n; ++c)
+    if (owns(first_pair + static_cast<std::uint64_t>(c))) out.push_back(c);
+  return out;
+}
+
+namespace {
+
+// The shard, or why text is not one.
+std::pair<Shard, std::string> read_shard(const std::string& text) {
+  const std::size_t slash = text.find('/');
+  auto number = [&](const std::string& s, long long& v) {
+    if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::stoll(s);
+    return true;
+  };
+  long long i = -1, n = -1;
+  if (slash == std::string::npos || !number(text.substr(0, slash), i) || !number(text.substr(slash + 1), n) || n < 1 || n > 1000000 || i >= n)
+    return {{}, "'" + text + "' must be I/N with 0 <= I < N (e.g. 0/4 ... 3/4; with SLURM: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"};
+  return {{static_cast<int>(i), static_cast<int>(n)}, ""};
+}
+
+}  // namespace
+
+Shard parse_shard(const std::string& text, const std::string& flag) {
+  auto [shard, why] = read_shard(text);
+  if (!why.empty()) throw Error(flag + ": " + why);
+  return shard;
+}
+
+CLI::Option* add_shard_flag(CLI::App* sub, std::string& text) {
+  return sub
+      ->add_option("--shard", text,
+                   "I/N: only shard I of N (0-based) of the (problem, candidate) pairs; pair p*n+c goes to shard (p*n+c) mod N, "
+                   "with the draws of the unsharded run")
+      ->check(CLI::Validator(
+          [](std::string& s) { return read_shard(s).second; },
+          "I/N", "shard"));
+}
+
+}  // namespace bestofn::cli
