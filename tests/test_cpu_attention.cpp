@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,6 +21,8 @@
 
 #include "bestofn/numeric.h"
 #include "cpu/attention.h"
+#include "cpu/exp_poly.h"
+#include "cpu/prefix_attention.h"
 #include "test_util.h"
 
 namespace bestofn {
@@ -222,6 +225,76 @@ TEST(CpuAttention, DecodeSplitAgreesWithPrefillRow) {
       EXPECT_EQ(compare(out, ref, heads, hd), "");
     }
   }
+}
+
+// The blocked prefix products (cpu::prefix_scores / prefix_values, the engine's shared-prefix
+// attention) against scalar loops in the order the header states, bit for bit: this file is built
+// without FMA contraction (tests/CMakeLists.txt), as the kernels are, so an equal order gives equal
+// bits and any reordering of a sum (an accumulator split across tiles, a tree reduction) fails.
+// Odd sizes cover every tail: R not a multiple of the row block, L not of the tiles, hd not of 16.
+TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
+  std::uint64_t seed = 7100;
+  for (std::size_t hd : {8u, 24u, 64u})
+    for (std::size_t L : {1u, 31u, 33u, 70u})
+      for (std::size_t R : {1u, 3u, 4u, 9u}) {
+        SCOPED_TRACE("hd " + std::to_string(hd) + ", L " + std::to_string(L) + ", R " + std::to_string(R));
+        const std::size_t width = 2 * hd, off = hd;  // two KV heads per row; the second one's slice
+        const std::vector<std::uint16_t> k = random_bf16(L * width, ++seed), v = random_bf16(L * width, ++seed);
+        const std::vector<float> q = test::random_floats(R * hd, ++seed, 2.0f);
+        auto row = [&](const std::vector<std::uint16_t>& kv) {
+          return [&kv, width, off, hd](std::size_t j, float* out) {
+            for (std::size_t i = 0; i < hd; ++i) out[i] = bf16_to_float(kv[j * width + off + i]);
+          };
+        };
+        const std::size_t Rp = cpu::round_up(R, cpu::kPrefixRowBlock), hdp = cpu::round_up(hd, 16);
+        std::vector<float> qt(hd * Rp, 0.0f);
+        for (std::size_t r = 0; r < R; ++r)
+          for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q[r * hd + i];
+        const float scale = 0.125f;
+        std::vector<float> scores, acc;
+        cpu::prefix_scores(row(k), L, hd, qt.data(), Rp, scale, scores);
+        std::vector<float> p(Rp * L, 0.0f);
+        int bad = 0;
+        for (std::size_t r = 0; r < R; ++r)
+          for (std::size_t j = 0; j < L; ++j) {
+            float s = 0.0f;
+            for (std::size_t i = 0; i < hd; ++i) s += q[r * hd + i] * bf16_to_float(k[j * width + off + i]);
+            s *= scale;
+            if (std::memcmp(&s, &scores[r * L + j], 4) != 0 && bad++ < 4)
+              ADD_FAILURE() << "score r " << r << " j " << j << ": " << scores[r * L + j] << " vs " << s;
+            p[r * L + j] = std::exp(s);
+          }
+        cpu::prefix_values(row(v), L, hd, p.data(), Rp, acc);
+        ASSERT_EQ(acc.size(), Rp * hdp);
+        for (std::size_t r = 0; r < R; ++r)
+          for (std::size_t i = 0; i < hdp; ++i) {
+            float o = 0.0f;
+            if (i < hd)
+              for (std::size_t j = 0; j < L; ++j) o += p[r * L + j] * bf16_to_float(v[j * width + off + i]);
+            if (std::memcmp(&o, &acc[r * hdp + i], 4) != 0 && bad++ < 8)
+              ADD_FAILURE() << "value r " << r << " i " << i << ": " << acc[r * hdp + i] << " vs " << o;
+          }
+        EXPECT_EQ(bad, 0);
+      }
+}
+
+// The softmax weights' exp (cpu::exp_poly) against exp in double: within 2 ulp (relative 2.4e-7)
+// over the range scores minus their max take, exact at 0, NaN kept; a wrong polynomial coefficient
+// or a dropped low part of ln 2 is off by far more.
+TEST(CpuAttention, ExpPolyIsWithinTwoUlp) {
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.0f + 87.0f * static_cast<float>(i) / 2000000.0f;
+    const double ref = std::exp(static_cast<double>(x));
+    const double rel = std::fabs(static_cast<double>(cpu::exp_poly(x)) - ref) / ref;
+    if (rel > worst) worst = rel, worst_x = x;
+  }
+  EXPECT_LE(worst, 2.4e-7) << "at x = " << worst_x;
+  EXPECT_EQ(cpu::exp_poly(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::exp_poly(NAN)));
+  EXPECT_GT(cpu::exp_poly(5.0f), 148.41f);
+  EXPECT_LT(cpu::exp_poly(5.0f), 148.42f);
 }
 
 }  // namespace

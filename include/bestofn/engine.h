@@ -24,6 +24,18 @@ struct EngineOptions {
   // llama2.c and HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
   // CUDA engine: BF16 always (Auto and BF16; F32 is refused). Parity tests set BF16 on the CPU.
   enum class Kv { Auto, F32, BF16 } kv = Kv::Auto;
+  // CUDA engine, part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
+  bool cuda_prefix_gemm = false;  // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
+  bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
+  bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
+};
+
+// Where decode time went, summed over the decode calls since the last take_phase_times (bench).
+// gemm: the linear layers (lm_head included); attention: decode attention; the rest is
+// total - gemm - attention (norms, RoPE, KV writes, residuals, embedding, host work).
+struct PhaseTimes {
+  double total_ms = 0, gemm_ms = 0, attention_ms = 0;
+  int steps = 0;  // decode calls measured; 0: the engine does not measure
 };
 
 class Engine {
@@ -44,6 +56,18 @@ class Engine {
   // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
   // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
   virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
+  // The decode time split since the last call, and resets it (engines that measure nothing: {}).
+  // The CPU engine always measures; the CUDA engine only while profile_phases(true) (CUDA events
+  // around each phase, read back at the step's end).
+  virtual PhaseTimes take_phase_times() { return {}; }
+  virtual void profile_phases(bool /*on*/) {}
+  // Ceilings of this device measured now (bench): copy bandwidth (read + write bytes) and dense
+  // GEMM throughput of the engine's GEMM type; zeros where the engine does not measure them.
+  struct Ceilings {
+    double copy_gbps = 0, gemm_tflops = 0;
+    std::string gemm;  // what was timed
+  };
+  virtual Ceilings measure_ceilings() { return {}; }
 };
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);

@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
   int prompt_len = 256, steps = 16, threads = 0;
-  bool json = false;
+  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false;
   std::string command;
 };
 
@@ -61,6 +61,14 @@ json machine() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return {{"host", host}, {"cpu", cpu}, {"cores", default_threads()}};
+}
+
+constexpr int kProfileSteps = 4;
+
+// Weights that multiply each token: the linear layers and the lm_head.
+double linear_params(const ModelConfig& c) {
+  const double d = c.dim, per_layer = d * c.q_dim() * 2 + d * c.kv_dim() * 2 + 3.0 * d * c.hidden_dim;
+  return per_layer * c.n_layers + d * c.vocab_size;
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -106,6 +114,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
+  sub->add_flag("--cuda-prefix-gemm", o->cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
+  sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
+  sub->add_flag("--gemm-autotune", o->gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -122,11 +133,15 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     const fs::path dir = model_dir(*o, temp);
     auto w = std::make_shared<const Weights>(load_model(dir));
     const ModelConfig& c = w->config;
-    if (o->prompt_len + o->steps + 2 >= c.max_position_embeddings)
+    if (o->prompt_len + o->steps + 2 + kProfileSteps >= c.max_position_embeddings)
       throw Error("--prompt-len " + std::to_string(o->prompt_len) + " + steps do not fit the context of " + std::to_string(c.max_position_embeddings));
     EngineOptions eo;
     eo.threads = o->threads;
+    eo.cuda_prefix_gemm = o->cuda_prefix_gemm;
+    eo.fused_qkv = o->fused_qkv;
+    eo.gemm_autotune = o->gemm_autotune;
     auto engine = make_engine(w, o->device, eo);
+    const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
     std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
     for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
@@ -134,7 +149,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     // The CPU engine keeps an F32 KV cache for F32 checkpoints; otherwise (and on CUDA) BF16.
     const std::size_t kv_elem = engine->name() == "cpu" && w->token_embedding.dtype == DType::F32 ? 4 : 2;
     const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * static_cast<std::size_t>(c.kv_dim()) * kv_elem;
-    if (!o->json) std::printf("%6s %12s %12s %12s %12s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s");
+    if (!o->json)
+      std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
     for (int n : ns) {
       std::vector<float> logits(V);
       auto t0 = Clock::now();
@@ -146,10 +162,18 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       logits.resize(V * static_cast<std::size_t>(n));
       double timed = 0;
       for (int step = 0; step < o->steps + 2; ++step) {
+        if (step == 2) engine->take_phase_times();  // the split covers the timed steps only
         t0 = Clock::now();
         engine->decode(slots, tokens, logits);
         if (step >= 2) timed += ms_since(t0);
         for (auto& t : tokens) t = (t + 7) % c.vocab_size;
+      }
+      PhaseTimes split = engine->take_phase_times();
+      if (split.steps == 0) {  // an engine that measures only when asked (CUDA): a few profiling steps
+        engine->profile_phases(true);
+        for (int step = 0; step < kProfileSteps; ++step) engine->decode(slots, tokens, logits);
+        split = engine->take_phase_times();
+        engine->profile_phases(false);
       }
       for (int slot : slots) engine->release_slot(slot);
       engine->release_prefix(prefix);
@@ -164,7 +188,27 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
+      // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
+      const double ctx = o->prompt_len + suffix;
+      const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +
+                           4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim) * ctx * n;
+      row["tflop_per_s"] = flops / ms / 1e9;
+      if (ceilings.copy_gbps > 0) {
+        row["ceilings"] = {{"copy_gbps", ceilings.copy_gbps}, {"gemm_tflops", ceilings.gemm_tflops}, {"gemm", ceilings.gemm}};
+        row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
+        row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
+      }
+      if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune}};
+      if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
+                              // CUDA: events in kProfileSteps extra steps)
+        const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;
+        row["split_ms_per_step"] = {{"attention", att}, {"gemm", gemm}, {"rest", split.total_ms / split.steps - att - gemm}};
+        row["attention_ms_per_candidate"] = att / n;
+      }
       if (o->json) std::cout << row.dump() << std::endl;
+      else if (split.steps > 0)
+        std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6,
+                    bytes / ms / 1e6, split.attention_ms / split.steps, split.gemm_ms / split.steps);
       else std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6, bytes / ms / 1e6);
     }
     return kExitOk;

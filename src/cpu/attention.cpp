@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bestofn/numeric.h"
+#include "cpu/exp_poly.h"
 
 namespace bestofn::cpu {
 namespace {
@@ -44,7 +45,7 @@ Softmax attend_run(const float* q, const std::uint16_t* K, const std::uint16_t* 
   }
   std::fill_n(o, hd, 0.0f);
   for (std::size_t j = 0; j < len; ++j) {
-    const float e = std::exp(scores[j] - sm.m);
+    const float e = exp_poly(scores[j] - sm.m);
     sm.l += e;
     read_row(V, width, j, off, hd, kv.data());
     for (std::size_t i = 0; i < hd; ++i) o[i] += e * kv[i];

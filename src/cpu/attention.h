@@ -12,7 +12,8 @@ namespace bestofn::cpu {
 // row is kv_dim = n_kv * hd BF16 values; query head h reads KV head h / (n_heads / n_kv).
 // scale = 1 / sqrt(hd); each side gives (max m, sum l, unnormalized O); the two merge by
 // log-sum-exp (Hydragen, arXiv 2402.05099): o = (O_p a + O_s b) / (l_p a + l_s b),
-// a = exp(m_p - m), b = exp(m_s - m), m = max(m_p, m_s). An empty side contributes nothing; a row
+// a = exp(m_p - m), b = exp(m_s - m), m = max(m_p, m_s); the weights exp(s - m) inside each side
+// by cpu::exp_poly (src/cpu/exp_poly.h), as the engine computes them. An empty side contributes nothing; a row
 // with both sides empty gets zeros. out (T, n_heads, hd).
 void decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                       const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,

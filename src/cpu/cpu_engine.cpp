@@ -1,10 +1,12 @@
 // The CPU reference engine: the full Llama forward over a batch of slots. Its step comments are
 // the ones the CUDA engine's forward repeats.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <utility>
 
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
@@ -12,7 +14,9 @@
 #include "bestofn/parallel.h"
 #include "bestofn/weights.h"
 #include "handle_table.h"
+#include "cpu/exp_poly.h"
 #include "cpu/ops.h"
+#include "cpu/prefix_attention.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn {
@@ -100,8 +104,19 @@ class CpuEngine final : public Engine {
     return prefixes_.at(slot.prefix).len + static_cast<int>(slot.kv.k[0].rows());
   }
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+  PhaseTimes take_phase_times() override { return std::exchange(times_, PhaseTimes{}); }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // Adds the time since t0 to *into when a decode step is being timed (timing_ set).
+  void add_since(Clock::time_point t0, double PhaseTimes::* into) {
+    if (timing_) times_.*into += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  void linear(const Linear& w, const float* x, std::size_t T, float* y) {
+    const auto t0 = Clock::now();
+    cpu::linear(w, x, T, y, pool_);
+    add_since(t0, &PhaseTimes::gemm_ms);
+  }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
 
@@ -127,6 +142,8 @@ class CpuEngine final : public Engine {
   bool bf16_kv_ = false;
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};
+  bool timing_ = false;  // inside decode: linear and attention time go to times_
+  PhaseTimes times_;
 
   // Activations for T tokens.
   std::vector<float> x_;     // (T, dim) the residual stream
@@ -166,9 +183,9 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-  cpu::linear(L.wq, xn_.data(), T, q_.data(), pool_);
-  cpu::linear(L.wk, xn_.data(), T, k_.data(), pool_);
-  cpu::linear(L.wv, xn_.data(), T, v_.data(), pool_);
+  linear(L.wq, xn_.data(), T, q_.data());
+  linear(L.wk, xn_.data(), T, k_.data());
+  linear(L.wv, xn_.data(), T, v_.data());
   for (std::size_t t = 0; t < T; ++t) {
     cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
     cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
@@ -176,8 +193,10 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
     cache.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
     cache.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
   }
+  const auto t_att = Clock::now();
   attend();
-  cpu::linear(L.wo, att_.data(), T, o_.data(), pool_);
+  add_since(t_att, &PhaseTimes::attention_ms);
+  linear(L.wo, att_.data(), T, o_.data());
   for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
   ffn(l, T);
 }
@@ -187,10 +206,10 @@ void CpuEngine::ffn(int layer, std::size_t T) {
   const auto d = static_cast<std::size_t>(c_.dim);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
   cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-  cpu::linear(L.w_gate, xn_.data(), T, gate_.data(), pool_);
-  cpu::linear(L.w_up, xn_.data(), T, up_.data(), pool_);
+  linear(L.w_gate, xn_.data(), T, gate_.data());
+  linear(L.w_up, xn_.data(), T, up_.data());
   cpu::silu_mul(gate_.data(), up_.data(), T * static_cast<std::size_t>(c_.hidden_dim));
-  cpu::linear(L.w_down, gate_.data(), T, o_.data(), pool_);
+  linear(L.w_down, gate_.data(), T, o_.data());
   for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
 }
 
@@ -198,7 +217,7 @@ void CpuEngine::logits_rows(std::size_t first, std::size_t T, float* out) {
   const auto d = static_cast<std::size_t>(c_.dim);
   // logits = lm_head(rmsnorm(x))
   cpu::rmsnorm(xn_.data(), x_.data() + first * d, w_->final_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-  cpu::linear(w_->lm_head, xn_.data(), T, out, pool_);
+  linear(w_->lm_head, xn_.data(), T, out);
 }
 
 int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
@@ -268,17 +287,26 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
     for (std::size_t u = 0; u < t; ++u)
       if (slots[u] == slots[t]) throw Error("decode: slot " + std::to_string(slots[t]) + " appears twice in one step");
   }
+  const auto t0 = Clock::now();
+  timing_ = true;
+  struct TimingOff {
+    bool& on;
+    ~TimingOff() { on = false; }
+  } timing_off{timing_};
   resize(T);
   embed(tokens);
   const std::vector<PrefixGroup> groups = group_by_prefix(batch);  // once per step, not per layer
   for (int l = 0; l < c_.n_layers; ++l)
     layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, [&] { attend_decode(l, batch, groups); });
   logits_rows(0, T, logits.data());
+  add_since(t0, &PhaseTimes::total_ms);
+  times_.steps++;
 }
 
 // Decode attention (Hydragen, arXiv 2402.05099): for each prefix, the queries of all its slots
-// meet the prefix keys together (each K/V row is read once per prefix and KV head, a matrix
-// product); each slot then attends over its own suffix; the two softmaxes merge by log-sum-exp.
+// meet the prefix keys together as two blocked matrix products (each K/V row is widened once per
+// prefix and KV head, src/cpu/prefix_attention.h); each slot then attends over its own suffix; the
+// two softmaxes merge by log-sum-exp.
 // Row arithmetic depends only on that row: a slot gets the same numbers in any batch.
 std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* const> batch) const {
   std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows
@@ -288,8 +316,8 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   return groups;
 }
 
-// scores[r * L + j] = (q_r . K_j) * scale for R queries over L positions of one KV head, each dot
-// product summed over i = 0..hd-1 in order (the sums of the CPU twin, cpu/attention.cpp). 16
+// The suffix side: scores[r * L + j] = (q_r . K_j) * scale for R queries over L positions of one
+// KV head, each dot product summed over i = 0..hd-1 in order (the sums of the CPU twin). 16
 // positions go at once with their K transposed, so the innermost loop (over positions) vectorizes
 // whatever R is; each sum still adds its terms one by one in the same order.
 template <class QOf>
@@ -324,33 +352,36 @@ void head_scores(const KvRows& K, std::size_t L, std::size_t off, std::size_t R,
 
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
+  const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
   const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
 
   pool_.run(items, [&](std::size_t i0, std::size_t i1) {
-    std::vector<float> kv(hd), scores, acc;
+    std::vector<float> kv(hd), scores, acc, qt;
     for (std::size_t item = i0; item < i1; ++item) {
       const Prefix& P = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].prefix;
       const auto& rows = groups[item / static_cast<std::size_t>(c_.n_kv_heads)].rows;
       const std::size_t h = item % static_cast<std::size_t>(c_.n_kv_heads), off = h * hd;
       const std::size_t R = rows.size() * group, Lp = static_cast<std::size_t>(P.len);
+      const std::size_t Rp = cpu::round_up(R, cpu::kPrefixRowBlock);
       auto q_of = [&](std::size_t r) { return q_.data() + rows[r / group] * qd + (h * group + r % group) * hd; };
       const KvRows& PK = P.kv.k[static_cast<std::size_t>(layer)];
       const KvRows& PV = P.kv.v[static_cast<std::size_t>(layer)];
-      // Prefix: S = Q K^T (R x Lp), row softmax statistics, O_p = exp(S - m) V.
-      head_scores(PK, Lp, off, R, q_of, scale, kv, scores);
+      // Prefix: S = Q K^T (R x Lp), row softmax statistics, O_p = exp(S - m) V: two blocked
+      // matrix products over all R queries of the prefix (src/cpu/prefix_attention.h).
+      qt.assign(hd * Rp, 0.0f);
+      for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_of(r)[i];
+      cpu::prefix_scores([&](std::size_t j, float* out) { PK.read(j, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
       std::vector<Softmax> sp(R);
       for (std::size_t r = 0; r < R; ++r) {
         for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);
-        for (std::size_t j = 0; j < Lp; ++j) sp[r].l += scores[r * Lp + j] = std::exp(scores[r * Lp + j] - sp[r].m);
+        float* e = scores.data() + r * Lp;
+        for (std::size_t j = 0; j < Lp; ++j) e[j] = cpu::exp_poly(e[j] - sp[r].m);  // vectorizes
+        for (std::size_t j = 0; j < Lp; ++j) sp[r].l += e[j];
       }
-      acc.assign(R * hd, 0.0f);
-      for (std::size_t j = 0; j < Lp; ++j) {
-        PV.read(j, off, hd, kv.data());
-        for (std::size_t r = 0; r < R; ++r)
-          for (std::size_t i = 0; i < hd; ++i) acc[r * hd + i] += scores[r * Lp + j] * kv[i];
-      }
+      cpu::prefix_values([&](std::size_t j, float* out) { PV.read(j, off, hd, out); }, Lp, hd, scores.data(), Rp, acc);
       // Suffix, per slot, then the log-sum-exp merge into att.
       std::vector<float> s_scores, o_s(hd);
       for (std::size_t r = 0; r < R; ++r) {
@@ -363,7 +394,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         for (std::size_t j = 0; j < Ls; ++j) ss.m = std::max(ss.m, s_scores[j]);
         std::fill(o_s.begin(), o_s.end(), 0.0f);
         for (std::size_t j = 0; j < Ls; ++j) {
-          const float e = std::exp(s_scores[j] - ss.m);
+          const float e = cpu::exp_poly(s_scores[j] - ss.m);
           ss.l += e;
           SV.read(j, off, hd, kv.data());
           for (std::size_t i = 0; i < hd; ++i) o_s[i] += e * kv[i];
@@ -372,7 +403,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         const float a = std::exp(sp[r].m - m), b = std::exp(ss.m - m);
         const float denom = sp[r].l * a + ss.l * b;
         float* out = att_.data() + rows[r / group] * qd + (h * group + r % group) * hd;
-        for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hd + i] * a + o_s[i] * b) / denom;
+        for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hdp + i] * a + o_s[i] * b) / denom;
       }
     }
   });

@@ -1,0 +1,38 @@
+#pragma once
+// The shared-prefix half of decode attention as two blocked matrix products (Hydragen, arXiv
+// 2402.05099): the R queries of every slot of a prefix (for one KV head) against the prefix's L
+// keys, S = Q K^T, and then O = P V. Each K/V row is widened from the cache once per call and used
+// by every query; sums stay in registers over a tile of 4 queries x 32 positions (scores) or 4
+// queries x 16 output elements (values).
+//
+// Summation order is fixed per query, whatever R is: score (r, j) adds q_r[i] k_j[i] for
+// i = 0..hd-1 in order; output (r, i) adds p[r, j] v_j[i] for j = 0..L-1 in order. Built without
+// FMA contraction (CMakeLists.txt), each product is rounded before it is added, so the results are
+// bit-identical to the scalar loops of cpu::decode_attention (src/cpu/attention.cpp) and a
+// candidate's numbers never depend on how many others share its prefix.
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+namespace bestofn::cpu {
+
+// Query rows per tile; callers pad R to a multiple of it (the padding rows compute garbage that
+// is never read).
+constexpr std::size_t kPrefixRowBlock = 4;
+
+inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
+// Writes the hd floats of K or V row j (one KV head's slice) into out.
+using KvRowReader = std::function<void(std::size_t j, float* out)>;
+
+// scores (Rp, L) row-major = (Q K^T) * scale. qt (hd, Rp): the queries transposed, Rp a multiple
+// of kPrefixRowBlock; row j of K comes from k_row.
+void prefix_scores(const KvRowReader& k_row, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale,
+                   std::vector<float>& scores);
+
+// acc (Rp, hdp) row-major, hdp = round_up(hd, 16): acc[r, i] = sum_j p[r, j] v_j[i], p (Rp, L)
+// row-major (the unnormalized softmax weights); columns hd..hdp-1 are zero.
+void prefix_values(const KvRowReader& v_row, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
+                   std::vector<float>& acc);
+
+}  // namespace bestofn::cpu
