@@ -46,15 +46,18 @@ if(BESTOFN_HAVE_CUDA)
     kernels/rope_kv.cu
     kernels/attention_decode.cu
     kernels/attention_prefill.cu
+    kernels/prefix_attention.cu
     kernels/sample.cu
     src/cuda/cuda_device.cpp
     src/cuda/gemm.cpp
     src/cuda/cuda_engine.cpp
+    src/cuda/prefix_attention.cpp
+    src/cuda/ceilings.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
   # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA
   # engine): CMake repeats the two static libraries on the link line.
-  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublasLt bestofn_core)
+  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt bestofn_core)
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)
 endif()

@@ -29,4 +29,17 @@ void f32_to_bf16_cuda(const float* x, std::size_t n, std::uint16_t* out, cudaStr
   CUDA_CHECK(cudaGetLastError());
 }
 
+// out[i] = the float of BF16 x[i] (exact). grid-stride loop.
+__global__ void __launch_bounds__(kBlock) kernel_bf16_to_f32(const std::uint16_t* x, std::size_t n, float* out) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kBlock;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * kBlock + threadIdx.x; i < n; i += stride)
+    out[i] = __uint_as_float(static_cast<unsigned>(x[i]) << 16);
+}
+
+void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return;
+  kernel_bf16_to_f32<<<rowops::grid_stride_blocks(n), kBlock, 0, stream>>>(x, n, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace bestofn::cuda

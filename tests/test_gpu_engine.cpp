@@ -1,6 +1,6 @@
 // The CUDA engine against the CPU engine (the oracle), both with a BF16 KV cache, on llama-260k and
 // on synthetic FP8 models (per-channel dynamic and per-tensor static schemes), over 32 steps of a
-// batch that mixes prefixes.
+// batch that mixes prefixes; the part-1 path and every combination of the part-2 flags.
 #include <cmath>
 
 #include "bestofn/engine.h"
@@ -82,6 +82,22 @@ std::shared_ptr<const Weights> synthetic_tiny(const test::TempDir& dir, const st
   return std::make_shared<const Weights>(load_model(o.out));
 }
 
+// The part-2 paths (EngineOptions flags; off: part 1). Each parity test runs every combination
+// against the same CPU trace: the prefix GEMMs compute the CPU's F32 products (summation order
+// aside), the fused GEMMs the same FP8 codes and scales as the separate ones, so the part-1
+// tolerances hold for all of them.
+struct Paths {
+  bool prefix_gemm, fused;
+  EngineOptions options() const {
+    EngineOptions o;
+    o.cuda_prefix_gemm = prefix_gemm;
+    o.fused_qkv = fused;
+    return o;
+  }
+  std::string name() const { return std::string(prefix_gemm ? " --cuda-prefix-gemm" : "") + (fused ? " --fused-qkv" : ""); }
+};
+constexpr Paths kAllPaths[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+
 EngineOptions bf16_kv() {
   EngineOptions o;
   o.kv = EngineOptions::Kv::BF16;
@@ -94,13 +110,15 @@ TEST(GpuEngine, Llama260kMatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
   auto cpu_e = make_cpu_engine(w, bf16_kv());
-  auto gpu_e = cuda::make_cuda_engine(w, {});
   const Trace cpu = trace(*cpu_e, 3, 32, nullptr);
-  const Trace gpu = trace(*gpu_e, 3, 32, &cpu);
-  // F32 weights, F32 GEMMs on both sides (no TF32), the same BF16 KV cache: only summation order
-  // differs, but a K/V value can round to the neighbouring BF16 (relative 2^-8) when its fp32
-  // input differs in the last bits. Tolerance 2e-3 + 2e-3 relative on logits of order 1.
-  compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "llama-260k");
+  for (const Paths& paths : kAllPaths) {
+    auto gpu_e = cuda::make_cuda_engine(w, paths.options());
+    const Trace gpu = trace(*gpu_e, 3, 32, &cpu);
+    // F32 weights, F32 GEMMs on both sides (no TF32), the same BF16 KV cache: only summation order
+    // differs, but a K/V value can round to the neighbouring BF16 (relative 2^-8) when its fp32
+    // input differs in the last bits. Tolerance 2e-3 + 2e-3 relative on logits of order 1.
+    compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "llama-260k" + paths.name());
+  }
 }
 
 TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
@@ -109,14 +127,16 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
   for (const char* scheme : {"channel", "tensor"}) {
     auto w = synthetic_tiny(dir, "fp8", scheme, 21);
     auto cpu_e = make_cpu_engine(w, bf16_kv());
-    auto gpu_e = cuda::make_cuda_engine(w, {});
     const Trace cpu = trace(*cpu_e, 4, 32, nullptr);
-    const Trace gpu = trace(*gpu_e, 4, 32, &cpu);
-    // Identical FP8 math, different summation order: an activation that lands within fp32 error of
-    // an E4M3 rounding boundary can take the neighbouring code (one step, 2^-3 relative), which
-    // moves a logit by ~1e-2 on this model. Tolerance 5e-2 + 5e-2 relative; ids equal away from
-    // top-2 margins below 0.1.
-    compare(gpu, cpu, static_cast<std::size_t>(w->config.vocab_size), 5e-2, 5e-2, 0.1f, scheme);
+    for (const Paths& paths : kAllPaths) {
+      auto gpu_e = cuda::make_cuda_engine(w, paths.options());
+      const Trace gpu = trace(*gpu_e, 4, 32, &cpu);
+      // Identical FP8 math, different summation order: an activation that lands within fp32 error
+      // of an E4M3 rounding boundary can take the neighbouring code (one step, 2^-3 relative),
+      // which moves a logit by ~1e-2 on this model. Tolerance 5e-2 + 5e-2 relative; ids equal away
+      // from top-2 margins below 0.1.
+      compare(gpu, cpu, static_cast<std::size_t>(w->config.vocab_size), 5e-2, 5e-2, 0.1f, scheme + paths.name());
+    }
   }
 }
 
@@ -140,4 +160,23 @@ TEST(GpuEngine, Fp8NeedsDimensionsOfSixteen) {
   q.quantize_fp8 = true;  // llama-260k's hidden 172 is not a multiple of 16
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k"), q));
   EXPECT_THROW(cuda::make_cuda_engine(w, {}), Error);
+}
+
+TEST(GpuEngine, PhaseTimesOnlyWhenProfiling) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  auto e = cuda::make_cuda_engine(w, {});
+  std::vector<float> logits(512);
+  const int p = e->prefill(std::vector<int>{1, 2, 3}, logits);
+  const int s = e->add_slot(p);
+  e->decode(std::vector<int>{s}, std::vector<int>{4}, logits);
+  EXPECT_EQ(e->take_phase_times().steps, 0);
+  e->profile_phases(true);
+  e->decode(std::vector<int>{s}, std::vector<int>{5}, logits);
+  const PhaseTimes t = e->take_phase_times();
+  EXPECT_EQ(t.steps, 1);
+  EXPECT_GT(t.total_ms, 0.0);
+  EXPECT_GT(t.gemm_ms, 0.0);
+  EXPECT_GT(t.attention_ms, 0.0);
+  EXPECT_LE(t.gemm_ms + t.attention_ms, t.total_ms);
 }

@@ -12,6 +12,10 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
   sub->add_option("--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
+  sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (unverified on a GPU)");
+  sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs (unverified on a GPU)");
+  sub->add_flag("--gemm-autotune", f.gemm_autotune,
+                "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json (unverified on a GPU)");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
@@ -40,6 +44,9 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   EngineOptions eo;
   eo.threads = f.threads;
   eo.device_index = f.device_index;
+  eo.cuda_prefix_gemm = f.cuda_prefix_gemm;
+  eo.fused_qkv = f.fused_qkv;
+  eo.gemm_autotune = f.gemm_autotune;
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

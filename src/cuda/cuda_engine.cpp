@@ -5,6 +5,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +20,12 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/ceilings.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/phase_timer.h"
+#include "cuda/plan.h"
+#include "cuda/prefix_attention.h"
 
 namespace bestofn::cuda {
 namespace {
@@ -75,9 +81,34 @@ DevLinear upload(const Linear& l) {
   return d;
 }
 
+// --fused-qkv: the shards of a fused linear uploaded as one (src/cuda/plan.h).
+DevLinear upload(const FusedLinear& f, const std::string& name) {
+  DevLinear d;
+  d.in = f.in;
+  for (int o : f.outs) d.out += o;
+  d.w.dtype = f.dtype;
+  d.w.buf.resize(f.weight.size());
+  d.w.buf.upload(f.weight.data(), f.weight.size());
+  if (f.dtype == DType::F8_E4M3) {
+    if (d.in % 16 != 0 || d.out % 16 != 0)
+      throw Error("fused '" + name + "': FP8 on the GPU needs both dimensions to be multiples of 16, got [" +
+                  std::to_string(d.out) + ", " + std::to_string(d.in) + "]");
+    d.type = GemmInput::FP8;
+    d.scale.resize(f.weight_scale.size() * 4);
+    d.scale.upload(f.weight_scale.data(), f.weight_scale.size() * 4);
+    d.per_channel = f.weight_scale.size() > 1;
+    d.input_scale = f.input_scale;
+  } else {
+    d.type = f.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
+  }
+  return d;
+}
+
 struct DevLayer {
   DevTensor attn_norm, ffn_norm;
   DevLinear wq, wk, wv, wo, w_gate, w_up, w_down;
+  // --fused-qkv (empty out: that group is not fused, the separate linears run)
+  DevLinear wqkv, w_gate_up;
 };
 
 // K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
@@ -89,6 +120,7 @@ struct KvPart {
 struct Prefix {
   KvPart kv;
   int slots = 0;
+  std::vector<DeviceBuffer> kf, vf;  // --cuda-prefix-gemm: per layer, the K/V widened to F32 (len, kv_dim)
 };
 
 struct Slot {
@@ -128,6 +160,12 @@ class CudaEngine final : public Engine {
     return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+  PhaseTimes take_phase_times() override { return timer_.take(); }
+  void profile_phases(bool on) override {
+    use_device();
+    timer_.enable(on);
+  }
+  Ceilings measure_ceilings() override;
 
  private:
   // Several engines may run on several threads, one device each: every call that touches the
@@ -141,7 +179,11 @@ class CudaEngine final : public Engine {
   void linear(const DevLinear& l, const float* x, int T, float* y);
   void layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
              const std::function<void(int l)>& attend);
-  void logits(int first, int T, float* host_out);
+  // total: a decode step's Total phase, ended before the copy's synchronization.
+  void logits(int first, int T, float* host_out, std::optional<PhaseTimer::Scope>* total = nullptr);
+  // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
+  void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
+  void widen_prefix(Prefix& p);
   // A host array into a device buffer, stream-ordered. From pageable memory the copy is staged
   // before cudaMemcpyAsync returns, so `host` may die right after.
   template <typename T>
@@ -159,6 +201,7 @@ class CudaEngine final : public Engine {
   int device_ = 0;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmAlgoCache> algo_cache_;  // --gemm-autotune (outlives gemm_)
   std::unique_ptr<Gemm> gemm_;
   DevTensor embed_, final_norm_;
   DevLinear lm_head_;
@@ -171,7 +214,12 @@ class CudaEngine final : public Engine {
   DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
   DeviceBuffer act_q_, act_s_, act_bf16_;                             // GEMM inputs: E4M3 codes + scales, or BF16
   DeviceBuffer tokens_, pos_, krows_, vrows_, ptrs_, lens_;           // per-step index arrays
+  DeviceBuffer fused_;                                                // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden)
+  DeviceBuffer prefix_map_;                                           // --cuda-prefix-gemm: (3 T) state-row map
   int scratch_T_ = 0;
+  bool prefix_gemm_ = false;
+  std::unique_ptr<PrefixAttention> prefix_attn_;
+  PhaseTimer timer_;
 };
 
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
@@ -186,7 +234,11 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   use_device();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   stream_owner_.reset(stream_);
-  gemm_ = std::make_unique<Gemm>(stream_);
+  if (opt.gemm_autotune) algo_cache_ = std::make_unique<GemmAlgoCache>(GemmAlgoCache::default_file());
+  gemm_ = std::make_unique<Gemm>(stream_, algo_cache_.get());
+  timer_.set_stream(stream_);
+  prefix_gemm_ = opt.cuda_prefix_gemm;
+  if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
@@ -201,8 +253,17 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     DevLayer d;
     d.attn_norm = upload(L.attn_norm);
     d.ffn_norm = upload(L.ffn_norm);
-    d.wq = upload(L.wq), d.wk = upload(L.wk), d.wv = upload(L.wv), d.wo = upload(L.wo);
-    d.w_gate = upload(L.w_gate), d.w_up = upload(L.w_up), d.w_down = upload(L.w_down);
+    // --fused-qkv: q/k/v and gate/up as one weight each, uploaded instead of the shards; shards
+    // that cannot share a GEMM (fuse_linears) are uploaded apart.
+    const Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
+    const Linear* gate_up[] = {&L.w_gate, &L.w_up};
+    std::optional<FusedLinear> f_qkv, f_gate_up;
+    if (opt.fused_qkv) f_qkv = fuse_linears(qkv), f_gate_up = fuse_linears(gate_up);
+    if (f_qkv) d.wqkv = upload(*f_qkv, L.wq.weight.name);
+    else d.wq = upload(L.wq), d.wk = upload(L.wk), d.wv = upload(L.wv);
+    if (f_gate_up) d.w_gate_up = upload(*f_gate_up, L.w_gate.weight.name);
+    else d.w_gate = upload(L.w_gate), d.w_up = upload(L.w_up);
+    d.wo = upload(L.wo), d.w_down = upload(L.w_down);
     layers_.push_back(std::move(d));
   }
   const std::vector<float> inv = cpu::rope_inv_freq(c_);
@@ -220,6 +281,7 @@ void CudaEngine::scratch(int T) {
   q_.resize(t * qd * 4), att_.resize(t * qd * 4), k_.resize(t * kd * 4), v_.resize(t * kd * 4);
   gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
+  fused_.resize(t * std::max(qd + 2 * kd, 2 * h) * 4);
   scratch_T_ = T;
 }
 
@@ -237,6 +299,7 @@ void CudaEngine::reserve(KvPart& part, int rows) {
 
 // y (T, out) = x (T, in) W^T: FP8 quantizes x per its scheme and scales in the epilogue.
 void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
+  const auto phase = timer_.scope(PhaseTimer::Gemm);
   const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
   switch (l.type) {
     case GemmInput::FP8:
@@ -260,33 +323,47 @@ void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, 
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
-  linear(L.wq, xn_.get<float>(), T, q_.get<float>());
-  linear(L.wk, xn_.get<float>(), T, k_.get<float>());
-  linear(L.wv, xn_.get<float>(), T, v_.get<float>());
+  if (L.wqkv.out > 0) {  // --fused-qkv: one GEMM, then its (T, q | k | v) columns apart
+    linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
+    split_columns(fused_.get<float>(), T, {{q_.get<float>(), c_.q_dim()}, {k_.get<float>(), c_.kv_dim()}, {v_.get<float>(), c_.kv_dim()}});
+  } else {
+    linear(L.wq, xn_.get<float>(), T, q_.get<float>());
+    linear(L.wk, xn_.get<float>(), T, k_.get<float>());
+    linear(L.wv, xn_.get<float>(), T, v_.get<float>());
+  }
   auto* kr = to_device(krows_, k_rows);
   auto* vr = to_device(vrows_, v_rows);
   rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos_.get<int>(), inv_freq_.get<float>(), T, c_.n_heads,
                      c_.n_kv_heads, c_.head_dim, kr, vr, stream_);
-  attend(l);
+  {
+    const auto phase = timer_.scope(PhaseTimer::Attention);
+    attend(l);
+  }
   linear(L.wo, att_.get<float>(), T, o_.get<float>());
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
   rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
-  linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
-  linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
+  if (L.w_gate_up.out > 0) {
+    linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
+    split_columns(fused_.get<float>(), T, {{gate_.get<float>(), c_.hidden_dim}, {up_.get<float>(), c_.hidden_dim}});
+  } else {
+    linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
+    linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
+  }
   swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_);
   linear(L.w_down, gate_.get<float>(), T, o_.get<float>());
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
 }
 
 // logits = lm_head(rmsnorm(x)) for rows [first, first + T), copied to the host.
-void CudaEngine::logits(int first, int T, float* host_out) {
+void CudaEngine::logits(int first, int T, float* host_out, std::optional<PhaseTimer::Scope>* total) {
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
   // (T, vocab): only the rows asked for (one for a prefill, whatever the prompt length).
   logits_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4);
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
   const std::size_t bytes = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4;
+  if (total) total->reset();
   CUDA_CHECK(cudaMemcpyAsync(host_out, logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -321,6 +398,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
     });
   }
   p->kv.len = T;
+  if (prefix_gemm_) widen_prefix(*p);
   logits(T - 1, 1, last_logits.data());
   return prefixes_.put(std::move(p));
 }
@@ -347,9 +425,24 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     pos.push_back(p);
   }
   scratch(T);
+  timer_.begin_step();
+  std::optional<PhaseTimer::Scope> total;
+  total.emplace(&timer_, PhaseTimer::Total);
   to_device(tokens_, std::vector<int>(tokens.begin(), tokens.end()));
   to_device(pos_, pos);
   embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
+  // --cuda-prefix-gemm: the batch rows of each prefix, once per step (src/cuda/plan.h).
+  PrefixStateMap plan;
+  std::vector<const Prefix*> group_prefix;
+  const int* d_map = nullptr;
+  if (prefix_gemm_) {
+    std::map<int, std::vector<int>> by_prefix;
+    for (int i = 0; i < T; ++i) by_prefix[batch[static_cast<std::size_t>(i)]->prefix].push_back(i);
+    std::vector<std::vector<int>> rows;
+    for (auto& [p, r] : by_prefix) group_prefix.push_back(&prefixes_.at(p)), rows.push_back(std::move(r));
+    plan = prefix_state_map(rows, T, c_.n_heads, c_.n_kv_heads);
+    d_map = to_device(prefix_map_, plan.map);
+  }
   std::vector<int> lens(2 * static_cast<std::size_t>(T));  // prefix lengths, then suffix lengths (with this token)
   for (int i = 0; i < T; ++i) {
     lens[static_cast<std::size_t>(i)] = prefixes_.at(batch[static_cast<std::size_t>(i)]->prefix).kv.len;
@@ -373,12 +466,49 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     }
     layer(l, T, kr, vr, [&](int) {
       const std::uint16_t* const* d = to_device(ptrs_, ptrs);
+      if (prefix_gemm_) {
+        std::vector<PrefixAttention::Group> groups;
+        for (const Prefix* p : group_prefix) groups.push_back({p->kf[li].get<float>(), p->vf[li].get<float>(), p->kv.len});
+        prefix_attn_->run(q_.get<float>(), plan, d_map, groups, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
+                          c_.head_dim, att_.get<float>());
+        return;
+      }
       decode_attention_cuda(q_.get<float>(), d, d + T, d_lens, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
                             c_.head_dim, att_.get<float>(), stream_);
     });
   }
   for (Slot* s : batch) s->kv.len++;
-  logits(0, T, logits_out.data());
+  logits(0, T, logits_out.data(), &total);
+  timer_.end_step();
+}
+
+// The BF16 cache rows of a prompt widened to F32 once, for the prefix GEMMs (exact).
+void CudaEngine::widen_prefix(Prefix& p) {
+  const std::size_t n = static_cast<std::size_t>(p.kv.len) * static_cast<std::size_t>(c_.kv_dim());
+  p.kf.resize(static_cast<std::size_t>(c_.n_layers));
+  p.vf.resize(static_cast<std::size_t>(c_.n_layers));
+  for (std::size_t l = 0; l < p.kf.size(); ++l) {
+    p.kf[l].resize(n * 4), p.vf[l].resize(n * 4);
+    bf16_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), n, p.kf[l].get<float>(), stream_);
+    bf16_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), n, p.vf[l].get<float>(), stream_);
+  }
+}
+
+void CudaEngine::split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts) {
+  std::size_t width = 0;
+  for (const auto& part : parts) width += static_cast<std::size_t>(part.second);
+  std::size_t col = 0;
+  for (const auto& [dst, w] : parts) {
+    const std::size_t wb = static_cast<std::size_t>(w) * 4;
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, wb, y + col, width * 4, wb, static_cast<std::size_t>(T), cudaMemcpyDeviceToDevice, stream_));
+    col += static_cast<std::size_t>(w);
+  }
+}
+
+Engine::Ceilings CudaEngine::measure_ceilings() {
+  use_device();
+  const bool fp8 = layers_.empty() || layers_.front().wo.type == GemmInput::FP8;
+  return measure_device_ceilings(*gemm_, fp8 ? GemmInput::FP8 : GemmInput::BF16, stream_);
 }
 
 }  // namespace

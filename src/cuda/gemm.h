@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
+
+#include "cuda/gemm_algo_cache.h"
 
 namespace bestofn::cuda {
 
@@ -18,7 +21,10 @@ enum class GemmInput { F32, BF16, FP8 };  // the element type of both W and x
 
 class Gemm {
  public:
-  explicit Gemm(cudaStream_t stream);
+  // tune (--gemm-autotune): each shape's algorithm is measured at its first use (or taken from the
+  // cache, keyed by GPU, cuBLASLt version, shape and token-count bucket) instead of the
+  // heuristic's first choice. Null: the heuristic's first choice, nothing measured.
+  explicit Gemm(cudaStream_t stream, GemmAlgoCache* tune = nullptr);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -32,14 +38,21 @@ class Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool tuned = false;
   };
   // Plans are made once per (type, out, in, T) from cuBLASLt's heuristic and cached.
-  const Plan& plan(GemmInput type, int out, int in, int T);
+  Plan& plan(GemmInput type, int out, int in, int T);
+  // --gemm-autotune: p.algo from the cache when it passes cublasLtMatmulAlgoCheck for this shape,
+  // else the fastest of the heuristic's candidates, timed on this call's own operands (y is
+  // overwritten; the caller's run follows), and cached. Synchronizes the stream.
+  void tune(Plan& p, GemmInput type, const void* w, const void* x, float* y, int out, int in, int T);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<std::tuple<int, int, int, int>, Plan> plans_;
+  GemmAlgoCache* tune_ = nullptr;
+  std::string gpu_;  // the device's name, for the cache key
 };
 
 inline constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;

@@ -35,6 +35,9 @@ void quantize_act_fp8_cuda(const float* x, int T, int n, float static_scale, std
 // out[i] = bf16(x[i]), round to nearest even. Twin: bf16_from_float.
 void f32_to_bf16_cuda(const float* x, std::size_t n, std::uint16_t* out, cudaStream_t stream);
 
+// out[i] = float(x[i]), x BF16 bits (exact). Twin: bf16_to_float.
+void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStream_t stream);
+
 // y (T, out) row-major: y[t, o] *= sx[t] * sw[per_channel ? o : 0]; sx may be null (1).
 // The FP8 GEMM's dequantization epilogue. Twin: the store step of cpu::linear.
 void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream);
@@ -69,6 +72,24 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream);
+
+// --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, --cuda-prefix-gemm) ---
+// State rows: batch row t, query head h -> map[t] + (h / group) * map[T + t] + map[2T + t] * group
+// + h % group (group = n_heads / n_kv; map from prefix_state_map, src/cuda/prefix_attention.h).
+
+// qg (rows, hd): qg[state_row(t, h)] = q (T, n_heads, hd) row (t, h).
+void gather_prefix_queries_cuda(const float* q, const int* map, int T, int n_heads, int n_kv, int hd, float* qg,
+                                cudaStream_t stream);
+
+// Each row of s (rows, L): m = max, s <- exp(s - m), l = sum of the new row. m, l (rows).
+void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStream_t stream);
+
+// out (T, n_heads, hd): the prefix state (m, l, unnormalized O (rows, hd)) at state_row(t, h)
+// merged by log-sum-exp with the attention of q over the slot's suffix (as decode_attention_cuda).
+// Twin: cpu::decode_attention.
+void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
+                       const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
+                       int n_heads, int n_kv, int hd, float* out, cudaStream_t stream);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k/v (T, n_kv * hd) BF16 (the prefix's cache
 // rows); row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.

@@ -1,0 +1,95 @@
+#pragma once
+// Where a CUDA decode step's time goes (bench: GEMMs / attention / the rest): pairs of CUDA events
+// recorded around each phase on the engine's stream, read back after the step's final
+// synchronization. Off by default (profile_phases): a timed step then records nothing.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "bestofn/engine.h"
+#include "cuda/cuda_check.h"
+
+namespace bestofn::cuda {
+
+class PhaseTimer {
+ public:
+  enum Phase { Gemm, Attention, Total };
+
+  PhaseTimer() = default;
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+  ~PhaseTimer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void set_stream(cudaStream_t s) { stream_ = s; }
+  void enable(bool on) {
+    on_ = on;
+    used_ = 0, pairs_.clear();
+  }
+
+  // Records a start event now and the matching stop event when the scope ends (nothing when off).
+  class Scope {
+   public:
+    Scope(PhaseTimer* t, Phase p) : t_(t && t->on_ && t->in_step_ ? t : nullptr), p_(p) {
+      if (t_) start_ = t_->record();
+    }
+    ~Scope() {
+      if (t_) t_->pairs_.push_back({p_, start_, t_->record()});
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseTimer* t_;
+    Phase p_;
+    std::size_t start_ = 0;
+  };
+  Scope scope(Phase p) { return Scope(this, p); }
+
+  // Scopes record only between begin_step and end_step (a decode step; not prefill).
+  void begin_step() {
+    in_step_ = true;
+    used_ = 0, pairs_.clear();  // what an interrupted step left
+  }
+  // After the stream has synchronized: adds this step's phases to the totals.
+  void end_step() {
+    in_step_ = false;
+    if (!on_) return;
+    for (const Pair& pr : pairs_) {
+      float ms = 0.0f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[pr.start], events_[pr.stop]));
+      (pr.phase == Gemm ? times_.gemm_ms : pr.phase == Attention ? times_.attention_ms : times_.total_ms) += ms;
+    }
+    times_.steps++;
+    used_ = 0, pairs_.clear();
+  }
+  PhaseTimes take() {
+    PhaseTimes t = times_;
+    times_ = {};
+    return t;
+  }
+
+ private:
+  struct Pair {
+    Phase phase;
+    std::size_t start, stop;
+  };
+  std::size_t record() {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_], stream_));
+    return used_++;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  bool on_ = false, in_step_ = false;
+  std::vector<cudaEvent_t> events_;  // reused from step to step
+  std::size_t used_ = 0;
+  std::vector<Pair> pairs_;
+  PhaseTimes times_;
+};
+
+}  // namespace bestofn::cuda

@@ -1,0 +1,71 @@
+// Host-side planning for the CUDA engine (plain C++, in bestofn_core; see plan.h).
+#include "cuda/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "bestofn/error.h"
+
+namespace bestofn::cuda {
+
+PrefixStateMap prefix_state_map(const std::vector<std::vector<int>>& group_rows, int T, int n_heads, int n_kv) {
+  if (n_kv <= 0 || n_heads % n_kv != 0)
+    throw Error("prefix_state_map", "n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv " + std::to_string(n_kv));
+  const int group = n_heads / n_kv;
+  PrefixStateMap m;
+  const auto Ts = static_cast<std::size_t>(T);
+  m.map.assign(3 * Ts, -1);
+  for (const auto& rows : group_rows) {
+    const int R = static_cast<int>(rows.size()) * group;
+    m.base.push_back(m.rows);
+    m.R.push_back(R);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const int t = rows[i];
+      if (t < 0 || t >= T || m.map[static_cast<std::size_t>(t)] != -1)
+        throw Error("prefix_state_map", "batch row " + std::to_string(t) + " is out of range or in two groups");
+      m.map[static_cast<std::size_t>(t)] = m.rows;
+      m.map[Ts + static_cast<std::size_t>(t)] = R;
+      m.map[2 * Ts + static_cast<std::size_t>(t)] = static_cast<int>(i);
+    }
+    m.rows += n_kv * R;
+  }
+  for (std::size_t t = 0; t < Ts; ++t)
+    if (m.map[t] == -1) throw Error("prefix_state_map", "batch row " + std::to_string(t) + " is in no group");
+  return m;
+}
+
+std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
+  if (shards.empty()) return std::nullopt;
+  const Linear& first = *shards.front();
+  if (first.weight.dtype == DType::F16) return std::nullopt;  // the engine widens F16 on upload: kept apart
+  FusedLinear f;
+  f.dtype = first.weight.dtype;
+  f.in = static_cast<int>(first.in_features());
+  f.input_scale = first.input_scale.value_or(0.0f);
+  bool same_tensor_scale = first.is_fp8() && first.weight_scale.size() == 1;
+  for (const Linear* l : shards) {
+    if (l->weight.dtype != f.dtype || l->in_features() != f.in) return std::nullopt;
+    if (l->is_fp8()) {
+      // One activation quantization serves every shard: the schemes must agree exactly.
+      if (l->input_scale.has_value() != first.input_scale.has_value() || l->input_scale.value_or(0.0f) != f.input_scale)
+        return std::nullopt;
+      if (l->weight_scale.size() != 1 && l->weight_scale.size() != static_cast<std::size_t>(l->out_features()))
+        throw Error(l->weight.name, "FP8 weight_scale of " + std::to_string(l->weight_scale.size()) + " values for " +
+                                        std::to_string(l->out_features()) + " rows");
+      same_tensor_scale = same_tensor_scale && l->weight_scale.size() == 1 && l->weight_scale[0] == first.weight_scale[0];
+    }
+  }
+  for (const Linear* l : shards) {
+    f.outs.push_back(static_cast<int>(l->out_features()));
+    f.weight.insert(f.weight.end(), l->weight.data, l->weight.data + l->weight.nbytes);
+    if (!l->is_fp8() || same_tensor_scale) continue;
+    if (l->weight_scale.size() == 1)
+      f.weight_scale.insert(f.weight_scale.end(), static_cast<std::size_t>(l->out_features()), l->weight_scale[0]);
+    else
+      f.weight_scale.insert(f.weight_scale.end(), l->weight_scale.begin(), l->weight_scale.end());
+  }
+  if (same_tensor_scale) f.weight_scale = {first.weight_scale[0]};
+  return f;
+}
+
+}  // namespace bestofn::cuda

@@ -1,0 +1,47 @@
+#pragma once
+// Host-side planning for the CUDA engine's part-2 paths, in plain C++ (built into bestofn_core, so
+// its unit tests run on machines without CUDA): the state-row map of the shared-prefix GEMMs and
+// the concatenation of linear layers for the fused QKV and gate/up GEMMs.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "bestofn/weights.h"
+
+namespace bestofn::cuda {
+
+// The shared-prefix GEMMs (--cuda-prefix-gemm) work on one matrix of queries per prefix group and
+// KV head. Group g (the batch rows of one prefix, in batch order) owns state rows
+// [base[g], base[g] + n_kv * R[g]), R[g] = its slots x (n_heads / n_kv); batch row t, query head
+// h sits at map[t] + (h / group) * map[T + t] + map[2T + t] * group + h % group, where map[t] is
+// its group's base, map[T + t] its group's R and map[2T + t] its index within the group.
+struct PrefixStateMap {
+  std::vector<int> map;   // (3 T)
+  std::vector<int> base;  // per group: first state row
+  std::vector<int> R;     // per group: query rows per KV head
+  int rows = 0;           // state rows in all
+};
+
+// group_rows: per prefix group, its batch rows; every row in [0, T) appears exactly once (throws
+// bestofn::Error otherwise).
+PrefixStateMap prefix_state_map(const std::vector<std::vector<int>>& group_rows, int T, int n_heads, int n_kv);
+
+// Several linear layers on the same input as one (--fused-qkv): weights concatenated along the
+// output dimension, scales per output channel (a per-tensor scale repeated over its shard's
+// rows), so the one GEMM's epilogue applies each shard's own scale.
+struct FusedLinear {
+  std::vector<std::uint8_t> weight;  // (sum of out, in) in the shards' dtype
+  DType dtype = DType::F32;
+  std::vector<float> weight_scale;   // FP8: (sum of out), or (1) when every shard has the same per-tensor scale
+  float input_scale = 0.0f;          // FP8 static activation scale, shared by all shards; 0: dynamic
+  std::vector<int> outs;             // each shard's out_features
+  int in = 0;
+};
+
+// Empty when the shards cannot share one GEMM: different dtypes, input widths, or FP8 input
+// schemes (static scales that differ, or static and dynamic mixed) — the caller keeps them apart.
+std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards);
+
+}  // namespace bestofn::cuda
