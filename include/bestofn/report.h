@@ -41,6 +41,7 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //   {"bestofn_version": str, "commit": str, "model": str,
 //    "dataset": {"name": str, "path": str, "problems": int},
 //    "n": int, "k": [int...],
+//    "shard": {"index": int, "count": int},             eval --shard I/N only: the summary covers that shard's samples
 //    "sampling": {"temperature": f, "top_p": f, "top_k": int, "min_p": f, "seed": int,
 //                 "max_new_tokens": int, "stop": [str], "chat": bool},
 //    "pass_at_k": {"1": f|null, "10": f|null, ...},      keys are k as strings; null: no problem has n >= k
@@ -54,7 +55,10 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //             "overlap_fraction": f},                    overlap_s / wall_s
 //    "throughput": {"tok_per_s": f, "samples_per_s": f},
 //    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
-//    "device": str, "command": str}
+//    "device": str, "command": str,
+//    "devices": [int...],                               eval on CUDA: the GPUs it ran on (--devices)
+//    "shards": int, "merged_from": [{"dir": str, "shard": "I/N"}...]}   bestofn merge only (its "time"
+//                                                       fields are sums over the shards)
 // The report: settings, the pass@k table (a plus column when plus_pass_at_k is present), the
 // references, verdict counts, timing with the overlap, throughput and the command. plot_file, when
 // not empty, is linked as an image (a path relative to report.md).
