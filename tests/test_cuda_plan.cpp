@@ -3,11 +3,16 @@
 // token-count buckets and on-disk cache of --gemm-autotune (src/cuda/gemm_algo_cache.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "cpu/attention.h"
 #include "cuda/gemm_algo_cache.h"
 #include "cuda/plan.h"
 #include "test_util.h"
@@ -38,6 +43,114 @@ TEST(CudaPlan, PrefixStateRowsAreOneMatrixPerGroupAndKvHead) {
         EXPECT_TRUE(seen.insert(r).second) << "row " << r << " twice";
       }
   EXPECT_EQ(static_cast<int>(seen.size()), m.rows);
+}
+
+// C_b = alpha op(A_b) op(B_b) by the BLAS definition (column-major), as cuBLAS computes it.
+void blas_gemm(const StridedGemm& g, float alpha, const float* A, const float* B, float* C) {
+  for (int b = 0; b < g.batch; ++b)
+    for (int j = 0; j < g.n; ++j)
+      for (int i = 0; i < g.m; ++i) {
+        double acc = 0.0;
+        for (int p = 0; p < g.k; ++p) {
+          const float a = g.trans_a ? A[b * g.stride_a + i * g.lda + p] : A[b * g.stride_a + p * g.lda + i];
+          const float x = g.trans_b ? B[b * g.stride_b + p * g.ldb + j] : B[b * g.stride_b + j * g.ldb + p];
+          acc += static_cast<double>(a) * x;
+        }
+        C[b * g.stride_c + j * g.ldc + i] = alpha * static_cast<float>(acc);
+      }
+}
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<std::uint16_t> v(n);
+  for (auto& x : v) x = bf16_from_float(d(rng));
+  return v;
+}
+
+// The --cuda-prefix-gemm pipeline on the CPU, step by step as src/cuda/prefix_attention.cpp and
+// kernels/prefix_attention.cu run it (gather by the state map, the two GEMMs with the arguments of
+// prefix_gemms through a BLAS reference, row softmax, suffix and log-sum-exp merge), against
+// cpu::decode_attention: a wrong transpose, leading dimension or stride in prefix_gemms, or a
+// state map that disagrees with the GEMMs' row blocks, gives errors of order 1.
+TEST(CudaPlan, PrefixGemmPipelineMatchesDecodeAttention) {
+  const int T = 5, H = 6, n_kv = 2, hd = 8, group = H / n_kv, kv_dim = n_kv * hd;
+  const std::vector<std::vector<int>> groups = {{0, 2, 3}, {1, 4}};
+  const int lens[] = {7, 13};
+  std::mt19937 rng(4242);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(static_cast<std::size_t>(T * H * hd));
+  for (auto& x : q) x = 2.0f * nd(rng);
+  std::vector<std::vector<std::uint16_t>> kp, vp, ks, vs;
+  for (int L : lens) kp.push_back(random_bf16(static_cast<std::size_t>(L * kv_dim), rng)), vp.push_back(random_bf16(static_cast<std::size_t>(L * kv_dim), rng));
+  std::vector<int> prefix_of(T), plen(T), slen(T);
+  for (int g = 0; g < 2; ++g)
+    for (int t : groups[static_cast<std::size_t>(g)]) prefix_of[static_cast<std::size_t>(t)] = g, plen[static_cast<std::size_t>(t)] = lens[g];
+  std::vector<const std::uint16_t*> kpp, vpp, ksp, vsp;
+  for (int t = 0; t < T; ++t) {
+    slen[static_cast<std::size_t>(t)] = 1 + t % 4;
+    ks.push_back(random_bf16(static_cast<std::size_t>(slen[static_cast<std::size_t>(t)] * kv_dim), rng));
+    vs.push_back(random_bf16(static_cast<std::size_t>(slen[static_cast<std::size_t>(t)] * kv_dim), rng));
+  }
+  for (int t = 0; t < T; ++t) {
+    const auto ts = static_cast<std::size_t>(t), p = static_cast<std::size_t>(prefix_of[ts]);
+    kpp.push_back(kp[p].data()), vpp.push_back(vp[p].data()), ksp.push_back(ks[ts].data()), vsp.push_back(vs[ts].data());
+  }
+  std::vector<float> expected(q.size());
+  cpu::decode_attention(q.data(), kpp.data(), vpp.data(), plen.data(), ksp.data(), vsp.data(), slen.data(), T, H, n_kv, hd,
+                        expected.data());
+
+  const PrefixStateMap plan = prefix_state_map(groups, T, H, n_kv);
+  const auto D = static_cast<std::size_t>(hd), rows = static_cast<std::size_t>(plan.rows);
+  std::vector<float> qg(rows * D), m(rows), l(rows), o(rows * D);
+  for (int t = 0; t < T; ++t)  // gather
+    for (int h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < D; ++i)
+        qg[static_cast<std::size_t>(state_row(plan, T, t, h, group)) * D + i] = q[(static_cast<std::size_t>(t * H + h)) * D + i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::size_t g = 0; g < 2; ++g) {
+    const int L = lens[g], R = plan.R[g];
+    const auto first = static_cast<std::size_t>(plan.base[g]);
+    std::vector<float> kf(kp[g].size()), vf(vp[g].size()), S(static_cast<std::size_t>(n_kv * R * L));
+    for (std::size_t i = 0; i < kf.size(); ++i) kf[i] = bf16_to_float(kp[g][i]), vf[i] = bf16_to_float(vp[g][i]);
+    const PrefixGemms gemms = prefix_gemms(L, R, n_kv, hd);
+    blas_gemm(gemms.scores, scale, kf.data(), qg.data() + first * D, S.data());
+    for (std::size_t r = 0; r < static_cast<std::size_t>(n_kv * R); ++r) {  // softmax rows
+      float* row = S.data() + r * static_cast<std::size_t>(L);
+      float mx = -INFINITY, sum = 0.0f;
+      for (int j = 0; j < L; ++j) mx = std::max(mx, row[j]);
+      for (int j = 0; j < L; ++j) sum += row[j] = std::exp(row[j] - mx);
+      m[first + r] = mx, l[first + r] = sum;
+    }
+    blas_gemm(gemms.values, 1.0f, vf.data(), S.data(), o.data() + first * D);
+  }
+  int bad = 0;
+  for (int t = 0; t < T; ++t)  // suffix and merge, per (t, h)
+    for (int h = 0; h < H; ++h) {
+      const auto ts = static_cast<std::size_t>(t);
+      const float* qh = q.data() + (ts * H + static_cast<std::size_t>(h)) * D;
+      const std::size_t off = static_cast<std::size_t>(h / group) * D;
+      std::vector<float> sc(static_cast<std::size_t>(slen[ts])), os(D, 0.0f);
+      float ms = -INFINITY, ls = 0.0f;
+      for (std::size_t j = 0; j < sc.size(); ++j) {
+        float d = 0.0f;
+        for (std::size_t i = 0; i < D; ++i) d += qh[i] * bf16_to_float(ks[ts][j * static_cast<std::size_t>(kv_dim) + off + i]);
+        ms = std::max(ms, sc[j] = d * scale);
+      }
+      for (std::size_t j = 0; j < sc.size(); ++j) {
+        const float e = std::exp(sc[j] - ms);
+        ls += e;
+        for (std::size_t i = 0; i < D; ++i) os[i] += e * bf16_to_float(vs[ts][j * static_cast<std::size_t>(kv_dim) + off + i]);
+      }
+      const auto sr = static_cast<std::size_t>(state_row(plan, T, t, h, group));
+      const float mm = std::max(m[sr], ms), a = std::exp(m[sr] - mm), b = std::exp(ms - mm);
+      for (std::size_t i = 0; i < D; ++i) {
+        const float got = (o[sr * D + i] * a + os[i] * b) / (l[sr] * a + ls * b);
+        const float want = expected[(ts * H + static_cast<std::size_t>(h)) * D + i];
+        if (std::fabs(got - want) > 1e-5f + 1e-4f * std::fabs(want) && bad++ < 8)
+          ADD_FAILURE() << "t " << t << " h " << h << " i " << i << ": pipeline " << got << ", decode_attention " << want;
+      }
+    }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(CudaPlan, PrefixStateMapRejectsRowsMissingOrTwice) {

@@ -34,6 +34,16 @@ PrefixStateMap prefix_state_map(const std::vector<std::vector<int>>& group_rows,
   return m;
 }
 
+PrefixGemms prefix_gemms(int L, int R, int n_kv, int hd) {
+  const int kv_dim = n_kv * hd;
+  PrefixGemms g;
+  // S^T = K Q^T: A = K stored hd x L (column-major view of L rows, ld kv_dim), transposed.
+  g.scores = {true, false, L, R, hd, kv_dim, hd, L, hd, static_cast<long long>(R) * hd, static_cast<long long>(R) * L, n_kv};
+  // O^T = V^T P^T: A = V stored hd x L (ld kv_dim), B = P stored L x R (ld L).
+  g.values = {false, false, hd, R, L, kv_dim, L, hd, hd, static_cast<long long>(R) * L, static_cast<long long>(R) * hd, n_kv};
+  return g;
+}
+
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
   if (shards.empty()) return std::nullopt;
   const Linear& first = *shards.front();

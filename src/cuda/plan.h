@@ -28,6 +28,26 @@ struct PrefixStateMap {
 // bestofn::Error otherwise).
 PrefixStateMap prefix_state_map(const std::vector<std::vector<int>>& group_rows, int T, int n_heads, int n_kv);
 
+// One strided-batched GEMM in BLAS (column-major) terms, as cublasGemmStridedBatchedEx takes it:
+// for b < batch, C_b (m x n, ldc) = alpha op(A_b) op(B_b) + beta C_b, with X_b = X + b * stride_x;
+// op(A) is m x k (A stored k x m with lda when trans_a), op(B) k x n (B stored n x k when trans_b).
+struct StridedGemm {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  long long stride_a = 0, stride_b = 0, stride_c = 0;
+  int batch = 0;
+};
+
+// The two GEMMs of one prefix group of R query rows per KV head over L prefix positions (batch =
+// KV heads): scores, S^T (L x R) = K_kv Q_kv^T with A = the prefix K (L rows of kv_dim floats,
+// head kv at column kv * hd), B = the gathered queries (R x hd per head) and C = S (R x L per
+// head, row-major); values, O^T (hd x R) = V_kv^T P^T with A = the prefix V, B = P (= S after the
+// softmax) and C = O (R x hd per head, row-major).
+struct PrefixGemms {
+  StridedGemm scores, values;
+};
+PrefixGemms prefix_gemms(int L, int R, int n_kv, int hd);
+
 // Several linear layers on the same input as one (--fused-qkv): weights concatenated along the
 // output dimension, scales per output channel (a per-tensor scale repeated over its shard's
 // rows), so the one GEMM's epilogue applies each shard's own scale.

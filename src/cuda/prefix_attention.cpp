@@ -1,5 +1,7 @@
-// Shared-prefix decode attention as cuBLAS GEMMs (see prefix_attention.h for the layout and the
-// precision). Column-major terms: for KV head kv of group g (batch index kv),
+// Shared-prefix decode attention as cuBLAS GEMMs (see prefix_attention.h for the precision). The
+// GEMM arguments come from prefix_gemms (src/cuda/plan.h), which test_cuda_plan runs through a
+// BLAS reference of the same pipeline against cpu::decode_attention. Column-major terms, for KV
+// head kv of group g (batch index kv):
 //   S^T (L x R) = K_kv (L x hd, ld kv_dim)  Q_kv^T (hd x R)  -> row-major S (R x L), ld L
 //   O^T (hd x R) = V_kv^T (hd x L, ld kv_dim)  P^T (L x R)    -> row-major O (R x hd), ld hd
 // K_kv starts at kv * hd in each cache row (batch stride hd); Q_kv, S and O batches are
@@ -14,6 +16,19 @@
 #include "cuda/kernels.h"
 
 namespace bestofn::cuda {
+namespace {
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// One F32 strided-batched GEMM (CUBLAS_COMPUTE_32F; the handle's pedantic math rules out TF32).
+void run_gemm(cublasHandle_t h, const StridedGemm& g, float alpha, const float* a, const float* b, float* c) {
+  const float beta = 0.0f;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, a, CUDA_R_32F, g.lda, g.stride_a, b,
+                                          CUDA_R_32F, g.ldb, g.stride_b, &beta, c, CUDA_R_32F, g.ldc, g.stride_c, g.batch,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
 
 PrefixAttention::PrefixAttention(cudaStream_t stream) : stream_(stream) {
   CUBLAS_CHECK(cublasCreate(&handle_));
@@ -37,25 +52,19 @@ void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int*
                                       static_cast<std::size_t>(std::max(groups[g].len, 1)));
   qg_.resize(rows * D * 4), o_.resize(rows * D * 4), m_.resize(rows * 4), l_.resize(rows * 4), s_.resize(s_floats * 4);
   gather_prefix_queries_cuda(q, d_map, T, n_heads, n_kv, hd, qg_.get<float>(), stream_);
-  const int kv_dim = n_kv * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd)), one = 1.0f, zero = 0.0f;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const int L = groups[g].len, R = plan.R[g];
     if (L <= 0) throw Error("PrefixAttention::run", "an empty prefix");
     const std::size_t first = static_cast<std::size_t>(plan.base[g]);
     float* S = s_.get<float>();
+    const PrefixGemms gemms = prefix_gemms(L, R, n_kv, hd);
     // S = (Q K^T) * scale, the scale as alpha (the CPU multiplies each finished dot product by it).
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, L, R, hd, &scale, groups[g].k, CUDA_R_32F,
-                                            kv_dim, hd, qg_.get<float>() + first * D, CUDA_R_32F, hd,
-                                            static_cast<long long>(R) * hd, &zero, S, CUDA_R_32F, L,
-                                            static_cast<long long>(R) * L, n_kv, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    run_gemm(handle_, gemms.scores, scale, groups[g].k, qg_.get<float>() + first * D, S);
     // P = exp(S - m) in place; m, l per state row.
     prefix_softmax_cuda(S, n_kv * R, L, m_.get<float>() + first, l_.get<float>() + first, stream_);
     // O = P V, unnormalized.
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, hd, R, L, &one, groups[g].v, CUDA_R_32F,
-                                            kv_dim, hd, S, CUDA_R_32F, L, static_cast<long long>(R) * L, &zero,
-                                            o_.get<float>() + first * D, CUDA_R_32F, hd, static_cast<long long>(R) * hd, n_kv,
-                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    run_gemm(handle_, gemms.values, 1.0f, groups[g].v, S, o_.get<float>() + first * D);
   }
   prefix_merge_cuda(q, d_map, m_.get<float>(), l_.get<float>(), o_.get<float>(), k_suffix, v_suffix, suffix_len, T, n_heads,
                     n_kv, hd, out, stream_);
