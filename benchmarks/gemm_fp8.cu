@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -245,19 +246,22 @@ constexpr float kWeightScale = 0.5f, kActScale = 3.0f;  // distinct, so a misrea
 // (m, k) row-major = column-major (k, m), not transposed; D = column-major (n, m) = row-major (m, n).
 class LtGemm {
  public:
-  LtGemm(cublasLtHandle_t lt, DType dt, int n, int k, int m, const float* d_a_scale, const float* d_b_scale) {
+  // f32_out: D in F32 with the scales folded into alpha (the engine's configuration, src/cuda/gemm.cpp)
+  // instead of BF16 D with cuBLASLt's A/B scale pointers.
+  LtGemm(cublasLtHandle_t lt, DType dt, int n, int k, int m, const float* d_a_scale, const float* d_b_scale, bool f32_out = false)
+      : f32_out_(f32_out) {
     const cudaDataType_t in = dt == DType::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
     CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
-    if (dt == DType::e4m3) {  // per-tensor dequantization scales, device floats: D = a_scale * b_scale * (A B)
+    if (dt == DType::e4m3 && !f32_out) {  // per-tensor dequantization scales, device floats: D = a_scale * b_scale * (A B)
       CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &d_a_scale, sizeof d_a_scale));
       CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &d_b_scale, sizeof d_b_scale));
     }
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_, in, static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n), k));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_, in, static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(m), k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m), n));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_, f32_out ? CUDA_R_32F : CUDA_R_16BF, static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(m), n));
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref_));
     const std::size_t ws = kWorkspaceBytes;
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -278,7 +282,7 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   void run(cublasLtHandle_t lt, const void* w, const void* x, void* d, void* workspace, cudaStream_t stream) const {
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = f32_out_ ? kWeightScale * kActScale : 1.0f, beta = 0.0f;
     CHECK_CUBLAS(cublasLtMatmul(lt, desc_, &alpha, w, a_, x, b_, &beta, d, d_, d, d_, &heuristic_.algo, workspace,
                                 kWorkspaceBytes, stream));
   }
@@ -291,7 +295,13 @@ class LtGemm {
   cublasLtMatmulPreference_t pref_ = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic_{};
   int algo_id_ = -1;
+  bool f32_out_ = false;
 };
+
+__global__ void kernel_f32_to_bf16(const float* in, __nv_bfloat16* out, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16(in[i]);
+}
 
 float host_value(const std::uint8_t* p, std::size_t i, DType dt) {
   if (dt == DType::e4m3) {
@@ -374,17 +384,38 @@ bool bench_shape(const Machine& m, Output& out, cublasLtHandle_t lt, cudaStream_
                                 std::to_string((copies * weight_bytes) >> 20) + " MiB, L2 " + std::to_string(m.l2_bytes >> 20) + " MiB)";
   bool ok = true;
   double ms_m1 = NAN, ratio_64 = NAN, ratio_512 = NAN;
+  // FP8 with BF16 D and A/B scale pointers was refused on an H200 (cuBLASLt 13.1: "not
+  // supported", 2026-11-29); then the engine's configuration is used: F32 D, scales in alpha.
+  bool f32_out = false;
+  DeviceMem d32(dt == DType::e4m3 ? 512 * static_cast<std::size_t>(s.n) * 4 : 4);
   for (int tokens : kTokens) {
     Json j = m.line("gemm");
     j.str("shape", s.name).integer("N", s.n).integer("K", s.k).integer("M", tokens).str("dtype", dtype);
     try {
-      const LtGemm gemm(lt, dt, s.n, s.k, tokens, d_scales, d_scales + 1);
       const auto* w0 = buf.w.get<std::uint8_t>();
-      gemm.run(lt, w0, buf.x.get(), buf.d.get(), workspace, stream);  // checked before it is timed
-      CHECK_CUDA(cudaStreamSynchronize(stream));
+      std::unique_ptr<LtGemm> made;
+      for (;;) {
+        try {
+          made = std::make_unique<LtGemm>(lt, dt, s.n, s.k, tokens, d_scales, d_scales + 1, f32_out);
+          made->run(lt, w0, buf.x.get(), f32_out ? d32.get() : buf.d.get(), workspace, stream);  // checked before it is timed
+          CHECK_CUDA(cudaStreamSynchronize(stream));
+          break;
+        } catch (const BenchError& e) {
+          if (dt != DType::e4m3 || f32_out) throw;
+          f32_out = true;
+          j.str("bf16_out_error", e.what());
+        }
+      }
+      const LtGemm& gemm = *made;
+      if (f32_out) {
+        j.str("config", "f32 D, scales in alpha (engine configuration)");
+        kernel_f32_to_bf16<<<m.sms * 8, 256, 0, stream>>>(d32.get<float>(), buf.d.get<__nv_bfloat16>(), static_cast<std::size_t>(s.n) * tokens);
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+      }
       const double err = check_output(s, dt, tokens, w0, buf.x.get<std::uint8_t>(), buf.d.get());
       const Timing t = time_calls(m, stream, warmup, runs, [&](int i) {
-        gemm.run(lt, w0 + (static_cast<std::size_t>(i) % copies) * weight_bytes, buf.x.get(), buf.d.get(), workspace, stream);
+        gemm.run(lt, w0 + (static_cast<std::size_t>(i) % copies) * weight_bytes, buf.x.get(), f32_out ? d32.get() : buf.d.get(), workspace, stream);
       });
       const double ms = t.median_ms;
       if (tokens == 1) ms_m1 = ms;

@@ -111,7 +111,8 @@ QuantConfig parse_compressed_tensors(const json& q, const std::string& file) {
     throw Error(file, "compressed-tensors quantization_config has no config_groups");
   if (q["config_groups"].size() != 1)
     throw Error(file, "compressed-tensors: only one config group is supported, found " + std::to_string(q["config_groups"].size()));
-  const json& g = q["config_groups"].begin().value();
+  const auto first_group = q["config_groups"].begin();
+  const json& g = first_group.value();
   const std::string scheme = "; supported: FP8 E4M3 weights (num_bits 8, type float, strategy tensor|channel, symmetric)";
   if (!g.is_object() || !g.contains("weights") || !g["weights"].is_object())
     throw Error(file, "compressed-tensors: config group has no 'weights'" + scheme);

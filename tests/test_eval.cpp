@@ -361,7 +361,7 @@ TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
   // Move the partial run to a disk with room; --resume completes it.
   const fs::path moved = tmp / "moved";
   fs::copy(small / "run", moved, fs::copy_options::recursive);
-  std::system(("umount '" + small.string() + "'").c_str());
+  EXPECT_EQ(std::system(("umount '" + small.string() + "'").c_str()), 0);
   auto args = eval_args(moved, common);
   args.push_back("--resume");
   const auto resumed = run_cli(args);
