@@ -84,7 +84,8 @@ ctest_gpu() {
 }
 
 main() {
-  COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo "${BESTOFN_COMMIT:-unknown}")
+  # The command names the commit: the device copy may hold no .git, or an unrelated one above it.
+  COMMIT=${BESTOFN_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
   export BESTOFN_COMMIT=$COMMIT  # gemm_fp8 reports it when CMake found no git
   echo "device_check.sh: commit $COMMIT, out $OUT, budget ${BUDGET_S}s"
 

@@ -54,6 +54,10 @@ shared=${BESTOFN_SHARED:-$root/../shared}
 [[ -f $shared/models/llama-260k/model.safetensors ]] || die "missing $shared/models/llama-260k"
 mkdir -p "$dest/shared/models"
 cp -a "$shared/models/llama-260k" "$dest/shared/models/"
+# test_gpu_devices makes a synthetic model with the real Llama 3 tokenizer.
+[[ -f $shared/tokenizers/llama3/tokenizer.json ]] || die "missing $shared/tokenizers/llama3"
+mkdir -p "$dest/shared/tokenizers"
+cp -a "$shared/tokenizers/llama3" "$dest/shared/tokenizers/"
 
 # What was staged, for the record.
 {
