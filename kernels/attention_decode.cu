@@ -18,13 +18,15 @@
 namespace bestofn::cuda {
 
 // q (T, n_heads, hd); k_prefix / v_prefix / k_suffix / v_suffix (T) pointers to (len, kv_dim)
-// BF16 rows; prefix_len / suffix_len (T); out (T, n_heads, hd). grid = (n_heads, T),
-// block = attn::kThreads.
+// BF16 rows; prefix_len / suffix_len (T); out (T, n_heads, hd). With suffix_table (--paged-kv),
+// the suffix rows are blocks of a pool at k_suffix[t] / v_suffix[t], row t's block table at
+// suffix_table + suffix_table_start[t]. grid = (n_heads, T), block = attn::kThreads.
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                             const int* prefix_len, const std::uint16_t* const* k_suffix,
                             const std::uint16_t* const* v_suffix, const int* suffix_len, int group, int hd,
-                            std::size_t kv_dim, float scale, float* out) {
+                            std::size_t kv_dim, float scale, float* out, const int* suffix_table,
+                            const int* suffix_table_start, int block) {
   __shared__ attn::Shared sh;
   __shared__ float o_p[attn::kMaxHeadDim], o_s[attn::kMaxHeadDim];  // unnormalized outputs
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
@@ -37,7 +39,8 @@ __global__ void __launch_bounds__(attn::kThreads)
   const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], max(prefix_len[t], 0), kv_dim, off, hd,
                                              scale, sh, o_p);
   const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], max(suffix_len[t], 0), kv_dim, off, hd,
-                                             scale, sh, o_s);
+                                             scale, sh, o_s, suffix_table ? suffix_table + suffix_table_start[t] : nullptr,
+                                             block);
 
   // o = (O_p a + O_s b) / (l_p a + l_s b), a = exp(m_p - m), b = exp(m_s - m); zeros when both
   // sides are empty.
@@ -51,7 +54,8 @@ __global__ void __launch_bounds__(attn::kThreads)
 
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
-                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream) {
+                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
+                           const int* suffix_table, const int* suffix_table_start, int block_tokens) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
     throw Error("decode_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
                                              std::to_string(hd));
@@ -60,6 +64,9 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                                              " and " + std::to_string(n_kv));
   if (T < 0 || T > 65535)  // the grid's y dimension
     throw Error("decode_attention_cuda", "expected 0 <= T <= 65535 rows, got " + std::to_string(T));
+  if (suffix_table && (!suffix_table_start || block_tokens < 1))
+    throw Error("decode_attention_cuda", "a suffix block table needs its row starts and block_tokens >= 1, got " +
+                                             std::to_string(block_tokens));
   if (T == 0) return;
   // The same float scale as the CPU: 1 / sqrt(hd), each step rounded in fp32.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -67,7 +74,8 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
   kernel_decode_attention<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix,
                                                                suffix_len, n_heads / n_kv, hd,
                                                                static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd),
-                                                               scale, out);
+                                                               scale, out, suffix_table, suffix_table_start,
+                                                               block_tokens);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kSoftmaxThreads) kernel_prefix_softmax(float* 
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_prefix_merge(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                         const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
-                        int T, int group, int hd, std::size_t kv_dim, float scale, float* out) {
+                        int T, int group, int hd, std::size_t kv_dim, float scale, float* out, const int* suffix_table,
+                        const int* suffix_table_start, int block) {
   __shared__ attn::Shared sh;
   __shared__ float o_s[attn::kMaxHeadDim];
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(attn::kThreads)
   float qr[attn::kPerLane];
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
   const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], max(suffix_len[t], 0), kv_dim, (h / group) * hd,
-                                             hd, scale, sh, o_s);
+                                             hd, scale, sh, o_s,
+                                             suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
   const std::size_t sr = state_row(map, T, t, h, group);
   const float mp = prefix_m[sr], lp = prefix_l[sr];
   const float* o_p = prefix_o + sr * static_cast<std::size_t>(hd);
@@ -118,13 +120,16 @@ void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStre
 
 void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
-                       int n_heads, int n_kv, int hd, float* out, cudaStream_t stream) {
+                       int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table,
+                       const int* suffix_table_start, int block_tokens) {
   check_heads("prefix_merge_cuda", T, n_heads, n_kv, hd);
+  if (suffix_table && (!suffix_table_start || block_tokens < 1))
+    throw Error("prefix_merge_cuda", "a suffix block table needs its row starts and block_tokens >= 1");
   if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU: each step rounded in fp32
   kernel_prefix_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), attn::kThreads, 0, stream>>>(
       q, map, prefix_m, prefix_l, prefix_o, k_suffix, v_suffix, suffix_len, T, n_heads / n_kv, hd,
-      static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out);
+      static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out, suffix_table, suffix_table_start, block_tokens);
   CUDA_CHECK(cudaGetLastError());
 }
 

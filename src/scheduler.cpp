@@ -110,8 +110,17 @@ class Run {
         stats_.prefill_seconds += since(t0);
         stats_.prompt_tokens += reqs_[p].prompt_ids.size();
       }
+      // Admission by the engine's room (paged KV blocks): wait for a finish when there is none.
+      const std::optional<int> slot = engine_.try_add_slot(ps.prefix, opt_.max_new_tokens);
+      if (!slot) {
+        if (active_.empty())
+          throw Error("the engine has no room for one candidate of prompt " + reqs_[p].id + " with --max-new-tokens " +
+                      std::to_string(opt_.max_new_tokens) + " (KV cache too small)");
+        pending_.emplace_front(p, i);
+        break;
+      }
       auto a = std::make_unique<Active>();
-      a->slot = engine_.add_slot(ps.prefix);
+      a->slot = *slot;
       a->c.prompt = p;
       a->c.index = i;
       a->decoder = std::make_unique<IncrementalDecoder>(tok_, false);

@@ -283,5 +283,44 @@ TEST(CudaPlan, GemmAlgoCacheFileFollowsTheEnvironment) {
   for (int i = 0; i < 3; ++i) saved[i] ? setenv(names[i], keep[i].c_str(), 1) : unsetenv(names[i]);
 }
 
+TEST(CudaPlan, KvBlockPoolTakesAndGivesBack) {
+  KvBlockPool pool(3, 16);
+  EXPECT_EQ(pool.blocks_for(0), 0);
+  EXPECT_EQ(pool.blocks_for(1), 1);
+  EXPECT_EQ(pool.blocks_for(16), 1);
+  EXPECT_EQ(pool.blocks_for(17), 2);
+  EXPECT_EQ(pool.take(), 0);
+  EXPECT_EQ(pool.take(), 1);
+  EXPECT_EQ(pool.take(), 2);
+  EXPECT_EQ(pool.take(), -1);  // exhausted: a value, not an exception
+  EXPECT_EQ(pool.free_blocks(), 0);
+  pool.give(1);
+  EXPECT_THROW(pool.give(1), Error);  // twice
+  EXPECT_THROW(pool.give(3), Error);  // out of range
+  EXPECT_EQ(pool.take(), 1);          // the most recently freed first
+  EXPECT_THROW(KvBlockPool(-1, 16), Error);
+  EXPECT_THROW(KvBlockPool(4, 0), Error);
+}
+
+TEST(CudaPlan, KvBlockPoolAdmitsByFreeBlocksAndBudgets) {
+  KvBlockPool pool(10, 16);
+  EXPECT_TRUE(pool.admit(4));
+  EXPECT_TRUE(pool.admit(6));
+  EXPECT_FALSE(pool.admit(1));  // all 10 promised, none taken yet
+  EXPECT_EQ(pool.promised(), 10);
+  // The first slot takes two of its four blocks: still 8 free and 8 promised.
+  pool.take(), pool.taken(4);
+  pool.take(), pool.taken(3);
+  EXPECT_EQ(pool.promised(), 8);
+  EXPECT_FALSE(pool.admit(1));
+  // It finishes with 2 of its budget untaken and gives its 2 blocks back: room for 4 more.
+  pool.retire(2);
+  pool.give(0), pool.give(1);
+  EXPECT_EQ(pool.promised(), 6);
+  EXPECT_FALSE(pool.admit(5));
+  EXPECT_TRUE(pool.admit(4));
+  EXPECT_THROW(pool.admit(-1), Error);
+}
+
 }  // namespace
 }  // namespace bestofn::cuda

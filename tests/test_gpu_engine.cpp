@@ -82,21 +82,26 @@ std::shared_ptr<const Weights> synthetic_tiny(const test::TempDir& dir, const st
   return std::make_shared<const Weights>(load_model(o.out));
 }
 
-// The part-2 paths (EngineOptions flags; off: part 1). Each parity test runs every combination
-// against the same CPU trace: the prefix GEMMs compute the CPU's F32 products (summation order
-// aside), the fused GEMMs the same FP8 codes and scales as the separate ones, so the part-1
+// The part-2 paths (EngineOptions flags; off: part 1). Each parity test runs each path alone and
+// all together against the same CPU trace: the prefix GEMMs compute the CPU's F32 products
+// (summation order aside), the fused GEMMs the same FP8 codes and scales as the separate ones, and
+// paged KV the same rows at other addresses (32 steps cross two block boundaries), so the part-1
 // tolerances hold for all of them.
 struct Paths {
-  bool prefix_gemm, fused;
+  bool prefix_gemm, fused, paged;
   EngineOptions options() const {
     EngineOptions o;
     o.cuda_prefix_gemm = prefix_gemm;
     o.fused_qkv = fused;
+    o.paged_kv = paged;
+    o.kv_blocks = 64;  // 16 positions each: the 8 slots of these traces need 3 blocks each
     return o;
   }
-  std::string name() const { return std::string(prefix_gemm ? " --cuda-prefix-gemm" : "") + (fused ? " --fused-qkv" : ""); }
+  std::string name() const {
+    return std::string(prefix_gemm ? " --cuda-prefix-gemm" : "") + (fused ? " --fused-qkv" : "") + (paged ? " --paged-kv" : "");
+  }
 };
-constexpr Paths kAllPaths[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+constexpr Paths kAllPaths[] = {{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}, {true, true, true}};
 
 EngineOptions bf16_kv() {
   EngineOptions o;
@@ -179,4 +184,32 @@ TEST(GpuEngine, PhaseTimesOnlyWhenProfiling) {
   EXPECT_GT(t.gemm_ms, 0.0);
   EXPECT_GT(t.attention_ms, 0.0);
   EXPECT_LE(t.gemm_ms + t.attention_ms, t.total_ms);
+}
+
+// --paged-kv admission: budgets are promised against free blocks; a release gives them back; a
+// slot added without a budget that finds no free block fails its step with an error, and the
+// engine stays usable.
+TEST(GpuEngine, PagedKvAdmitsByFreeBlocks) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  EngineOptions o;
+  o.paged_kv = true;
+  o.kv_blocks = 4;
+  auto e = cuda::make_cuda_engine(w, o);
+  std::vector<float> logits(512);
+  const int p = e->prefill(std::vector<int>{1, 2, 3}, logits);
+  const auto a = e->try_add_slot(p, 32), b = e->try_add_slot(p, 17);  // 2 blocks each
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(e->try_add_slot(p, 1));
+  e->release_slot(*b);
+  const auto c = e->try_add_slot(p, 16);  // 1 block
+  ASSERT_TRUE(c);
+  const int loose = e->add_slot(p);  // no budget: takes the last free block
+  std::vector<float> logits3(3 * 512), logits2(2 * 512);
+  e->decode(std::vector<int>{*a, *c, loose}, std::vector<int>{4, 5, 6}, logits3);
+  for (int step = 0; step < 15; ++step) e->decode(std::vector<int>{loose}, std::vector<int>{7}, logits);
+  EXPECT_THROW(e->decode(std::vector<int>{loose}, std::vector<int>{8}, logits), Error);  // needs a fifth block
+  e->decode(std::vector<int>{*a}, std::vector<int>{9}, logits);  // the budgeted slot still runs
+  e->release_slot(loose);
+  e->decode(std::vector<int>{*a, *c}, std::vector<int>{1, 2}, logits2);
 }

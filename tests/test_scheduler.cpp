@@ -38,25 +38,35 @@ Fixture& fx() {
   return f;
 }
 
-std::vector<Candidate> run(const std::vector<GenerationRequest>& reqs, GenerationOptions o, int threads = 0) {
-  EngineOptions eo;
-  eo.threads = threads;
-  auto e = make_cpu_engine(fx().w, eo);
+// The candidates of a run on `e`, in (prompt, index) order.
+std::vector<Candidate> run_on(Engine& e, const std::vector<GenerationRequest>& reqs, const GenerationOptions& o) {
   std::vector<Candidate> out;
-  generate(*e, *fx().tok, reqs, o, [&](Candidate&& c) { out.push_back(std::move(c)); });
+  generate(e, *fx().tok, reqs, o, [&](Candidate&& c) { out.push_back(std::move(c)); });
   std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
   return out;
 }
 
+std::vector<Candidate> run(const std::vector<GenerationRequest>& reqs, GenerationOptions o, int threads = 0) {
+  EngineOptions eo;
+  eo.threads = threads;
+  auto e = make_cpu_engine(fx().w, eo);
+  return run_on(*e, reqs, o);
+}
+
 GenerationRequest req(const std::string& text, int n) { return {"p", fx().tok->encode(text, true), n, {}}; }
+
+GenerationOptions sampled(std::uint64_t seed, int max_new_tokens) {
+  GenerationOptions o;
+  o.sampling.temperature = 0.8f;
+  o.sampling.seed = seed;
+  o.max_new_tokens = max_new_tokens;
+  return o;
+}
 
 }  // namespace
 
 TEST(Scheduler, CandidatesAreReproducibleWhateverBatchAndThreads) {
-  GenerationOptions o;
-  o.sampling.temperature = 0.8f;
-  o.sampling.seed = 1;
-  o.max_new_tokens = 12;
+  GenerationOptions o = sampled(1, 12);
   const std::vector<GenerationRequest> reqs = {req("def fib(n):", 8), req("import os\n", 3), req("x", 5)};
   o.batch = 64;
   const auto base = run(reqs, o);
@@ -132,4 +142,53 @@ TEST(Scheduler, ContextLimitEndsWithLengthAndLongPromptsAreErrors) {
   EXPECT_THROW(run({r}, o), Error);
   r.prompt_ids = {1, fx().w->config.vocab_size + 5};
   EXPECT_THROW(run({r}, o), Error);
+}
+
+namespace {
+
+// An engine with room for `room` live candidates at a time (as paged KV admits by free blocks):
+// try_add_slot refuses beyond it; everything else is the CPU engine's.
+class RoomLimitedEngine final : public Engine {
+ public:
+  RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : e_(std::move(e)), room_(room) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "limited"; }
+  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
+  void release_prefix(int p) override { e_->release_prefix(p); }
+  int add_slot(int p) override { return e_->add_slot(p); }
+  std::optional<int> try_add_slot(int p, int max_tokens) override {
+    EXPECT_GT(max_tokens, 0);
+    if (live_ >= room_) return std::nullopt;
+    most_ = std::max(most_, ++live_);
+    return e_->add_slot(p);
+  }
+  void release_slot(int s) override {
+    live_--;
+    e_->release_slot(s);
+  }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
+  int most() const { return most_; }
+
+ private:
+  std::unique_ptr<Engine> e_;
+  int room_, live_ = 0, most_ = 0;
+};
+
+}  // namespace
+
+// Admission by the engine's room: with room for 3, at most 3 candidates run at once, the others
+// wait for finishes, and every candidate comes out as in an unlimited run (batch invariance). No
+// room at all is an error, not a hang.
+TEST(Scheduler, CandidatesWaitForEngineRoom) {
+  const GenerationOptions o = sampled(2, 10);
+  const std::vector<GenerationRequest> reqs = {req("def add(a, b):", 5), req("print(", 4)};
+  const auto base = run(reqs, o);
+  RoomLimitedEngine limited(make_cpu_engine(fx().w, {}), 3);
+  const auto out = run_on(limited, reqs, o);
+  EXPECT_EQ(limited.most(), 3);
+  ASSERT_EQ(out.size(), base.size());
+  for (std::size_t i = 0; i < base.size(); ++i) EXPECT_EQ(out[i].token_ids, base[i].token_ids) << "candidate " << i;
+  RoomLimitedEngine none(make_cpu_engine(fx().w, {}), 0);
+  EXPECT_THROW(generate(none, *fx().tok, reqs, o, [](Candidate&&) {}), Error);
 }

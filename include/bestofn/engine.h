@@ -4,6 +4,7 @@
 // a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
 // ids and positions, never strings. CPU and CUDA engines implement it; src/backends.cpp picks one.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -28,6 +29,8 @@ struct EngineOptions {
   bool cuda_prefix_gemm = false;  // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
   bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
   bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
+  bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
+  int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
 };
 
 // Where decode time went, summed over the decode calls since the last take_phase_times (bench).
@@ -50,6 +53,13 @@ class Engine {
   virtual void release_prefix(int prefix) = 0;
   // A new candidate on `prefix`, with an empty suffix.
   virtual int add_slot(int prefix) = 0;
+  // The same for a candidate that will feed at most `max_tokens` tokens, or nullopt when the
+  // engine cannot promise room for them now (CUDA --paged-kv: not enough free KV blocks once the
+  // admitted slots' budgets are counted); the scheduler then waits for a candidate to finish.
+  virtual std::optional<int> try_add_slot(int prefix, int max_tokens) {
+    (void)max_tokens;
+    return add_slot(prefix);
+  }
   virtual void release_slot(int slot) = 0;
   // Positions the slot holds (prefix + suffix): its next token goes at this position.
   virtual int slot_length(int slot) const = 0;

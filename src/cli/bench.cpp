@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
   int prompt_len = 256, steps = 16, threads = 0;
-  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false;
+  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false;
   std::string command;
 };
 
@@ -117,6 +117,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--cuda-prefix-gemm", o->cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
   sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
   sub->add_flag("--gemm-autotune", o->gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
+  sub->add_flag("--paged-kv", o->paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -140,6 +141,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     eo.cuda_prefix_gemm = o->cuda_prefix_gemm;
     eo.fused_qkv = o->fused_qkv;
     eo.gemm_autotune = o->gemm_autotune;
+    eo.paged_kv = o->paged_kv;
     auto engine = make_engine(w, o->device, eo);
     const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
@@ -198,7 +200,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
         row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
       }
-      if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune}};
+      if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune},
+                                    {"paged_kv", o->paged_kv}};
       if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
                               // CUDA: events in kProfileSteps extra steps)
         const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;

@@ -16,6 +16,8 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs (unverified on a GPU)");
   sub->add_flag("--gemm-autotune", f.gemm_autotune,
                 "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json (unverified on a GPU)");
+  sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks (unverified on a GPU)");
+  sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
@@ -47,6 +49,8 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   eo.cuda_prefix_gemm = f.cuda_prefix_gemm;
   eo.fused_qkv = f.fused_qkv;
   eo.gemm_autotune = f.gemm_autotune;
+  eo.paged_kv = f.paged_kv;
+  eo.kv_blocks = f.kv_blocks;
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

@@ -125,7 +125,9 @@ struct Prefix {
 
 struct Slot {
   int prefix = -1;
-  KvPart kv;
+  KvPart kv;                // part 1: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
+  std::vector<int> blocks;  // --paged-kv: the block table
+  int budget_left = 0;      // --paged-kv: blocks promised at admission and not yet taken
 };
 
 class CudaEngine final : public Engine {
@@ -150,9 +152,25 @@ class CudaEngine final : public Engine {
     s->prefix = p;
     return slots_.put(std::move(s));
   }
+  // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
+  // what the admitted slots may still take; without paging every slot fits.
+  std::optional<int> try_add_slot(int p, int max_tokens) override {
+    if (!pool_) return add_slot(p);
+    prefix_at(p);  // throws for an unknown prefix before anything is promised
+    const int budget = pool_->blocks_for(std::max(max_tokens, 0));
+    if (!pool_->admit(budget)) return std::nullopt;
+    const int s = add_slot(p);
+    slot_at(s).budget_left = budget;
+    return s;
+  }
   void release_slot(int s) override {
     use_device();
-    prefix_at(slot_at(s).prefix).slots--;
+    Slot& slot = slot_at(s);
+    if (pool_) {
+      pool_->retire(slot.budget_left);
+      for (int b : slot.blocks) pool_->give(b);
+    }
+    prefix_at(slot.prefix).slots--;
     slots_.erase(s);
   }
   int slot_length(int s) const override {
@@ -184,6 +202,10 @@ class CudaEngine final : public Engine {
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
   void widen_prefix(Prefix& p);
+  void make_kv_pool(int blocks);
+  // --paged-kv: a block for every slot whose suffix is at a block boundary (or an error, nothing
+  // taken, when the pool cannot give them all), then the step's flat block tables.
+  void take_blocks(const std::vector<Slot*>& batch, std::vector<int>& tables, std::vector<int>& starts);
   // A host array into a device buffer, stream-ordered. From pageable memory the copy is staged
   // before cudaMemcpyAsync returns, so `host` may die right after.
   template <typename T>
@@ -219,6 +241,12 @@ class CudaEngine final : public Engine {
   int scratch_T_ = 0;
   bool prefix_gemm_ = false;
   std::unique_ptr<PrefixAttention> prefix_attn_;
+  // --paged-kv: per layer a pool of blocks x kKvBlockTokens cache rows for K and for V; the
+  // step's block tables (flat) and each row's start in them.
+  static constexpr int kKvBlockTokens = 16;
+  std::unique_ptr<KvBlockPool> pool_;
+  std::vector<DeviceBuffer> pool_k_, pool_v_;
+  DeviceBuffer tables_;
   PhaseTimer timer_;
 };
 
@@ -239,6 +267,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   timer_.set_stream(stream_);
   prefix_gemm_ = opt.cuda_prefix_gemm;
   if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
+  if (opt.paged_kv && opt.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
@@ -266,6 +295,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     d.wo = upload(L.wo), d.w_down = upload(L.w_down);
     layers_.push_back(std::move(d));
   }
+  if (opt.paged_kv) make_kv_pool(opt.kv_blocks);
   const std::vector<float> inv = cpu::rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -420,10 +450,12 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
       throw Error("slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
     const int t = tokens[static_cast<std::size_t>(i)];
     if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
-    reserve(s.kv, s.kv.len + 1);
+    if (!pool_) reserve(s.kv, s.kv.len + 1);
     batch.push_back(&s);
     pos.push_back(p);
   }
+  std::vector<int> tables, starts;  // --paged-kv
+  if (pool_) take_blocks(batch, tables, starts);
   scratch(T);
   timer_.begin_step();
   std::optional<PhaseTimer::Scope> total;
@@ -449,6 +481,14 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     lens[static_cast<std::size_t>(T + i)] = batch[static_cast<std::size_t>(i)]->kv.len + 1;
   }
   int* d_lens = to_device(lens_, lens);
+  const int* d_starts = nullptr;  // --paged-kv: row t's block table at d_tables + d_starts[t]
+  const int* d_tables = nullptr;
+  if (pool_) {
+    starts.insert(starts.end(), tables.begin(), tables.end());
+    d_starts = to_device(tables_, starts);
+    d_tables = d_starts + T;
+  }
+  const int block = pool_ ? kKvBlockTokens : 0;
   const auto kd = static_cast<std::size_t>(c_.kv_dim());
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
@@ -457,12 +497,18 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     for (int i = 0; i < T; ++i) {
       Slot& s = *batch[static_cast<std::size_t>(i)];
       const Prefix& pre = prefixes_.at(s.prefix);
-      kr.push_back(s.kv.k[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
-      vr.push_back(s.kv.v[li].get<std::uint16_t>() + static_cast<std::size_t>(s.kv.len) * kd);
+      // The suffix: its own rows (part 1), or the layer's block pools (--paged-kv).
+      std::uint16_t* ks = pool_ ? pool_k_[li].get<std::uint16_t>() : s.kv.k[li].get<std::uint16_t>();
+      std::uint16_t* vs = pool_ ? pool_v_[li].get<std::uint16_t>() : s.kv.v[li].get<std::uint16_t>();
+      const std::size_t row = pool_ ? static_cast<std::size_t>(s.blocks[static_cast<std::size_t>(s.kv.len / block)]) * block +
+                                          static_cast<std::size_t>(s.kv.len % block)
+                                    : static_cast<std::size_t>(s.kv.len);
+      kr.push_back(ks + row * kd);
+      vr.push_back(vs + row * kd);
       ptrs[static_cast<std::size_t>(i)] = pre.kv.k[li].get<std::uint16_t>();
       ptrs[static_cast<std::size_t>(T + i)] = pre.kv.v[li].get<std::uint16_t>();
-      ptrs[static_cast<std::size_t>(2 * T + i)] = s.kv.k[li].get<std::uint16_t>();
-      ptrs[static_cast<std::size_t>(3 * T + i)] = s.kv.v[li].get<std::uint16_t>();
+      ptrs[static_cast<std::size_t>(2 * T + i)] = ks;
+      ptrs[static_cast<std::size_t>(3 * T + i)] = vs;
     }
     layer(l, T, kr, vr, [&](int) {
       const std::uint16_t* const* d = to_device(ptrs_, ptrs);
@@ -470,16 +516,57 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
         std::vector<PrefixAttention::Group> groups;
         for (const Prefix* p : group_prefix) groups.push_back({p->kf[li].get<float>(), p->vf[li].get<float>(), p->kv.len});
         prefix_attn_->run(q_.get<float>(), plan, d_map, groups, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                          c_.head_dim, att_.get<float>());
+                          c_.head_dim, att_.get<float>(), d_tables, d_starts, block);
         return;
       }
       decode_attention_cuda(q_.get<float>(), d, d + T, d_lens, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                            c_.head_dim, att_.get<float>(), stream_);
+                            c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block);
     });
   }
   for (Slot* s : batch) s->kv.len++;
   logits(0, T, logits_out.data(), &total);
   timer_.end_step();
+}
+
+// --paged-kv: K and V pools of `blocks` blocks per layer; 0 sizes them to half the device memory
+// free now (after the weights), which leaves room for the prefixes, activations and workspaces.
+void CudaEngine::make_kv_pool(int blocks) {
+  const std::size_t block_bytes = static_cast<std::size_t>(kKvBlockTokens) * kv_row_bytes();  // one layer's K (or V)
+  const std::size_t per_block = 2 * block_bytes * static_cast<std::size_t>(c_.n_layers);
+  if (blocks == 0) {
+    std::size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    blocks = static_cast<int>(std::min<std::size_t>(free_b / 2 / per_block, 1u << 30));
+  }
+  if (blocks < 1) throw Error("--paged-kv: no device memory left for one KV block (" + std::to_string(per_block) + " bytes)");
+  pool_ = std::make_unique<KvBlockPool>(blocks, kKvBlockTokens);
+  pool_k_.resize(static_cast<std::size_t>(c_.n_layers));
+  pool_v_.resize(static_cast<std::size_t>(c_.n_layers));
+  for (std::size_t l = 0; l < pool_k_.size(); ++l) {
+    pool_k_[l].resize(static_cast<std::size_t>(blocks) * block_bytes);
+    pool_v_[l].resize(static_cast<std::size_t>(blocks) * block_bytes);
+  }
+}
+
+void CudaEngine::take_blocks(const std::vector<Slot*>& batch, std::vector<int>& tables, std::vector<int>& starts) {
+  int need_free = 0;  // blocks this step takes outside every budget
+  for (const Slot* s : batch)
+    if (pool_->blocks_for(s->kv.len + 1) > static_cast<int>(s->blocks.size()) && s->budget_left == 0) ++need_free;
+  if (need_free > pool_->free_blocks() - pool_->promised())
+    throw Error("--paged-kv: out of KV blocks (" + std::to_string(pool_->free_blocks()) + " free, " + std::to_string(pool_->promised()) +
+                " promised to admitted candidates, " + std::to_string(need_free) + " needed); admit candidates with try_add_slot");
+  for (Slot* s : batch) {
+    if (pool_->blocks_for(s->kv.len + 1) <= static_cast<int>(s->blocks.size())) continue;
+    const int b = pool_->take();
+    if (b < 0) throw Error("--paged-kv: the block pool ran dry inside a budget (a bug)");
+    pool_->taken(s->budget_left);
+    s->budget_left = std::max(s->budget_left - 1, 0);
+    s->blocks.push_back(b);
+  }
+  for (const Slot* s : batch) {
+    starts.push_back(static_cast<int>(tables.size()));
+    tables.insert(tables.end(), s->blocks.begin(), s->blocks.end());
+  }
 }
 
 // The BF16 cache rows of a prompt widened to F32 once, for the prefix GEMMs (exact).

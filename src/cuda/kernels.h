@@ -69,9 +69,13 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 // rows at k_suffix[t] / v_suffix[t]; rows are kv_dim = n_kv * hd BF16 values; GQA: query head h
 // reads KV head h / (n_heads / n_kv). Softmax(q.k / sqrt(hd)) over prefix and suffix separately,
 // merged by log-sum-exp. out (T, n_heads, hd) fp32. Twin: cpu::decode_attention.
+// --paged-kv: with suffix_table, k_suffix[t] / v_suffix[t] are the layer's block pools and suffix
+// row j of row t is pool row b * block_tokens + j % block_tokens, b = (suffix_table +
+// suffix_table_start[t])[j / block_tokens].
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
-                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream);
+                           const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
+                           const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0);
 
 // --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, --cuda-prefix-gemm) ---
 // State rows: batch row t, query head h -> map[t] + (h / group) * map[T + t] + map[2T + t] * group
@@ -86,10 +90,11 @@ void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStre
 
 // out (T, n_heads, hd): the prefix state (m, l, unnormalized O (rows, hd)) at state_row(t, h)
 // merged by log-sum-exp with the attention of q over the slot's suffix (as decode_attention_cuda).
-// Twin: cpu::decode_attention.
+// Twin: cpu::decode_attention. Paged suffixes as in decode_attention_cuda.
 void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
-                       int n_heads, int n_kv, int hd, float* out, cudaStream_t stream);
+                       int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
+                       const int* suffix_table_start = nullptr, int block_tokens = 0);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k/v (T, n_kv * hd) BF16 (the prefix's cache
 // rows); row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.

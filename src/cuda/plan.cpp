@@ -44,6 +44,41 @@ PrefixGemms prefix_gemms(int L, int R, int n_kv, int hd) {
   return g;
 }
 
+KvBlockPool::KvBlockPool(int blocks, int block_tokens) : block_tokens_(block_tokens) {
+  if (blocks < 0 || block_tokens < 1)
+    throw Error("KvBlockPool", "expected blocks >= 0 and block_tokens >= 1, got " + std::to_string(blocks) + ", " + std::to_string(block_tokens));
+  used_.assign(static_cast<std::size_t>(blocks), false);
+  for (int b = blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 is taken first
+}
+
+int KvBlockPool::take() {
+  if (free_.empty()) return -1;
+  const int b = free_.back();
+  free_.pop_back();
+  used_[static_cast<std::size_t>(b)] = true;
+  return b;
+}
+
+void KvBlockPool::give(int block) {
+  if (block < 0 || block >= blocks() || !used_[static_cast<std::size_t>(block)])
+    throw Error("KvBlockPool", "block " + std::to_string(block) + " was not taken");
+  used_[static_cast<std::size_t>(block)] = false;
+  free_.push_back(block);
+}
+
+bool KvBlockPool::admit(int budget) {
+  if (budget < 0) throw Error("KvBlockPool", "negative budget");
+  if (promised_ + budget > static_cast<long long>(free_.size())) return false;
+  promised_ += budget;
+  return true;
+}
+
+void KvBlockPool::taken(int budget_left_before) {
+  if (budget_left_before > 0) promised_--;
+}
+
+void KvBlockPool::retire(int budget_left) { promised_ -= std::max(budget_left, 0); }
+
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
   if (shards.empty()) return std::nullopt;
   const Linear& first = *shards.front();

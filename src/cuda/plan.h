@@ -48,6 +48,38 @@ struct PrefixGemms {
 };
 PrefixGemms prefix_gemms(int L, int R, int n_kv, int hd);
 
+// --paged-kv: the suffix KV cache in blocks of a fixed number of positions, from a free list.
+// Each slot holds a table of block ids (the same ids in every layer); a slot's suffix row j lives
+// in block table[j / block_tokens], at row j % block_tokens. Admission is by free blocks: a slot
+// may be given a budget (the most blocks it will ever hold), and a new slot is admitted only when
+// the free blocks cover its budget plus what the admitted slots may still take.
+class KvBlockPool {
+ public:
+  KvBlockPool(int blocks, int block_tokens);
+  int block_tokens() const { return block_tokens_; }
+  int blocks() const { return static_cast<int>(used_.size()); }
+  int free_blocks() const { return static_cast<int>(free_.size()); }
+  // Blocks a slot needs for `tokens` positions.
+  int blocks_for(int tokens) const { return (tokens + block_tokens_ - 1) / block_tokens_; }
+  // A free block (the most recently freed first), or -1 when none is left.
+  int take();
+  // Returns a block; throws bestofn::Error for an id out of range or not taken.
+  void give(int block);
+  // Budgets: `admit` succeeds (and records the budget) when free_blocks() covers `budget` plus
+  // every admitted slot's budget not yet taken; `taken` counts blocks a budgeted slot took since;
+  // `retire` ends a slot's budget (its blocks go back through give).
+  bool admit(int budget);
+  long long promised() const { return promised_; }  // budgeted blocks not yet taken
+  void taken(int budget_left_before);
+  void retire(int budget_left);
+
+ private:
+  int block_tokens_;
+  std::vector<int> free_;
+  std::vector<bool> used_;
+  long long promised_ = 0;  // budgeted blocks not yet taken, over all admitted slots
+};
+
 // Several linear layers on the same input as one (--fused-qkv): weights concatenated along the
 // output dimension, scales per output channel (a per-tensor scale repeated over its shard's
 // rows), so the one GEMM's epilogue applies each shard's own scale.

@@ -43,7 +43,8 @@ PrefixAttention::~PrefixAttention() {
 
 void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
                           const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
-                          int T, int n_heads, int n_kv, int hd, float* out) {
+                          int T, int n_heads, int n_kv, int hd, float* out, const int* suffix_table,
+                          const int* suffix_table_start, int block_tokens) {
   if (groups.size() != plan.base.size()) throw Error("PrefixAttention::run", "groups and plan disagree");
   const auto rows = static_cast<std::size_t>(plan.rows), D = static_cast<std::size_t>(hd);
   std::size_t s_floats = 1;
@@ -67,7 +68,7 @@ void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int*
     run_gemm(handle_, gemms.values, 1.0f, groups[g].v, S, o_.get<float>() + first * D);
   }
   prefix_merge_cuda(q, d_map, m_.get<float>(), l_.get<float>(), o_.get<float>(), k_suffix, v_suffix, suffix_len, T, n_heads,
-                    n_kv, hd, out, stream_);
+                    n_kv, hd, out, stream_, suffix_table, suffix_table_start, block_tokens);
 }
 
 }  // namespace bestofn::cuda

@@ -33,10 +33,12 @@ class PrefixAttention {
     int len;
   };
   // out (T, n_heads, hd) for q (T, n_heads, hd); plan from prefix_state_map with d_map its map on
-  // the device; groups[g] pairs with plan.base[g] / plan.R[g]. Asynchronous on the stream.
+  // the device; groups[g] pairs with plan.base[g] / plan.R[g]. Paged suffixes (suffix_table) as
+  // decode_attention_cuda takes them. Asynchronous on the stream.
   void run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
            const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
-           int n_heads, int n_kv, int hd, float* out);
+           int n_heads, int n_kv, int hd, float* out, const int* suffix_table = nullptr, const int* suffix_table_start = nullptr,
+           int block_tokens = 0);
 
  private:
   cudaStream_t stream_;
