@@ -113,7 +113,7 @@ main() {
     --prompt-len 512 --steps 64 --json > $OUT/bench_cuda_8b.jsonl"
   step bench_8b_part2 120 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64,256 --prompt-len 512 --steps 64 --cuda-prefix-gemm --fused-qkv \
-    --gemm-autotune --paged-kv --json >> $OUT/bench_cuda_8b.jsonl"
+    --gemm-autotune --paged-kv --device-sampling --json >> $OUT/bench_cuda_8b.jsonl"
   step bench_260k 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda --n 1,8,64 \
     --prompt-len 64 --steps 64 --json > $OUT/bench_cuda_260k.jsonl"
   step bench_260k_part2 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda \

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <tuple>
 
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
@@ -66,17 +67,24 @@ class Run {
       const std::size_t B = active_.size();
       std::vector<int> slots(B), tokens(B);
       for (std::size_t b = 0; b < B; ++b) slots[b] = active_[b]->slot, tokens[b] = active_[b]->next_token;
-      logits.resize(B * vocab_);
+      // The engine samples itself when it can (--device-sampling: only the samples come back);
+      // else the logits come back and the draws, independent per candidate, run here in parallel.
+      std::vector<Sample> drawn(B);
+      std::vector<std::uint64_t> prompt(B), candidate(B), step(B);
+      for (std::size_t b = 0; b < B; ++b) std::tie(prompt[b], candidate[b], step[b]) = draw_ids(*active_[b]);
       const auto t0 = Clock::now();
-      engine_.decode(slots, tokens, logits);
+      const bool sampled = engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
+      if (!sampled) {
+        logits.resize(B * vocab_);
+        engine_.decode(slots, tokens, logits);
+      }
       stats_.decode_seconds += since(t0);
       stats_.steps++;
-      // Draws are independent per candidate: sample in parallel, then apply in order.
-      std::vector<Sample> drawn(B);
-      parallel_for(B, [&](std::size_t b0, std::size_t b1) {
-        SamplerScratch local;
-        for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*active_[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
-      });
+      if (!sampled)
+        parallel_for(B, [&](std::size_t b0, std::size_t b1) {
+          SamplerScratch local;
+          for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*active_[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
+        });
       for (std::size_t b = 0; b < B; ++b) accept(*active_[b], drawn[b]);
       sweep();
       if (on_step) on_step(stats_, finished_);
@@ -85,10 +93,14 @@ class Run {
   }
 
  private:
-  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
+  // The RNG indexes of a candidate's next draw: (prompt, candidate, step).
+  std::tuple<std::uint64_t, std::uint64_t, std::uint64_t> draw_ids(const Active& a) const {
     const auto& rng = reqs_[a.c.prompt].rng_prompt;
-    return sample_token(logits, opt_.sampling, rng ? *rng : opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index),
-                        a.c.token_ids.size(), s);
+    return {rng ? *rng : opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index), a.c.token_ids.size()};
+  }
+  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
+    const auto [prompt, candidate, step] = draw_ids(a);
+    return sample_token(logits, opt_.sampling, prompt, candidate, step, s);
   }
 
   // Fill free slots with pending candidates; prefill prompts on first use.

@@ -235,3 +235,47 @@ TEST(GpuEngine, PagedKvAdmitsByFreeBlocks) {
   e->release_slot(loose);
   e->decode(std::vector<int>{*a, *c}, std::vector<int>{1, 2}, logits2);
 }
+
+// --device-sampling: decode_sample's samples equal sample_token on the logits decode returns for
+// the same step (two engines fed the same tokens; the sampler kernel follows sample_token's rule
+// and draws, tests/test_gpu_attention.cpp), for greedy and for top-p sampling.
+TEST(GpuEngine, DeviceSamplingGivesTheHostDraws) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  EngineOptions o;
+  o.device_sampling = true;
+  for (const float temperature : {0.0f, 0.9f}) {
+    auto host_e = cuda::make_cuda_engine(w, {});
+    auto dev_e = cuda::make_cuda_engine(w, o);
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.top_p = 0.95f;
+    sp.seed = 7;
+    std::vector<float> first(512);
+    const std::vector<int> prompt = {1, 5, 9, 13};
+    const int ph = host_e->prefill(prompt, first), pd = dev_e->prefill(prompt, first);
+    std::vector<int> hs, ds, tokens;
+    for (int i = 0; i < 6; ++i) hs.push_back(host_e->add_slot(ph)), ds.push_back(dev_e->add_slot(pd)), tokens.push_back(20 + i);
+    std::vector<std::uint64_t> pr(6, 3), cand = {0, 1, 2, 3, 4, 5}, st(6, 0);
+    std::vector<float> logits(6 * 512);
+    std::vector<Sample> got(6);
+    SamplerScratch scratch;
+    int differ = 0;
+    for (int step = 0; step < 12; ++step) {
+      host_e->decode(hs, tokens, logits);
+      ASSERT_TRUE(dev_e->decode_sample(ds, tokens, sp, pr, cand, st, got));
+      for (std::size_t i = 0; i < 6; ++i) {
+        const Sample want = sample_token(std::span<const float>(logits).subspan(i * 512, 512), sp, pr[i], cand[i], st[i], scratch);
+        if ((got[i].token != want.token || std::fabs(got[i].logprob - want.logprob) > 1e-4f) && differ++ < 8)
+          ADD_FAILURE() << "T " << temperature << " step " << step << " row " << i << ": device " << got[i].token << " ("
+                        << got[i].logprob << "), host " << want.token << " (" << want.logprob << ")";
+        tokens[i] = want.token;  // both engines go on with the host's draw
+        st[i]++;
+      }
+    }
+    EXPECT_EQ(differ, 0);
+  }
+  auto cpu_e = make_cpu_engine(w, {});
+  std::vector<Sample> none(1);
+  EXPECT_FALSE(cpu_e->decode_sample(std::vector<int>{}, std::vector<int>{}, SamplingParams{}, {}, {}, {}, none));
+}

@@ -192,3 +192,59 @@ TEST(Scheduler, CandidatesWaitForEngineRoom) {
   RoomLimitedEngine none(make_cpu_engine(fx().w, {}), 0);
   EXPECT_THROW(generate(none, *fx().tok, reqs, o, [](Candidate&&) {}), Error);
 }
+
+namespace {
+
+// An engine that samples itself (as CUDA --device-sampling does): decode_sample draws each row with
+// sample_token and the indexes it is given, so a scheduler that passes the wrong (prompt,
+// candidate, step) gives other candidates than the host path.
+class SelfSamplingEngine final : public Engine {
+ public:
+  explicit SelfSamplingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "self-sampling"; }
+  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
+  void release_prefix(int p) override { e_->release_prefix(p); }
+  int add_slot(int p) override { return e_->add_slot(p); }
+  void release_slot(int s) override { e_->release_slot(s); }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
+    ADD_FAILURE() << "the scheduler asked for logits from an engine that samples";
+    e_->decode(s, t, l);
+  }
+  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                     std::span<const std::uint64_t> step, std::span<Sample> out) override {
+    const auto V = static_cast<std::size_t>(config().vocab_size);
+    std::vector<float> logits(slots.size() * V);
+    e_->decode(slots, tokens, logits);
+    SamplerScratch scratch;
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      out[i] = sample_token(std::span<const float>(logits).subspan(i * V, V), params, prompt[i], candidate[i], step[i], scratch);
+    steps_++;
+    return true;
+  }
+  int steps() const { return steps_; }
+
+ private:
+  std::unique_ptr<Engine> e_;
+  int steps_ = 0;
+};
+
+}  // namespace
+
+// An engine that samples itself gets the draw indexes of the host path: the same candidates.
+TEST(Scheduler, EngineSideSamplingGivesTheHostDraws) {
+  GenerationOptions o = sampled(3, 9);
+  o.batch = 4;
+  const std::vector<GenerationRequest> reqs = {req("def add(a, b):", 3), req("print(", 4)};
+  const auto base = run(reqs, o);
+  SelfSamplingEngine e(make_cpu_engine(fx().w, {}));
+  const auto out = run_on(e, reqs, o);
+  EXPECT_GT(e.steps(), 0);
+  ASSERT_EQ(out.size(), base.size());
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    EXPECT_EQ(out[i].token_ids, base[i].token_ids) << "candidate " << i;
+    EXPECT_EQ(out[i].cumulative_logprob, base[i].cumulative_logprob);
+  }
+}

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bestofn/model_config.h"
+#include "bestofn/sampler.h"
 
 namespace bestofn {
 
@@ -31,6 +32,7 @@ struct EngineOptions {
   bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
   bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
   int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
+  bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
 };
 
 // Where decode time went, summed over the decode calls since the last take_phase_times (bench).
@@ -66,6 +68,16 @@ class Engine {
   // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
   // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
   virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
+  // One step as decode, then row i sampled on the engine's device by the rule and draws of
+  // sample_token (params.seed, prompt[i], candidate[i], step[i]): only the samples come back, not
+  // the logits. Returns false, doing nothing, where the engine does not sample itself (the CPU
+  // engine; CUDA without --device-sampling): the caller then decodes and samples the logits.
+  virtual bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                             std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                             std::span<const std::uint64_t> step, std::span<Sample> out) {
+    (void)slots, (void)tokens, (void)params, (void)prompt, (void)candidate, (void)step, (void)out;
+    return false;
+  }
   // The decode time split since the last call, and resets it (engines that measure nothing: {}).
   // The CPU engine always measures; the CUDA engine only while profile_phases(true) (CUDA events
   // around each phase, read back at the step's end).

@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
   int prompt_len = 256, steps = 16, threads = 0;
-  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false;
+  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false;
   std::string command;
 };
 
@@ -118,6 +118,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
   sub->add_flag("--gemm-autotune", o->gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
   sub->add_flag("--paged-kv", o->paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
+  sub->add_flag("--device-sampling", o->device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -142,6 +143,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     eo.fused_qkv = o->fused_qkv;
     eo.gemm_autotune = o->gemm_autotune;
     eo.paged_kv = o->paged_kv;
+    eo.device_sampling = o->device_sampling;
     auto engine = make_engine(w, o->device, eo);
     const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
@@ -162,18 +164,30 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       for (int i = 0; i < n; ++i) slots.push_back(engine->add_slot(prefix));
       for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = (prompt.back() + i) % c.vocab_size;
       logits.resize(V * static_cast<std::size_t>(n));
+      // One step: logits to the host, or (--device-sampling) sampled on the device at T = 1, only
+      // the samples back. The tokens fed stay the bench's own either way.
+      std::vector<std::uint64_t> draw_prompt(static_cast<std::size_t>(n), 0), draw_candidate(static_cast<std::size_t>(n)),
+          draw_step(static_cast<std::size_t>(n), 0);
+      for (int i = 0; i < n; ++i) draw_candidate[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
+      std::vector<Sample> samples(static_cast<std::size_t>(n));
+      auto one_step = [&] {
+        if (o->device_sampling && engine->decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
+          for (auto& d : draw_step) ++d;
+        else
+          engine->decode(slots, tokens, logits);
+      };
       double timed = 0;
       for (int step = 0; step < o->steps + 2; ++step) {
         if (step == 2) engine->take_phase_times();  // the split covers the timed steps only
         t0 = Clock::now();
-        engine->decode(slots, tokens, logits);
+        one_step();
         if (step >= 2) timed += ms_since(t0);
         for (auto& t : tokens) t = (t + 7) % c.vocab_size;
       }
       PhaseTimes split = engine->take_phase_times();
       if (split.steps == 0) {  // an engine that measures only when asked (CUDA): a few profiling steps
         engine->profile_phases(true);
-        for (int step = 0; step < kProfileSteps; ++step) engine->decode(slots, tokens, logits);
+        for (int step = 0; step < kProfileSteps; ++step) one_step();
         split = engine->take_phase_times();
         engine->profile_phases(false);
       }
@@ -201,7 +215,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
       }
       if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune},
-                                    {"paged_kv", o->paged_kv}};
+                                    {"paged_kv", o->paged_kv}, {"device_sampling", o->device_sampling}};
       if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
                               // CUDA: events in kProfileSteps extra steps)
         const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;

@@ -18,6 +18,7 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
                 "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json (unverified on a GPU)");
   sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks (unverified on a GPU)");
   sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
+  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back (unverified on a GPU)");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
@@ -51,6 +52,7 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   eo.gemm_autotune = f.gemm_autotune;
   eo.paged_kv = f.paged_kv;
   eo.kv_blocks = f.kv_blocks;
+  eo.device_sampling = f.device_sampling;
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

@@ -23,12 +23,13 @@ struct ModelFlags {
   std::vector<std::string> stop;
   bool chat = false;
   int device_index = 0;  // the CUDA engine's device (eval --devices: the first of them)
-  bool cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false;  // CUDA part-2 paths
-  int kv_blocks = 0;                                                                          // (EngineOptions)
+  // CUDA part-2 paths (EngineOptions)
+  bool cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false;
+  int kv_blocks = 0;
 };
 
 // --model --tokenizer --quantize --device --threads --batch --cuda-prefix-gemm --fused-qkv
-// --gemm-autotune --paged-kv --kv-blocks
+// --gemm-autotune --paged-kv --kv-blocks --device-sampling
 void add_model_flags(CLI::App* sub, ModelFlags& f);
 // --max-new-tokens --temperature --top-p --top-k --min-p --seed --stop --chat --chat-format --system
 // (the --max-new-tokens default shown is f.max_new_tokens as given)

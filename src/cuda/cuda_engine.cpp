@@ -177,7 +177,22 @@ class CudaEngine final : public Engine {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
-  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override {
+    if (tokens.size() != slots.size() || logits.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
+      throw Error("decode: slots, tokens and logits sizes disagree");
+    step(slots, tokens, logits.data(), nullptr);
+  }
+  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                     std::span<const std::uint64_t> step_index, std::span<Sample> out) override {
+    if (!device_sampling_) return false;
+    const std::size_t T = slots.size();
+    if (tokens.size() != T || prompt.size() != T || candidate.size() != T || step_index.size() != T || out.size() != T)
+      throw Error("decode_sample: slots, tokens, draw indexes and samples sizes disagree");
+    const Draws d{params, prompt, candidate, step_index, out};
+    step(slots, tokens, nullptr, &d);
+    return true;
+  }
   PhaseTimes take_phase_times() override { return timer_.take(); }
   void profile_phases(bool on) override {
     use_device();
@@ -197,8 +212,19 @@ class CudaEngine final : public Engine {
   void linear(const DevLinear& l, const float* x, int T, float* y);
   void layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
              const std::function<void(int l)>& attend);
-  // total: a decode step's Total phase, ended before the copy's synchronization.
+  // total: a decode step's Total phase, ended before the copy's synchronization. host_out null:
+  // logits_ is left on the device (nothing copied, no synchronization).
   void logits(int first, int T, float* host_out, std::optional<PhaseTimer::Scope>* total = nullptr);
+  // --device-sampling: what decode_sample asks for.
+  struct Draws {
+    const SamplingParams& params;
+    std::span<const std::uint64_t> prompt, candidate, step;
+    std::span<Sample> out;
+  };
+  // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
+  // samples copied back.
+  void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
+  void sample_rows(int T, const Draws& d, std::optional<PhaseTimer::Scope>& total);
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
   void widen_prefix(Prefix& p);
@@ -247,6 +273,15 @@ class CudaEngine final : public Engine {
   std::unique_ptr<KvBlockPool> pool_;
   std::vector<DeviceBuffer> pool_k_, pool_v_;
   DeviceBuffer tables_;
+  // --device-sampling: the draw indexes (3 T) and the samples (T ids, T logprobs) on the device,
+  // and a pinned host buffer the samples come back to.
+  bool device_sampling_ = false;
+  DeviceBuffer draw_ids_, samples_;
+  struct PinnedDeleter {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<void, PinnedDeleter> pinned_;
+  std::size_t pinned_bytes_ = 0;
   PhaseTimer timer_;
 };
 
@@ -267,6 +302,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   timer_.set_stream(stream_);
   prefix_gemm_ = opt.cuda_prefix_gemm;
   if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
+  device_sampling_ = opt.device_sampling;
   if (opt.paged_kv && opt.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
@@ -392,6 +428,7 @@ void CudaEngine::logits(int first, int T, float* host_out, std::optional<PhaseTi
   // (T, vocab): only the rows asked for (one for a prefill, whatever the prompt length).
   logits_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4);
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
+  if (!host_out) return;  // --device-sampling: the logits stay on the device
   const std::size_t bytes = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4;
   if (total) total->reset();
   CUDA_CHECK(cudaMemcpyAsync(host_out, logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
@@ -433,11 +470,9 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   return prefixes_.put(std::move(p));
 }
 
-void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits_out) {
+void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws) {
   use_device();
   const int T = static_cast<int>(slots.size());
-  if (tokens.size() != slots.size() || logits_out.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
-    throw Error("decode: slots, tokens and logits sizes disagree");
   if (T == 0) return;
   std::vector<Slot*> batch;
   std::vector<int> pos;
@@ -524,8 +559,39 @@ void CudaEngine::decode(std::span<const int> slots, std::span<const int> tokens,
     });
   }
   for (Slot* s : batch) s->kv.len++;
-  logits(0, T, logits_out.data(), &total);
+  if (draws) {
+    logits(0, T, nullptr);
+    sample_rows(T, *draws, total);
+  } else {
+    logits(0, T, host_logits, &total);
+  }
   timer_.end_step();
+}
+
+// --device-sampling: sample_cuda on the step's logits (the draws of sample_token), then only the
+// ids and logprobs come back, through pinned memory: the step's one synchronization.
+void CudaEngine::sample_rows(int T, const Draws& d, std::optional<PhaseTimer::Scope>& total) {
+  const auto n = static_cast<std::size_t>(T);
+  std::vector<std::uint64_t> ids(d.prompt.begin(), d.prompt.end());
+  ids.insert(ids.end(), d.candidate.begin(), d.candidate.end());
+  ids.insert(ids.end(), d.step.begin(), d.step.end());
+  const std::uint64_t* d_ids = to_device(draw_ids_, ids);
+  samples_.resize(n * 8);
+  int* d_tokens = samples_.get<int>();
+  float* d_logprobs = reinterpret_cast<float*>(d_tokens + n);
+  sample_cuda(logits_.get<float>(), T, c_.vocab_size, d.params, d_ids, d_ids + n, d_ids + 2 * n, d_tokens, d_logprobs, stream_);
+  total.reset();
+  if (pinned_bytes_ < n * 8) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, n * 8));
+    pinned_.reset(p);
+    pinned_bytes_ = n * 8;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), n * 8, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const auto* tok = static_cast<const int*>(pinned_.get());
+  const auto* lp = reinterpret_cast<const float*>(tok + n);
+  for (std::size_t i = 0; i < n; ++i) d.out[i] = {tok[i], lp[i]};
 }
 
 // --paged-kv: K and V pools of `blocks` blocks per layer; 0 sizes them to half the device memory
