@@ -53,6 +53,8 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/cuda_engine.cpp
     src/cuda/prefix_attention.cpp
     src/cuda/ceilings.cpp
+    src/cuda/dev_weights.cpp
+    src/cuda/paged_kv.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
   # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA

@@ -19,97 +19,18 @@
 #include "cpu/ops.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
+#include "cuda/dev_weights.h"
 #include "cuda/device_buffer.h"
 #include "cuda/ceilings.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/paged_kv.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
 
 namespace bestofn::cuda {
 namespace {
-
-// A tensor on the device, F32 or BF16 (F16 is widened to F32 on upload).
-struct DevTensor {
-  DeviceBuffer buf;
-  DType dtype = DType::F32;
-};
-
-DevTensor upload(const Tensor& t) {
-  DevTensor d;
-  if (t.dtype == DType::F16) {
-    std::vector<float> f(static_cast<std::size_t>(t.numel()));
-    for (std::size_t i = 0; i < f.size(); ++i) f[i] = t.at(static_cast<std::int64_t>(i));
-    d.buf.resize(f.size() * 4);
-    d.buf.upload(f.data(), f.size() * 4);
-    return d;
-  }
-  d.dtype = t.dtype;
-  d.buf.resize(t.nbytes);
-  d.buf.upload(t.data, t.nbytes);
-  return d;
-}
-
-struct DevLinear {
-  DevTensor w;               // (out, in): FP8 codes, BF16 or F32
-  GemmInput type = GemmInput::F32;
-  DeviceBuffer scale;        // FP8: (1) or (out) floats
-  bool per_channel = false;
-  float input_scale = 0.0f;  // FP8 static activation scale; 0: dynamic per token
-  int out = 0, in = 0;
-};
-
-DevLinear upload(const Linear& l) {
-  DevLinear d;
-  d.out = static_cast<int>(l.out_features());
-  d.in = static_cast<int>(l.in_features());
-  d.w = upload(l.weight);
-  if (l.is_fp8()) {
-    // Hopper FP8 GEMMs need 16-aligned leading dimensions (benchmarks/GPU_TODO.md).
-    if (d.in % 16 != 0 || d.out % 16 != 0)
-      throw Error("tensor '" + l.weight.name + "': FP8 on the GPU needs both dimensions to be multiples of 16, got [" +
-                  std::to_string(d.out) + ", " + std::to_string(d.in) + "]");
-    d.type = GemmInput::FP8;
-    d.scale.resize(l.weight_scale.size() * 4);
-    d.scale.upload(l.weight_scale.data(), l.weight_scale.size() * 4);
-    d.per_channel = l.weight_scale.size() > 1;
-    d.input_scale = l.input_scale.value_or(0.0f);
-  } else {
-    d.type = d.w.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
-  }
-  return d;
-}
-
-// --fused-qkv: the shards of a fused linear uploaded as one (src/cuda/plan.h).
-DevLinear upload(const FusedLinear& f, const std::string& name) {
-  DevLinear d;
-  d.in = f.in;
-  for (int o : f.outs) d.out += o;
-  d.w.dtype = f.dtype;
-  d.w.buf.resize(f.weight.size());
-  d.w.buf.upload(f.weight.data(), f.weight.size());
-  if (f.dtype == DType::F8_E4M3) {
-    if (d.in % 16 != 0 || d.out % 16 != 0)
-      throw Error("fused '" + name + "': FP8 on the GPU needs both dimensions to be multiples of 16, got [" +
-                  std::to_string(d.out) + ", " + std::to_string(d.in) + "]");
-    d.type = GemmInput::FP8;
-    d.scale.resize(f.weight_scale.size() * 4);
-    d.scale.upload(f.weight_scale.data(), f.weight_scale.size() * 4);
-    d.per_channel = f.weight_scale.size() > 1;
-    d.input_scale = f.input_scale;
-  } else {
-    d.type = f.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
-  }
-  return d;
-}
-
-struct DevLayer {
-  DevTensor attn_norm, ffn_norm;
-  DevLinear wq, wk, wv, wo, w_gate, w_up, w_down;
-  // --fused-qkv (empty out: that group is not fused, the separate linears run)
-  DevLinear wqkv, w_gate_up;
-};
 
 // K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
 struct KvPart {
@@ -125,9 +46,8 @@ struct Prefix {
 
 struct Slot {
   int prefix = -1;
-  KvPart kv;                // part 1: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
-  std::vector<int> blocks;  // --paged-kv: the block table
-  int budget_left = 0;      // --paged-kv: blocks promised at admission and not yet taken
+  KvPart kv;        // part 1: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
+  PagedSlot paged;  // --paged-kv: the block table and the promise
 };
 
 class CudaEngine final : public Engine {
@@ -155,21 +75,18 @@ class CudaEngine final : public Engine {
   // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
   // what the admitted slots may still take; without paging every slot fits.
   std::optional<int> try_add_slot(int p, int max_tokens) override {
-    if (!pool_) return add_slot(p);
+    if (!paged_) return add_slot(p);
     prefix_at(p);  // throws for an unknown prefix before anything is promised
-    const int budget = pool_->blocks_for(std::max(max_tokens, 0));
-    if (!pool_->admit(budget)) return std::nullopt;
+    PagedSlot promise;
+    if (!paged_->admit(promise, max_tokens)) return std::nullopt;
     const int s = add_slot(p);
-    slot_at(s).budget_left = budget;
+    slot_at(s).paged = std::move(promise);
     return s;
   }
   void release_slot(int s) override {
     use_device();
     Slot& slot = slot_at(s);
-    if (pool_) {
-      pool_->retire(slot.budget_left);
-      for (int b : slot.blocks) pool_->give(b);
-    }
+    if (paged_) paged_->release(slot.paged);
     prefix_at(slot.prefix).slots--;
     slots_.erase(s);
   }
@@ -228,10 +145,6 @@ class CudaEngine final : public Engine {
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
   void widen_prefix(Prefix& p);
-  void make_kv_pool(int blocks);
-  // --paged-kv: a block for every slot whose suffix is at a block boundary (or an error, nothing
-  // taken, when the pool cannot give them all), then the step's flat block tables.
-  void take_blocks(const std::vector<Slot*>& batch, std::vector<int>& tables, std::vector<int>& starts);
   // A host array into a device buffer, stream-ordered. From pageable memory the copy is staged
   // before cudaMemcpyAsync returns, so `host` may die right after.
   template <typename T>
@@ -267,12 +180,8 @@ class CudaEngine final : public Engine {
   int scratch_T_ = 0;
   bool prefix_gemm_ = false;
   std::unique_ptr<PrefixAttention> prefix_attn_;
-  // --paged-kv: per layer a pool of blocks x kKvBlockTokens cache rows for K and for V; the
-  // step's block tables (flat) and each row's start in them.
-  static constexpr int kKvBlockTokens = 16;
-  std::unique_ptr<KvBlockPool> pool_;
-  std::vector<DeviceBuffer> pool_k_, pool_v_;
-  DeviceBuffer tables_;
+  std::unique_ptr<PagedKv> paged_;  // --paged-kv
+  DeviceBuffer tables_;              // --paged-kv: each row's start in the step's flat block tables, then the tables
   // --device-sampling: the draw indexes (3 T) and the samples (T ids, T logprobs) on the device,
   // and a pinned host buffer the samples come back to.
   bool device_sampling_ = false;
@@ -314,24 +223,8 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     lm_head_.out = c_.vocab_size, lm_head_.in = c_.dim;
     lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
   }
-  for (const LayerWeights& L : w_->layers) {
-    DevLayer d;
-    d.attn_norm = upload(L.attn_norm);
-    d.ffn_norm = upload(L.ffn_norm);
-    // --fused-qkv: q/k/v and gate/up as one weight each, uploaded instead of the shards; shards
-    // that cannot share a GEMM (fuse_linears) are uploaded apart.
-    const Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
-    const Linear* gate_up[] = {&L.w_gate, &L.w_up};
-    std::optional<FusedLinear> f_qkv, f_gate_up;
-    if (opt.fused_qkv) f_qkv = fuse_linears(qkv), f_gate_up = fuse_linears(gate_up);
-    if (f_qkv) d.wqkv = upload(*f_qkv, L.wq.weight.name);
-    else d.wq = upload(L.wq), d.wk = upload(L.wk), d.wv = upload(L.wv);
-    if (f_gate_up) d.w_gate_up = upload(*f_gate_up, L.w_gate.weight.name);
-    else d.w_gate = upload(L.w_gate), d.w_up = upload(L.w_up);
-    d.wo = upload(L.wo), d.w_down = upload(L.w_down);
-    layers_.push_back(std::move(d));
-  }
-  if (opt.paged_kv) make_kv_pool(opt.kv_blocks);
+  for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.fused_qkv));
+  if (opt.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.kv_blocks);
   const std::vector<float> inv = cpu::rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -485,12 +378,17 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
       throw Error("slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
     const int t = tokens[static_cast<std::size_t>(i)];
     if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
-    if (!pool_) reserve(s.kv, s.kv.len + 1);
+    if (!paged_) reserve(s.kv, s.kv.len + 1);
     batch.push_back(&s);
     pos.push_back(p);
   }
   std::vector<int> tables, starts;  // --paged-kv
-  if (pool_) take_blocks(batch, tables, starts);
+  if (paged_) {
+    std::vector<PagedSlot*> paged;
+    std::vector<int> lens;
+    for (Slot* s : batch) paged.push_back(&s->paged), lens.push_back(s->kv.len);
+    paged_->take(paged, lens, tables, starts);
+  }
   scratch(T);
   timer_.begin_step();
   std::optional<PhaseTimer::Scope> total;
@@ -518,12 +416,12 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   int* d_lens = to_device(lens_, lens);
   const int* d_starts = nullptr;  // --paged-kv: row t's block table at d_tables + d_starts[t]
   const int* d_tables = nullptr;
-  if (pool_) {
+  if (paged_) {
     starts.insert(starts.end(), tables.begin(), tables.end());
     d_starts = to_device(tables_, starts);
     d_tables = d_starts + T;
   }
-  const int block = pool_ ? kKvBlockTokens : 0;
+  const int block = paged_ ? PagedKv::kBlockTokens : 0;
   const auto kd = static_cast<std::size_t>(c_.kv_dim());
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
@@ -533,11 +431,9 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
       Slot& s = *batch[static_cast<std::size_t>(i)];
       const Prefix& pre = prefixes_.at(s.prefix);
       // The suffix: its own rows (part 1), or the layer's block pools (--paged-kv).
-      std::uint16_t* ks = pool_ ? pool_k_[li].get<std::uint16_t>() : s.kv.k[li].get<std::uint16_t>();
-      std::uint16_t* vs = pool_ ? pool_v_[li].get<std::uint16_t>() : s.kv.v[li].get<std::uint16_t>();
-      const std::size_t row = pool_ ? static_cast<std::size_t>(s.blocks[static_cast<std::size_t>(s.kv.len / block)]) * block +
-                                          static_cast<std::size_t>(s.kv.len % block)
-                                    : static_cast<std::size_t>(s.kv.len);
+      std::uint16_t* ks = paged_ ? paged_->k(l) : s.kv.k[li].get<std::uint16_t>();
+      std::uint16_t* vs = paged_ ? paged_->v(l) : s.kv.v[li].get<std::uint16_t>();
+      const std::size_t row = paged_ ? paged_->row(s.paged, s.kv.len) : static_cast<std::size_t>(s.kv.len);
       kr.push_back(ks + row * kd);
       vr.push_back(vs + row * kd);
       ptrs[static_cast<std::size_t>(i)] = pre.kv.k[li].get<std::uint16_t>();
@@ -592,47 +488,6 @@ void CudaEngine::sample_rows(int T, const Draws& d, std::optional<PhaseTimer::Sc
   const auto* tok = static_cast<const int*>(pinned_.get());
   const auto* lp = reinterpret_cast<const float*>(tok + n);
   for (std::size_t i = 0; i < n; ++i) d.out[i] = {tok[i], lp[i]};
-}
-
-// --paged-kv: K and V pools of `blocks` blocks per layer; 0 sizes them to half the device memory
-// free now (after the weights), which leaves room for the prefixes, activations and workspaces.
-void CudaEngine::make_kv_pool(int blocks) {
-  const std::size_t block_bytes = static_cast<std::size_t>(kKvBlockTokens) * kv_row_bytes();  // one layer's K (or V)
-  const std::size_t per_block = 2 * block_bytes * static_cast<std::size_t>(c_.n_layers);
-  if (blocks == 0) {
-    std::size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    blocks = static_cast<int>(std::min<std::size_t>(free_b / 2 / per_block, 1u << 30));
-  }
-  if (blocks < 1) throw Error("--paged-kv: no device memory left for one KV block (" + std::to_string(per_block) + " bytes)");
-  pool_ = std::make_unique<KvBlockPool>(blocks, kKvBlockTokens);
-  pool_k_.resize(static_cast<std::size_t>(c_.n_layers));
-  pool_v_.resize(static_cast<std::size_t>(c_.n_layers));
-  for (std::size_t l = 0; l < pool_k_.size(); ++l) {
-    pool_k_[l].resize(static_cast<std::size_t>(blocks) * block_bytes);
-    pool_v_[l].resize(static_cast<std::size_t>(blocks) * block_bytes);
-  }
-}
-
-void CudaEngine::take_blocks(const std::vector<Slot*>& batch, std::vector<int>& tables, std::vector<int>& starts) {
-  int need_free = 0;  // blocks this step takes outside every budget
-  for (const Slot* s : batch)
-    if (pool_->blocks_for(s->kv.len + 1) > static_cast<int>(s->blocks.size()) && s->budget_left == 0) ++need_free;
-  if (need_free > pool_->free_blocks() - pool_->promised())
-    throw Error("--paged-kv: out of KV blocks (" + std::to_string(pool_->free_blocks()) + " free, " + std::to_string(pool_->promised()) +
-                " promised to admitted candidates, " + std::to_string(need_free) + " needed); admit candidates with try_add_slot");
-  for (Slot* s : batch) {
-    if (pool_->blocks_for(s->kv.len + 1) <= static_cast<int>(s->blocks.size())) continue;
-    const int b = pool_->take();
-    if (b < 0) throw Error("--paged-kv: the block pool ran dry inside a budget (a bug)");
-    pool_->taken(s->budget_left);
-    s->budget_left = std::max(s->budget_left - 1, 0);
-    s->blocks.push_back(b);
-  }
-  for (const Slot* s : batch) {
-    starts.push_back(static_cast<int>(tables.size()));
-    tables.insert(tables.end(), s->blocks.begin(), s->blocks.end());
-  }
 }
 
 // The BF16 cache rows of a prompt widened to F32 once, for the prefix GEMMs (exact).
