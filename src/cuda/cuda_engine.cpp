@@ -76,9 +76,10 @@ class CudaEngine final : public Engine {
   // what the admitted slots may still take; without paging every slot fits.
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     if (!paged_) return add_slot(p);
-    prefix_at(p);  // throws for an unknown prefix before anything is promised
+    // No more than the context leaves after the prompt (throws for an unknown prefix first).
+    const int room = c_.max_position_embeddings - prefix_at(p).kv.len;
     PagedSlot promise;
-    if (!paged_->admit(promise, max_tokens)) return std::nullopt;
+    if (!paged_->admit(promise, std::min(max_tokens, room))) return std::nullopt;
     const int s = add_slot(p);
     slot_at(s).paged = std::move(promise);
     return s;
