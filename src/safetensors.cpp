@@ -195,11 +195,11 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 ModelFiles::ModelFiles(const fs::path& dir) : dir_(dir.string()) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir_, fs::exists(dir, ec) ? "not a directory" : "no such model directory");
-  if (fs::exists(dir / "model.safetensors.index.json")) {
+  if (fs::exists(dir / "model.safetensors.index.json", ec)) {
     open_index(dir / "model.safetensors.index.json");
     return;
   }
-  if (fs::exists(dir / "model.safetensors")) {
+  if (fs::exists(dir / "model.safetensors", ec)) {
     add_shard(dir / "model.safetensors");
     return;
   }
@@ -245,7 +245,8 @@ void ModelFiles::open_index(const fs::path& index_path) {
   if (by_shard.empty()) throw Error(file, "weight_map is empty");
   for (const auto& [shard, names] : by_shard) {
     const fs::path p = index_path.parent_path() / shard;
-    if (!fs::exists(p)) throw Error(file, "points to missing shard '" + shard + "' (tensor '" + names.front() + "')");
+    std::error_code ec;  // a name the file system rejects (too long, say) is a missing shard, not an exception
+    if (!fs::exists(p, ec)) throw Error(file, "points to missing shard '" + shard + "' (tensor '" + names.front() + "')");
     add_shard(p);
     for (const auto& name : names)
       if (!shards_.back()->find(name)) throw Error(p.string(), "tensor '" + name + "' listed in " + file + " is not in this shard");
