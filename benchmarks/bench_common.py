@@ -1,4 +1,5 @@
 """Shared by the Python benchmark drivers: JSON-line output, the machine and the commit."""
+import gzip
 import json
 import os
 import platform
@@ -34,3 +35,11 @@ def git_commit(repo):
     except (OSError, subprocess.SubprocessError):
         pass
     return os.environ.get("BESTOFN_COMMIT") or "unknown"  # a copy of the tree may have no .git
+
+
+def read_jsonl_gz(path):
+    """The rows of a .jsonl.gz file (blank lines skipped); None when the file is missing."""
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

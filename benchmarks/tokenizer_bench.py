@@ -30,7 +30,6 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import argparse  # noqa: E402
-import gzip  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import shlex  # noqa: E402
@@ -42,7 +41,7 @@ from pathlib import Path  # noqa: E402
 
 import tokenizers  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
-from bench_common import cpu_model, emit, git_commit  # noqa: E402
+from bench_common import cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
@@ -61,15 +60,10 @@ def fail(message, **fields):
 
 def humaneval_pieces():
     path = SHARED / "data" / "humaneval" / "HumanEval.jsonl.gz"
-    if not path.is_file():
+    problems = read_jsonl_gz(path)
+    if problems is None:
         fail(f"missing {path}")
-    pieces = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                problem = json.loads(line)
-                pieces += [problem["prompt"], problem["canonical_solution"]]
-    return pieces
+    return [piece for p in problems for piece in (p["prompt"], p["canonical_solution"])]
 
 
 def best_of(fn, repeat):

@@ -32,7 +32,6 @@ and, with --out, to that file. Exit status 1, with a JSON error line, when eithe
 """
 import argparse
 import collections
-import gzip
 import importlib.metadata
 import json
 import os
@@ -45,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from bench_common import cpu_model, emit, git_commit  # noqa: E402
+from bench_common import cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
@@ -95,13 +94,9 @@ def python_version(exe):
 
 
 def read_problems():
-    if not PROBLEM_FILE.is_file():
+    problems = read_jsonl_gz(PROBLEM_FILE)
+    if problems is None:
         fail(f"missing {PROBLEM_FILE}")
-    problems = []
-    with gzip.open(PROBLEM_FILE, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                problems.append(json.loads(line))
     return problems
 
 

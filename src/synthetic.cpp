@@ -62,38 +62,40 @@ struct Planned {
   bool input_scale = false;
 };
 
-ModelConfig preset_tiny() {
+// What the presets share: a Llama 3 architecture (RMSNorm eps 1e-5, rope theta 500000, llama3
+// rope scaling with factor 8, low 1, high 4; only original_max_position_embeddings differs).
+ModelConfig llama3_preset(int original_max_positions) {
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";
   c.model_type = "llama";
-  c.dim = 64, c.hidden_dim = 176, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
-  c.vocab_size = 512, c.max_position_embeddings = 2048, c.rms_norm_eps = 1e-5, c.rope_theta = 500000.0;
+  c.rms_norm_eps = 1e-5, c.rope_theta = 500000.0;
+  c.rope_scaling = {RopeScalingType::Llama3, 8.0, 1.0, 4.0, original_max_positions};
+  return c;
+}
+
+ModelConfig preset_tiny() {
   // original_max_position_embeddings is small so that the llama3 scaling changes real frequencies.
-  c.rope_scaling = {RopeScalingType::Llama3, 8.0, 1.0, 4.0, 256};
+  ModelConfig c = llama3_preset(256);
+  c.dim = 64, c.hidden_dim = 176, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 512, c.max_position_embeddings = 2048;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
   return c;
 }
 
 ModelConfig preset_8b() {  // meta-llama/Llama-3.1-8B config.json
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  ModelConfig c = llama3_preset(8192);
   c.dim = 4096, c.hidden_dim = 14336, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 8, c.head_dim = 128;
-  c.vocab_size = 128256, c.max_position_embeddings = 131072, c.rms_norm_eps = 1e-5, c.rope_theta = 500000.0;
-  c.rope_scaling = {RopeScalingType::Llama3, 8.0, 1.0, 4.0, 8192};
+  c.vocab_size = 128256, c.max_position_embeddings = 131072;
   c.bos_token_id = 128000;
   c.eos_token_ids = {128001};
   return c;
 }
 
 ModelConfig preset_bench() {  // ~100M parameters: 12 x 6.3M + 24.6M tied embedding
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  ModelConfig c = llama3_preset(1024);
   c.dim = 768, c.hidden_dim = 2048, c.n_layers = 12, c.n_heads = 12, c.n_kv_heads = 4, c.head_dim = 64;
-  c.vocab_size = 32000, c.max_position_embeddings = 4096, c.rms_norm_eps = 1e-5, c.rope_theta = 500000.0;
-  c.rope_scaling = {RopeScalingType::Llama3, 8.0, 1.0, 4.0, 1024};
+  c.vocab_size = 32000, c.max_position_embeddings = 4096;
   c.tie_word_embeddings = true;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};

@@ -30,14 +30,6 @@ const fs::path& tiny_model() {
   return model;
 }
 
-std::vector<json> rows(const fs::path& p) { return read_jsonl(p); }
-
-std::map<std::pair<std::string, int>, json> by_key(const std::vector<json>& rs) {
-  std::map<std::pair<std::string, int>, json> m;
-  for (const auto& r : rs) m[{r.at("task_id").get<std::string>(), r.at("index").get<int>()}] = r;
-  return m;
-}
-
 std::size_t count_lines(const fs::path& p) {
   std::ifstream in(p);
   std::size_t n = 0;
@@ -68,11 +60,11 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   const auto r = run_cli(eval_args(out, {"-n", "5", "--limit", "4", "--k", "1,2,10", "--max-new-tokens", "24", "--batch", "3",
                                          "--reference", "GPT-4o=0.902", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto samples = rows(out / "samples.jsonl"), results = rows(out / "results.jsonl");
+  const auto samples = read_jsonl(out / "samples.jsonl"), results = read_jsonl(out / "results.jsonl");
   EXPECT_EQ(samples.size(), 20u);
   EXPECT_EQ(results.size(), 20u);
-  EXPECT_EQ(by_key(samples).size(), 20u) << "duplicate (task_id, index) rows";
-  EXPECT_EQ(by_key(results).size(), 20u);
+  EXPECT_EQ(rows_by_key(samples).size(), 20u) << "duplicate (task_id, index) rows";
+  EXPECT_EQ(rows_by_key(results).size(), 20u);
   for (const auto& s : samples) {
     for (const char* f : {"task_id", "completion", "index", "finish_reason", "num_tokens", "logprob"}) EXPECT_TRUE(s.contains(f)) << f;
     EXPECT_LE(s["num_tokens"].get<int>(), 24);
@@ -134,8 +126,8 @@ TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
     return a;
   }()));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  const auto a = by_key(rows(whole / "samples.jsonl")), b = by_key(rows(cut / "samples.jsonl"));
-  EXPECT_EQ(rows(cut / "samples.jsonl").size(), 32u) << "no duplicates, no losses";
+  const auto a = rows_by_key(read_jsonl(whole / "samples.jsonl")), b = rows_by_key(read_jsonl(cut / "samples.jsonl"));
+  EXPECT_EQ(read_jsonl(cut / "samples.jsonl").size(), 32u) << "no duplicates, no losses";
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [key, row] : a) {
     ASSERT_TRUE(b.count(key)) << key.first << " " << key.second;
@@ -143,8 +135,8 @@ TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
     EXPECT_EQ(row["finish_reason"], b.at(key)["finish_reason"]);
     EXPECT_EQ(row["num_tokens"], b.at(key)["num_tokens"]);
   }
-  const auto ra = by_key(rows(whole / "results.jsonl")), rb = by_key(rows(cut / "results.jsonl"));
-  EXPECT_EQ(rows(cut / "results.jsonl").size(), 32u);
+  const auto ra = rows_by_key(read_jsonl(whole / "results.jsonl")), rb = rows_by_key(read_jsonl(cut / "results.jsonl"));
+  EXPECT_EQ(read_jsonl(cut / "results.jsonl").size(), 32u);
   for (const auto& [key, row] : ra) EXPECT_EQ(row["result"], rb.at(key)["result"]) << key.first << " " << key.second;
   const json sa = json::parse(read_text(whole / "summary.json")), sb = json::parse(read_text(cut / "summary.json"));
   EXPECT_EQ(sa["pass_at_k"], sb["pass_at_k"]);
@@ -332,16 +324,16 @@ TEST(EvalFaults, SigtermLeavesACleanStateThatResumeCompletes) {
     const std::string err = read_text(tmp / "err.txt");
     EXPECT_NE(err.find("--resume"), std::string::npos) << err;
     EXPECT_FALSE(fs::exists(out / "summary.json"));
-    // Every row that is there is whole (rows() throws on a torn line), with no duplicates.
-    const auto samples = rows(out / "samples.jsonl"), results = rows(out / "results.jsonl");
-    EXPECT_EQ(by_key(samples).size(), samples.size());
+    // Every row that is there is whole (read_jsonl() throws on a torn line), with no duplicates.
+    const auto samples = read_jsonl(out / "samples.jsonl"), results = read_jsonl(out / "results.jsonl");
+    EXPECT_EQ(rows_by_key(samples).size(), samples.size());
     EXPECT_LE(results.size(), samples.size());
     auto args = eval_args(out, common);
     args.push_back("--resume");
     const auto r = run_cli(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(by_key(rows(out / "samples.jsonl")).size(), 32u);
-    EXPECT_EQ(rows(out / "results.jsonl").size(), 32u);
+    EXPECT_EQ(rows_by_key(read_jsonl(out / "samples.jsonl")).size(), 32u);
+    EXPECT_EQ(read_jsonl(out / "results.jsonl").size(), 32u);
   }
 }
 
@@ -366,6 +358,6 @@ TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
   args.push_back("--resume");
   const auto resumed = run_cli(args);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_EQ(by_key(rows(moved / "samples.jsonl")).size(), 32u);
-  EXPECT_EQ(rows(moved / "results.jsonl").size(), 32u);
+  EXPECT_EQ(rows_by_key(read_jsonl(moved / "samples.jsonl")).size(), 32u);
+  EXPECT_EQ(read_jsonl(moved / "results.jsonl").size(), 32u);
 }

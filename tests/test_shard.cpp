@@ -31,14 +31,6 @@ const fs::path& tiny_model() {
 }
 
 using Key = std::pair<std::string, int>;
-std::map<Key, json> by_key(const std::vector<json>& rs, const char* id = "task_id") {
-  std::map<Key, json> m;
-  for (const auto& r : rs) {
-    const Key k{r.at(id).is_string() ? r.at(id).get<std::string>() : r.at(id).dump(), r.at("index").get<int>()};
-    EXPECT_TRUE(m.emplace(k, r).second) << "duplicate row " << k.first << " " << k.second;
-  }
-  return m;
-}
 
 // An eval command line; a flag in `extra` that the defaults have replaces the default's value.
 std::vector<std::string> eval_args(const fs::path& model, const fs::path& out, const std::vector<std::string>& extra) {
@@ -59,7 +51,7 @@ std::vector<std::string> eval_args(const fs::path& model, const fs::path& out, c
 }
 
 void expect_same_samples(const fs::path& a, const fs::path& b) {
-  const auto x = by_key(read_jsonl(a)), y = by_key(read_jsonl(b));
+  const auto x = rows_by_key(read_jsonl(a)), y = rows_by_key(read_jsonl(b));
   ASSERT_EQ(x.size(), y.size());
   for (const auto& [k, row] : x) {
     ASSERT_TRUE(y.count(k)) << k.first << " " << k.second;
@@ -119,7 +111,7 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
     const json summary = json::parse(r.out);
     EXPECT_EQ(summary["samples"], 8);
     EXPECT_EQ(summary["shard"], run["shard"]);
-    for (const auto& [k, row] : by_key(read_jsonl(dir / "samples.jsonl"))) {
+    for (const auto& [k, row] : rows_by_key(read_jsonl(dir / "samples.jsonl"))) {
       const int p = std::stoi(k.first.substr(k.first.find('/') + 1));
       EXPECT_EQ((p * 6 + k.second) % 3, i) << k.first << " " << k.second;
     }
@@ -129,7 +121,7 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
   const auto m = run_cli(merge);
   ASSERT_EQ(m.exit_code, 0) << m.err;
   expect_same_samples(tmp / "whole" / "samples.jsonl", tmp / "merged" / "samples.jsonl");
-  const auto ra = by_key(read_jsonl(tmp / "whole" / "results.jsonl")), rb = by_key(read_jsonl(tmp / "merged" / "results.jsonl"));
+  const auto ra = rows_by_key(read_jsonl(tmp / "whole" / "results.jsonl")), rb = rows_by_key(read_jsonl(tmp / "merged" / "results.jsonl"));
   ASSERT_EQ(ra.size(), 24u);
   ASSERT_EQ(rb.size(), 24u);
   for (const auto& [k, row] : ra) EXPECT_EQ(row["result"], rb.at(k)["result"]) << k.first << " " << k.second;
@@ -240,12 +232,12 @@ TEST(Shard, GenerateShardsTogetherEqualAnUnshardedRun) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return read_jsonl(out);
   };
-  const auto whole = by_key(gen({}, tmp / "whole.jsonl"), "id");
+  const auto whole = rows_by_key(gen({}, tmp / "whole.jsonl"), "id");
   ASSERT_EQ(whole.size(), 9u);
   const std::map<std::string, int> first = {{"a", 0}, {"b", 3}, {"c", 8}};
   std::map<Key, json> joined;
   for (int i = 0; i < 4; ++i) {
-    for (const auto& [k, row] : by_key(gen({"--shard", std::to_string(i) + "/4"}, tmp / ("s" + std::to_string(i) + ".jsonl")), "id")) {
+    for (const auto& [k, row] : rows_by_key(gen({"--shard", std::to_string(i) + "/4"}, tmp / ("s" + std::to_string(i) + ".jsonl")), "id")) {
       EXPECT_EQ((first.at(k.first) + k.second) % 4, i) << k.first << " " << k.second;
       EXPECT_TRUE(joined.emplace(k, row).second);
     }

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <map>
 #include <random>
 #include <sstream>
@@ -109,6 +110,15 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+std::map<std::pair<std::string, int>, nlohmann::json> rows_by_key(const std::vector<nlohmann::json>& rows, const char* id) {
+  std::map<std::pair<std::string, int>, nlohmann::json> m;
+  for (const auto& r : rows) {
+    const std::pair<std::string, int> k{r.at(id).is_string() ? r.at(id).get<std::string>() : r.at(id).dump(), r.at("index").get<int>()};
+    EXPECT_TRUE(m.emplace(k, r).second) << "duplicate row " << k.first << " " << k.second;
+  }
+  return m;
 }
 
 std::string read_text(const fs::path& p) {

@@ -2,8 +2,10 @@
 // Helpers shared by the tests: paths into ../shared, temporary directories, running the CLI.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bestofn::test {
@@ -46,6 +48,9 @@ int start_cli(const std::vector<std::string>& args, const std::filesystem::path&
 std::filesystem::path tiny_synthetic_model(int seed);
 // The rows of a JSONL file (throws on a line that is not JSON: a torn row fails the test).
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p);
+// Rows keyed by (id field, "index"); a non-string id is keyed by its JSON text. A second row with
+// the same key is a test failure.
+std::map<std::pair<std::string, int>, nlohmann::json> rows_by_key(const std::vector<nlohmann::json>& rows, const char* id = "task_id");
 
 std::string read_text(const std::filesystem::path& p);
 void write_text(const std::filesystem::path& p, const std::string& text);
