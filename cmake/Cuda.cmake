@@ -55,6 +55,7 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/ceilings.cpp
     src/cuda/dev_weights.cpp
     src/cuda/paged_kv.cpp
+    src/cuda/graph_cache.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
   # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA

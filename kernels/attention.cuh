@@ -52,18 +52,19 @@ __device__ __forceinline__ void load_query(const float* q, int hd, float (&qr)[k
 // (m = -inf), so that an empty run contributes nothing and never makes a NaN.
 __device__ __forceinline__ float merge_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
 
-// Attention of one query head over `len` K/V rows: row j's head slice starts at K + r * kv_dim +
-// off, r = j, or with a block table (--paged-kv) r = table[j / block] * block + j % block.
+// Attention of one query head over the K/V rows j in [begin, end): row j's head slice starts at
+// K + r * kv_dim + off, r = j, or with a block table (--paged-kv) r = table[j / block] * block +
+// j % block. An empty range gives the empty state.
 // scores = q.k * scale. Writes the unnormalized output to out_o (hd, shared memory) and
 // returns (m, l); every thread of the block must call it, and every thread gets the same result.
-__device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::uint16_t* K, const std::uint16_t* V, int len,
-                                      std::size_t kv_dim, int off, int hd, float scale, Shared& sh, float* out_o,
+__device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::uint16_t* K, const std::uint16_t* V, int begin,
+                                      int end, std::size_t kv_dim, int off, int hd, float scale, Shared& sh, float* out_o,
                                       const int* table = nullptr, int block = 0) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   float m = -INFINITY, l = 0.0f, o[kPerLane];
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) o[r] = 0.0f;
-  for (int j = warp; j < len; j += kWarps) {
+  for (int j = begin + warp; j < end; j += kWarps) {
     const std::size_t r = table ? static_cast<std::size_t>(table[j / block]) * static_cast<std::size_t>(block) +
                                       static_cast<std::size_t>(j % block)
                                 : static_cast<std::size_t>(j);

@@ -4,8 +4,10 @@
 // log-sum-exp (Hydragen, arXiv 2402.05099; FlashInfer's cascade attention).
 //
 // Simple first: one block per (row t, query head h), so the prefix K/V are read once per query
-// head, not once per prefix and KV head as the CPU's matrix form does. Batching the slots of a
-// prefix into one tile is the follow-up (benchmarks/GPU_TODO.md).
+// head, not once per prefix and KV head as the CPU's matrix form does (--cuda-prefix-gemm does
+// that). When T x n_heads blocks cannot fill the GPU (few candidates), each row's positions are
+// split over several blocks (flash-decoding) and their states merged by a second kernel.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -20,42 +22,92 @@ namespace bestofn::cuda {
 // q (T, n_heads, hd); k_prefix / v_prefix / k_suffix / v_suffix (T) pointers to (len, kv_dim)
 // BF16 rows; prefix_len / suffix_len (T); out (T, n_heads, hd). With suffix_table (--paged-kv),
 // the suffix rows are blocks of a pool at k_suffix[t] / v_suffix[t], row t's block table at
-// suffix_table + suffix_table_start[t]. grid = (n_heads, T), block = attn::kThreads.
+// suffix_table + suffix_table_start[t]. grid = (n_heads, T, splits), block = attn::kThreads.
+// splits == 1: the block attends over everything and writes out. splits > 1 (flash-decoding):
+// block z takes the z-th of `splits` contiguous chunks of the prefix and of the suffix and writes
+// its state (m, l, unnormalized o) to partial[(row * splits + z) * (hd + 2)]; kernel_decode_merge
+// finishes.
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                             const int* prefix_len, const std::uint16_t* const* k_suffix,
                             const std::uint16_t* const* v_suffix, const int* suffix_len, int group, int hd,
                             std::size_t kv_dim, float scale, float* out, const int* suffix_table,
-                            const int* suffix_table_start, int block) {
+                            const int* suffix_table_start, int block, float* partial) {
   __shared__ attn::Shared sh;
   __shared__ float o_p[attn::kMaxHeadDim], o_s[attn::kMaxHeadDim];  // unnormalized outputs
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
+  const int z = static_cast<int>(blockIdx.z), splits = static_cast<int>(gridDim.z);
   const std::size_t row = static_cast<std::size_t>(t) * gridDim.x + static_cast<std::size_t>(h);
   const int off = (h / group) * hd;  // the KV head's slice of a cache row
   float qr[attn::kPerLane];
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
 
+  // This block's chunk [b, e) of a run of n positions.
+  auto chunk = [&](int n, int& b, int& e) {
+    const int per = (n + splits - 1) / splits;
+    b = min(z * per, n), e = min(b + per, n);
+  };
+  int pb, pe, sb, se;
+  chunk(max(prefix_len[t], 0), pb, pe);
+  chunk(max(suffix_len[t], 0), sb, se);
   // prefix: (m_p, l_p, O_p); suffix: (m_s, l_s, O_s)
-  const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], max(prefix_len[t], 0), kv_dim, off, hd,
-                                             scale, sh, o_p);
-  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], max(suffix_len[t], 0), kv_dim, off, hd,
-                                             scale, sh, o_s, suffix_table ? suffix_table + suffix_table_start[t] : nullptr,
-                                             block);
+  const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], pb, pe, kv_dim, off, hd, scale, sh, o_p);
+  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], sb, se, kv_dim, off, hd, scale, sh, o_s,
+                                             suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
 
   // o = (O_p a + O_s b) / (l_p a + l_s b), a = exp(m_p - m), b = exp(m_s - m); zeros when both
   // sides are empty.
   const float m = fmaxf(sp.m, ss.m);
   const float a = attn::merge_weight(sp.m, m), b = attn::merge_weight(ss.m, m);
   const float denom = sp.l * a + ss.l * b;
+  if (splits == 1) {
+    float* o = out + row * static_cast<std::size_t>(hd);
+    for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads)
+      o[i] = denom > 0.0f ? (o_p[i] * a + o_s[i] * b) / denom : 0.0f;
+    return;
+  }
+  float* st = partial + (row * static_cast<std::size_t>(splits) + static_cast<std::size_t>(z)) * static_cast<std::size_t>(hd + 2);
+  if (threadIdx.x == 0) st[0] = m, st[1] = denom;
+  for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads) st[2 + i] = o_p[i] * a + o_s[i] * b;
+}
+
+// The `splits` chunk states of each (t, h), merged by log-sum-exp in chunk order. grid (n_heads, T).
+__global__ void kernel_decode_merge(const float* partial, int splits, int hd, float* out) {
+  const std::size_t row = static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const float* st = partial + row * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2);
+  const std::size_t stride = static_cast<std::size_t>(hd + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < splits; ++z) M = fmaxf(M, st[z * stride]);
+  float L = 0.0f;
+  for (int z = 0; z < splits; ++z) L += st[z * stride + 1] * attn::merge_weight(st[z * stride], M);
   float* o = out + row * static_cast<std::size_t>(hd);
-  for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads)
-    o[i] = denom > 0.0f ? (o_p[i] * a + o_s[i] * b) / denom : 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < hd; i += static_cast<int>(blockDim.x)) {
+    float acc = 0.0f;
+    for (int z = 0; z < splits; ++z) acc += st[z * stride + 2 + i] * attn::merge_weight(st[z * stride], M);
+    o[i] = L > 0.0f ? acc / L : 0.0f;
+  }
+}
+
+int decode_attention_splits(int T, int n_heads, int sm_count) {
+  if (T <= 0 || n_heads <= 0) return 1;
+  // About two blocks per SM in all, at most kMaxDecodeSplits chunks per row.
+  const long long want = 2LL * std::max(sm_count, 1);
+  const long long blocks = static_cast<long long>(T) * n_heads;
+  const long long s = (want + blocks - 1) / blocks;
+  return static_cast<int>(std::clamp<long long>(s, 1, kMaxDecodeSplits));
+}
+
+std::size_t decode_attention_workspace_floats(int T, int n_heads, int hd, int splits) {
+  return splits <= 1 ? 0
+                     : static_cast<std::size_t>(T) * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(splits) *
+                           static_cast<std::size_t>(hd + 2);
 }
 
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
-                           const int* suffix_table, const int* suffix_table_start, int block_tokens) {
+                           const int* suffix_table, const int* suffix_table_start, int block_tokens, int splits,
+                           float* workspace) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
     throw Error("decode_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
                                              std::to_string(hd));
@@ -67,15 +119,21 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
   if (suffix_table && (!suffix_table_start || block_tokens < 1))
     throw Error("decode_attention_cuda", "a suffix block table needs its row starts and block_tokens >= 1, got " +
                                              std::to_string(block_tokens));
+  if (splits < 1 || splits > kMaxDecodeSplits || (splits > 1 && !workspace))
+    throw Error("decode_attention_cuda", "expected 1 <= splits <= " + std::to_string(kMaxDecodeSplits) +
+                                             " (and a workspace when > 1), got " + std::to_string(splits));
   if (T == 0) return;
   // The same float scale as the CPU: 1 / sqrt(hd), each step rounded in fp32.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T), static_cast<unsigned>(splits));
   kernel_decode_attention<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix,
                                                                suffix_len, n_heads / n_kv, hd,
                                                                static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd),
                                                                scale, out, suffix_table, suffix_table_start,
-                                                               block_tokens);
+                                                               block_tokens, workspace);
+  CUDA_CHECK(cudaGetLastError());
+  if (splits == 1) return;
+  kernel_decode_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), 128, 0, stream>>>(workspace, splits, hd, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

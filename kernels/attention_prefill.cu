@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(attn::kThreads)
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
 
   // softmax(q.k * scale) over positions 0..t, then o / l
-  const attn::RunState st = attn::attend_run(qr, k, v, t + 1, kv_dim, (h / group) * hd, hd, scale, sh, o_run);
+  const attn::RunState st = attn::attend_run(qr, k, v, 0, t + 1, kv_dim, (h / group) * hd, hd, scale, sh, o_run);
   float* o = out + row * static_cast<std::size_t>(hd);
   for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads) o[i] = o_run[i] / st.l;
 }

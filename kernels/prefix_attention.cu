@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(attn::kThreads)
   const std::size_t row = static_cast<std::size_t>(t) * gridDim.x + static_cast<std::size_t>(h);
   float qr[attn::kPerLane];
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
-  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], max(suffix_len[t], 0), kv_dim, (h / group) * hd,
+  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], 0, max(suffix_len[t], 0), kv_dim, (h / group) * hd,
                                              hd, scale, sh, o_s,
                                              suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
   const std::size_t sr = state_row(map, T, t, h, group);

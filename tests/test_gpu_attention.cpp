@@ -236,8 +236,10 @@ struct DecodeBatch {
                           s.n_heads, s.n_kv, s.hd, out.data());
     return out;
   }
-  std::vector<float> gpu() const {
+  // splits > 1: the flash-decoding path (chunks of positions merged by a second kernel).
+  std::vector<float> gpu(int splits = 1) const {
     DeviceArray<float> d_q(q), d_out(q.size());
+    DeviceArray<float> work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(T, s.n_heads, s.hd, splits), 1));
     DeviceArray<std::uint16_t> d_k(k_pool), d_v(v_pool);
     const std::uint16_t* k0 = d_k.get();
     const std::uint16_t* v0 = d_v.get();
@@ -245,7 +247,7 @@ struct DecodeBatch {
         vs(at(v0, suffix_off));
     DeviceArray<int> plen(prefix_len), slen(suffix_len);
     cuda::decode_attention_cuda(d_q.get(), kp.get(), vp.get(), plen.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads,
-                                s.n_kv, s.hd, d_out.get(), nullptr);
+                                s.n_kv, s.hd, d_out.get(), nullptr, nullptr, nullptr, 0, splits, splits > 1 ? work.get() : nullptr);
     sync();
     return d_out.download();
   }
@@ -263,6 +265,24 @@ TEST(GpuDecodeAttention, MatchesCpuTwin) {
     }
 }
 
+// Positions split over several blocks per row: chunks longer, shorter and (16 splits of a 1-40
+// position suffix) emptier than a warp's share, the same bound as one block per row.
+TEST(GpuDecodeAttention, SplitPositionsMatchCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 2500;
+  for (int T : {1, 5, 33})
+    for (int splits : {2, 7, cuda::kMaxDecodeSplits})
+      for (const HeadShape& s : kHeadShapes) {
+        SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", splits " + std::to_string(splits) + ", seed " + std::to_string(seed));
+        const DecodeBatch b(T, s, seed, 600, 40);
+        seed += 10;
+        EXPECT_EQ(compare(b.gpu(splits), b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+      }
+  EXPECT_EQ(cuda::decode_attention_splits(1, 32, 132), 9);  // 264 blocks wanted, 32 heads
+  EXPECT_EQ(cuda::decode_attention_splits(1, 4, 132), cuda::kMaxDecodeSplits);
+  EXPECT_EQ(cuda::decode_attention_splits(64, 32, 132), 1);
+}
+
 // An empty prefix or suffix contributes nothing; both empty gives zeros. Also the largest head_dim.
 TEST(GpuDecodeAttention, EmptySidesAndHeadDim256) {
   SKIP_WITHOUT_GPU();
@@ -273,10 +293,12 @@ TEST(GpuDecodeAttention, EmptySidesAndHeadDim256) {
     b.suffix_len[1] = 0;                       // prefix only
     b.prefix_len[2] = 0, b.suffix_len[2] = 0;  // nothing
     b.prefix_len[3] = 1, b.suffix_len[3] = 1;  // one position each
-    const std::vector<float> gpu = b.gpu();
-    EXPECT_EQ(compare(gpu, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
-    const auto per_row = static_cast<std::size_t>(s.n_heads * s.hd);
-    for (std::size_t i = 2 * per_row; i < 3 * per_row; ++i) ASSERT_EQ(gpu[i], 0.0f) << "row 2, element " << i - 2 * per_row;
+    for (int splits : {1, 5}) {
+      const std::vector<float> gpu = b.gpu(splits);
+      EXPECT_EQ(compare(gpu, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "") << "splits " << splits;
+      const auto per_row = static_cast<std::size_t>(s.n_heads * s.hd);
+      for (std::size_t i = 2 * per_row; i < 3 * per_row; ++i) ASSERT_EQ(gpu[i], 0.0f) << "row 2, element " << i - 2 * per_row;
+    }
   }
 }
 

@@ -1,8 +1,15 @@
 // cuBLASLt GEMMs (src/cuda/gemm.cpp) with the FP8 epilogue against a double-precision CPU
-// reference on the same inputs. Tolerance: fp32 accumulation of `in` exact products (E4M3 x E4M3
-// and BF16 x BF16 products are exact in fp32) has error <= in * 2^-24 * sum|terms| in the worst
-// case; we allow 4 * sqrt(in) * 2^-24 * sum|terms| + 1e-30, the usual random-walk bound with margin.
+// reference on the same inputs. Tolerance, BF16 and F32: fp32 accumulation of `in` exact products
+// (BF16 x BF16 products are exact in fp32) has error <= in * 2^-24 * sum|terms| in the worst case;
+// we allow 4 * sqrt(in) * 2^-24 * sum|terms| + 1e-30, the usual random-walk bound with margin.
+// FP8: Hopper's FP8 tensor cores keep ~14 mantissa bits in the running sum between promotions to
+// F32 (DeepSeek-V3 technical report, sec. 3.3.2: "around 14 bits"), so one chunk's sum may be off
+// by ~2^-14 of its sum of |terms|, whatever K is; the first H200 run saw ~2e-5 (2^-15.6) relative
+// to sum|terms| at K = 64 (benchmarks/results/2026-11-29-nvidia-h200). We allow 2^-12 sum|terms|
+// and print the worst ratio per case. A wrong scale, row or code is off by O(1) of the value.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
@@ -22,8 +29,9 @@ struct Case {
 
 // Compares y (T, out) with the reference built from dequantized inputs xd (T, in), wd (out, in).
 void expect_gemm(const std::vector<float>& y, const std::vector<double>& xd, const std::vector<double>& wd, const Case& c,
-                 const std::string& what) {
+                 const std::string& what, bool fp8_accumulation = false) {
   int bad = 0;
+  double worst = 0;  // max |got - ref| / sum|terms|
   for (int t = 0; t < c.T; ++t)
     for (int o = 0; o < c.out; ++o) {
       double ref = 0, mag = 0;
@@ -32,10 +40,12 @@ void expect_gemm(const std::vector<float>& y, const std::vector<double>& xd, con
         ref += term;
         mag += std::fabs(term);
       }
-      const double tol = 4 * std::sqrt(static_cast<double>(c.in)) * 0x1p-24 * mag + 1e-30;
+      const double tol = (fp8_accumulation ? 0x1p-12 : 4 * std::sqrt(static_cast<double>(c.in)) * 0x1p-24) * mag + 1e-30;
       const double got = y[static_cast<std::size_t>(t * c.out + o)];
+      if (mag > 0) worst = std::max(worst, std::fabs(got - ref) / mag);
       if (std::fabs(got - ref) > tol && bad++ < 8) ADD_FAILURE() << what << " [" << t << ", " << o << "]: gpu " << got << " ref " << ref << " tol " << tol;
     }
+  std::printf("[ accuracy ] %s: worst |gpu - ref| / sum|terms| = %.3g (2^%.1f)\n", what.c_str(), worst, worst > 0 ? std::log2(worst) : -999.0);
   EXPECT_EQ(bad, 0) << what;
 }
 
@@ -61,7 +71,8 @@ TEST(GpuGemm, Fp8WithPerChannelAndPerTokenScales) {
     cuda::DeviceBuffer dy(T * out * 4);
     gemm.run(cuda::GemmInput::FP8, dw.get(), dx.get(), dy.get<float>(), c.out, c.in, c.T);
     cuda::scale_output_cuda(dy.get<float>(), c.T, c.out, dsx.get<float>(), dsw.get<float>(), true, stream);
-    expect_gemm(test::from_gpu<float>(dy, T * out), xd, wd, c, "fp8 " + std::to_string(c.out) + "x" + std::to_string(c.in) + " T" + std::to_string(c.T));
+    expect_gemm(test::from_gpu<float>(dy, T * out), xd, wd, c, "fp8 " + std::to_string(c.out) + "x" + std::to_string(c.in) + " T" + std::to_string(c.T),
+                true);
   }
 }
 

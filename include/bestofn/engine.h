@@ -33,6 +33,8 @@ struct EngineOptions {
   bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
   int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
   bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
+  bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
+  bool cuda_graphs = false;       // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
 };
 
 // Where decode time went, summed over the decode calls since the last take_phase_times (bench).

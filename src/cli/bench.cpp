@@ -29,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
   int prompt_len = 256, steps = 16, threads = 0;
-  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false;
+  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false,
+       split_attention = false, cuda_graphs = false;
   std::string command;
 };
 
@@ -119,6 +120,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--gemm-autotune", o->gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
   sub->add_flag("--paged-kv", o->paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
   sub->add_flag("--device-sampling", o->device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
+  sub->add_flag("--split-attention", o->split_attention, "CUDA: split each candidate's positions over blocks when few candidates");
+  sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch size");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -144,6 +147,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     eo.gemm_autotune = o->gemm_autotune;
     eo.paged_kv = o->paged_kv;
     eo.device_sampling = o->device_sampling;
+    eo.split_attention = o->split_attention;
+    eo.cuda_graphs = o->cuda_graphs;
     auto engine = make_engine(w, o->device, eo);
     const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
@@ -215,7 +220,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
       }
       if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune},
-                                    {"paged_kv", o->paged_kv}, {"device_sampling", o->device_sampling}};
+                                    {"paged_kv", o->paged_kv}, {"device_sampling", o->device_sampling},
+                                    {"split_attention", o->split_attention}, {"cuda_graphs", o->cuda_graphs}};
       if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
                               // CUDA: events in kProfileSteps extra steps)
         const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;

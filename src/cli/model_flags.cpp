@@ -19,6 +19,9 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks (unverified on a GPU)");
   sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
   sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back (unverified on a GPU)");
+  sub->add_flag("--split-attention", f.split_attention,
+                "CUDA: split each candidate's positions over several blocks when few candidates leave the GPU idle (unverified on a GPU)");
+  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch size, then replay it (unverified on a GPU)");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
@@ -53,6 +56,8 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   eo.paged_kv = f.paged_kv;
   eo.kv_blocks = f.kv_blocks;
   eo.device_sampling = f.device_sampling;
+  eo.split_attention = f.split_attention;
+  eo.cuda_graphs = f.cuda_graphs;
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

@@ -23,11 +23,13 @@
 #include "cuda/device_buffer.h"
 #include "cuda/ceilings.h"
 #include "cuda/gemm.h"
+#include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
 #include "cuda/paged_kv.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
+#include "cuda/step_arena.h"
 
 namespace bestofn::cuda {
 namespace {
@@ -128,11 +130,12 @@ class CudaEngine final : public Engine {
   void reserve(KvPart& part, int rows);
   void scratch(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
-  void layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
+  // One layer for T rows; k_rows / v_rows: the T cache rows this layer writes (device arrays).
+  // pos: the T positions (device).
+  void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
              const std::function<void(int l)>& attend);
-  // total: a decode step's Total phase, ended before the copy's synchronization. host_out null:
-  // logits_ is left on the device (nothing copied, no synchronization).
-  void logits(int first, int T, float* host_out, std::optional<PhaseTimer::Scope>* total = nullptr);
+  // logits_ (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device.
+  void logits(int first, int T);
   // --device-sampling: what decode_sample asks for.
   struct Draws {
     const SamplingParams& params;
@@ -142,18 +145,12 @@ class CudaEngine final : public Engine {
   // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
   // samples copied back.
   void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
-  void sample_rows(int T, const Draws& d, std::optional<PhaseTimer::Scope>& total);
+  // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
+  GraphKey graph_key(int T, int splits, const Draws* draws, const std::vector<std::size_t>& offsets,
+                     const PrefixStateMap& plan, const std::vector<std::vector<PrefixAttention::Group>>& groups) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
   void widen_prefix(Prefix& p);
-  // A host array into a device buffer, stream-ordered. From pageable memory the copy is staged
-  // before cudaMemcpyAsync returns, so `host` may die right after.
-  template <typename T>
-  T* to_device(DeviceBuffer& buf, const std::vector<T>& host) {
-    buf.resize(std::max<std::size_t>(host.size() * sizeof(T), 1));
-    CUDA_CHECK(cudaMemcpyAsync(buf.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
-    return buf.get<T>();
-  }
 
   struct StreamDeleter {
     void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
@@ -175,18 +172,20 @@ class CudaEngine final : public Engine {
   // Activations for T tokens (device).
   DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
   DeviceBuffer act_q_, act_s_, act_bf16_;                             // GEMM inputs: E4M3 codes + scales, or BF16
-  DeviceBuffer tokens_, pos_, krows_, vrows_, ptrs_, lens_;           // per-step index arrays
+  StepArena arena_;                                                   // a step's index arrays, one upload
   DeviceBuffer fused_;                                                // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden)
-  DeviceBuffer prefix_map_;                                           // --cuda-prefix-gemm: (3 T) state-row map
+  DeviceBuffer attn_work_;                                            // --split-attention: the chunk states
   int scratch_T_ = 0;
+  int sm_count_ = 1;
+  bool split_attention_ = false;
+  std::unique_ptr<GraphCache> graphs_;  // --cuda-graphs
   bool prefix_gemm_ = false;
   std::unique_ptr<PrefixAttention> prefix_attn_;
   std::unique_ptr<PagedKv> paged_;  // --paged-kv
-  DeviceBuffer tables_;              // --paged-kv: each row's start in the step's flat block tables, then the tables
-  // --device-sampling: the draw indexes (3 T) and the samples (T ids, T logprobs) on the device,
-  // and a pinned host buffer the samples come back to.
+  // --device-sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
+  // they come back to.
   bool device_sampling_ = false;
-  DeviceBuffer draw_ids_, samples_;
+  DeviceBuffer samples_;
   struct PinnedDeleter {
     void operator()(void* p) const { cudaFreeHost(p); }
   };
@@ -213,6 +212,9 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   prefix_gemm_ = opt.cuda_prefix_gemm;
   if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
   device_sampling_ = opt.device_sampling;
+  split_attention_ = opt.split_attention;
+  if (opt.cuda_graphs) graphs_ = std::make_unique<GraphCache>();
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   if (opt.paged_kv && opt.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
@@ -242,6 +244,11 @@ void CudaEngine::scratch(int T) {
   gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
   fused_.resize(t * std::max(qd + 2 * kd, 2 * h) * 4);
+  // --split-attention: T' x splits(T') <= 2 sm_count / n_heads + T' (decode_attention_splits), so
+  // this covers every batch size up to T.
+  if (split_attention_)
+    attn_work_.resize((2 * static_cast<std::size_t>(sm_count_) + t * static_cast<std::size_t>(c_.n_heads)) *
+                      (static_cast<std::size_t>(c_.head_dim) + 2) * 4);
   scratch_T_ = T;
 }
 
@@ -276,8 +283,7 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   }
 }
 
-void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, const std::vector<std::uint16_t*>& v_rows,
-                       const std::function<void(int)>& attend) {
+void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, const std::function<void(int)>& attend) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -291,10 +297,8 @@ void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, 
     linear(L.wk, xn_.get<float>(), T, k_.get<float>());
     linear(L.wv, xn_.get<float>(), T, v_.get<float>());
   }
-  auto* kr = to_device(krows_, k_rows);
-  auto* vr = to_device(vrows_, v_rows);
-  rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos_.get<int>(), inv_freq_.get<float>(), T, c_.n_heads,
-                     c_.n_kv_heads, c_.head_dim, kr, vr, stream_);
+  rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
+                     c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_);
   {
     const auto phase = timer_.scope(PhaseTimer::Attention);
     attend(l);
@@ -315,18 +319,11 @@ void CudaEngine::layer(int l, int T, const std::vector<std::uint16_t*>& k_rows, 
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
 }
 
-// logits = lm_head(rmsnorm(x)) for rows [first, first + T), copied to the host.
-void CudaEngine::logits(int first, int T, float* host_out, std::optional<PhaseTimer::Scope>* total) {
+// logits = lm_head(rmsnorm(x)) for rows [first, first + T), left in logits_ (sized by the caller).
+void CudaEngine::logits(int first, int T) {
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
-  // (T, vocab): only the rows asked for (one for a prefill, whatever the prompt length).
-  logits_.resize(static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4);
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
-  if (!host_out) return;  // --device-sampling: the logits stay on the device
-  const std::size_t bytes = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.vocab_size) * 4;
-  if (total) total->reset();
-  CUDA_CHECK(cudaMemcpyAsync(host_out, logits_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
@@ -341,26 +338,35 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   auto p = std::make_unique<Prefix>();
   reserve(p->kv, T);
   scratch(T);
-  std::vector<int> pos(static_cast<std::size_t>(T));
+  logits_.resize(static_cast<std::size_t>(c_.vocab_size) * 4);
+  // The index arrays: ids, positions, then per layer the cache rows of each position.
+  const auto n = static_cast<std::size_t>(T), kd = static_cast<std::size_t>(c_.kv_dim());
+  std::vector<int> pos(n);
   for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t;
-  to_device(tokens_, std::vector<int>(tokens.begin(), tokens.end()));
-  to_device(pos_, pos);
-  embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
-  for (int l = 0; l < c_.n_layers; ++l) {
-    std::vector<std::uint16_t*> kr(static_cast<std::size_t>(T)), vr(static_cast<std::size_t>(T));
-    for (int t = 0; t < T; ++t) {
-      kr[static_cast<std::size_t>(t)] = p->kv.k[static_cast<std::size_t>(l)].get<std::uint16_t>() + static_cast<std::size_t>(t) * static_cast<std::size_t>(c_.kv_dim());
-      vr[static_cast<std::size_t>(t)] = p->kv.v[static_cast<std::size_t>(l)].get<std::uint16_t>() + static_cast<std::size_t>(t) * static_cast<std::size_t>(c_.kv_dim());
+  std::vector<std::uint16_t*> rows(2 * n * static_cast<std::size_t>(c_.n_layers));  // layer l: k rows at 2 l T, v rows after
+  for (std::size_t l = 0; l < static_cast<std::size_t>(c_.n_layers); ++l)
+    for (std::size_t t = 0; t < n; ++t) {
+      rows[2 * l * n + t] = p->kv.k[l].get<std::uint16_t>() + t * kd;
+      rows[(2 * l + 1) * n + t] = p->kv.v[l].get<std::uint16_t>() + t * kd;
     }
-    layer(l, T, kr, vr, [&](int layer_index) {
-      prefill_attention_cuda(q_.get<float>(), p->kv.k[static_cast<std::size_t>(layer_index)].get<std::uint16_t>(),
-                             p->kv.v[static_cast<std::size_t>(layer_index)].get<std::uint16_t>(), T, c_.n_heads, c_.n_kv_heads,
-                             c_.head_dim, att_.get<float>(), stream_);
+  arena_.clear();
+  const std::size_t o_tokens = arena_.add(tokens.data(), n), o_pos = arena_.add(pos), o_rows = arena_.add(rows);
+  arena_.upload(stream_);
+  const int* d_pos = arena_.at<int>(o_pos);
+  std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(o_rows);
+  embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.at<int>(o_tokens), T, c_.dim, x_.get<float>(), stream_);
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const auto li = static_cast<std::size_t>(l);
+    layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&](int) {
+      prefill_attention_cuda(q_.get<float>(), p->kv.k[li].get<std::uint16_t>(), p->kv.v[li].get<std::uint16_t>(), T, c_.n_heads,
+                             c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_);
     });
   }
   p->kv.len = T;
   if (prefix_gemm_) widen_prefix(*p);
-  logits(T - 1, 1, last_logits.data());
+  logits(T - 1, 1);
+  CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   return prefixes_.put(std::move(p));
 }
 
@@ -390,105 +396,161 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     for (Slot* s : batch) paged.push_back(&s->paged), lens.push_back(s->kv.len);
     paged_->take(paged, lens, tables, starts);
   }
+  const auto n = static_cast<std::size_t>(T), V = static_cast<std::size_t>(c_.vocab_size);
   scratch(T);
-  timer_.begin_step();
-  std::optional<PhaseTimer::Scope> total;
-  total.emplace(&timer_, PhaseTimer::Total);
-  to_device(tokens_, std::vector<int>(tokens.begin(), tokens.end()));
-  to_device(pos_, pos);
-  embedding_cuda(embed_.buf.get(), embed_.dtype, tokens_.get<int>(), T, c_.dim, x_.get<float>(), stream_);
+  logits_.resize(n * V * 4);
+  if (draws) samples_.resize(n * 8);
+
+  // The step's index arrays, laid out in the arena and copied in one go. Offsets, in order:
+  // tokens, positions, lengths, draw indexes, the state-row map, per-layer cache rows and
+  // attention pointers, then the paged tables (the one variable-size part, last).
+  arena_.clear();
+  std::vector<std::size_t> off;
+  off.push_back(arena_.add(tokens.data(), n));
+  off.push_back(arena_.add(pos));
+  std::vector<int> lens(2 * n);  // prefix lengths, then suffix lengths (with this token)
+  for (std::size_t i = 0; i < n; ++i) lens[i] = prefixes_.at(batch[i]->prefix).kv.len, lens[n + i] = batch[i]->kv.len + 1;
+  off.push_back(arena_.add(lens));
+  if (draws) {
+    std::vector<std::uint64_t> ids(draws->prompt.begin(), draws->prompt.end());
+    ids.insert(ids.end(), draws->candidate.begin(), draws->candidate.end());
+    ids.insert(ids.end(), draws->step.begin(), draws->step.end());
+    off.push_back(arena_.add(ids));
+  }
   // --cuda-prefix-gemm: the batch rows of each prefix, once per step (src/cuda/plan.h).
   PrefixStateMap plan;
   std::vector<const Prefix*> group_prefix;
-  const int* d_map = nullptr;
   if (prefix_gemm_) {
     std::map<int, std::vector<int>> by_prefix;
     for (int i = 0; i < T; ++i) by_prefix[batch[static_cast<std::size_t>(i)]->prefix].push_back(i);
     std::vector<std::vector<int>> rows;
     for (auto& [p, r] : by_prefix) group_prefix.push_back(&prefixes_.at(p)), rows.push_back(std::move(r));
     plan = prefix_state_map(rows, T, c_.n_heads, c_.n_kv_heads);
-    d_map = to_device(prefix_map_, plan.map);
+    off.push_back(arena_.add(plan.map));
   }
-  std::vector<int> lens(2 * static_cast<std::size_t>(T));  // prefix lengths, then suffix lengths (with this token)
-  for (int i = 0; i < T; ++i) {
-    lens[static_cast<std::size_t>(i)] = prefixes_.at(batch[static_cast<std::size_t>(i)]->prefix).kv.len;
-    lens[static_cast<std::size_t>(T + i)] = batch[static_cast<std::size_t>(i)]->kv.len + 1;
-  }
-  int* d_lens = to_device(lens_, lens);
-  const int* d_starts = nullptr;  // --paged-kv: row t's block table at d_tables + d_starts[t]
-  const int* d_tables = nullptr;
-  if (paged_) {
-    starts.insert(starts.end(), tables.begin(), tables.end());
-    d_starts = to_device(tables_, starts);
-    d_tables = d_starts + T;
-  }
-  const int block = paged_ ? PagedKv::kBlockTokens : 0;
-  const auto kd = static_cast<std::size_t>(c_.kv_dim());
-  for (int l = 0; l < c_.n_layers; ++l) {
-    const auto li = static_cast<std::size_t>(l);
-    std::vector<std::uint16_t*> kr, vr;                   // this step's cache rows
-    std::vector<const std::uint16_t*> ptrs(4 * static_cast<std::size_t>(T));  // k_prefix, v_prefix, k_suffix, v_suffix
-    for (int i = 0; i < T; ++i) {
-      Slot& s = *batch[static_cast<std::size_t>(i)];
+  // Per layer: the cache rows this step writes (k, then v), and k_prefix, v_prefix, k_suffix,
+  // v_suffix per row: the suffix is a slot's own rows (part 1) or the layer's block pools (--paged-kv).
+  const auto L = static_cast<std::size_t>(c_.n_layers), kd = static_cast<std::size_t>(c_.kv_dim());
+  std::vector<std::uint16_t*> rows(2 * L * n);
+  std::vector<const std::uint16_t*> ptrs(4 * L * n);
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t i = 0; i < n; ++i) {
+      Slot& s = *batch[i];
       const Prefix& pre = prefixes_.at(s.prefix);
-      // The suffix: its own rows (part 1), or the layer's block pools (--paged-kv).
-      std::uint16_t* ks = paged_ ? paged_->k(l) : s.kv.k[li].get<std::uint16_t>();
-      std::uint16_t* vs = paged_ ? paged_->v(l) : s.kv.v[li].get<std::uint16_t>();
+      std::uint16_t* ks = paged_ ? paged_->k(static_cast<int>(l)) : s.kv.k[l].get<std::uint16_t>();
+      std::uint16_t* vs = paged_ ? paged_->v(static_cast<int>(l)) : s.kv.v[l].get<std::uint16_t>();
       const std::size_t row = paged_ ? paged_->row(s.paged, s.kv.len) : static_cast<std::size_t>(s.kv.len);
-      kr.push_back(ks + row * kd);
-      vr.push_back(vs + row * kd);
-      ptrs[static_cast<std::size_t>(i)] = pre.kv.k[li].get<std::uint16_t>();
-      ptrs[static_cast<std::size_t>(T + i)] = pre.kv.v[li].get<std::uint16_t>();
-      ptrs[static_cast<std::size_t>(2 * T + i)] = ks;
-      ptrs[static_cast<std::size_t>(3 * T + i)] = vs;
+      rows[2 * l * n + i] = ks + row * kd;
+      rows[(2 * l + 1) * n + i] = vs + row * kd;
+      const std::size_t at = 4 * l * n;
+      ptrs[at + i] = pre.kv.k[l].get<std::uint16_t>();
+      ptrs[at + n + i] = pre.kv.v[l].get<std::uint16_t>();
+      ptrs[at + 2 * n + i] = ks;
+      ptrs[at + 3 * n + i] = vs;
     }
-    layer(l, T, kr, vr, [&](int) {
-      const std::uint16_t* const* d = to_device(ptrs_, ptrs);
-      if (prefix_gemm_) {
-        std::vector<PrefixAttention::Group> groups;
-        for (const Prefix* p : group_prefix) groups.push_back({p->kf[li].get<float>(), p->vf[li].get<float>(), p->kv.len});
-        prefix_attn_->run(q_.get<float>(), plan, d_map, groups, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                          c_.head_dim, att_.get<float>(), d_tables, d_starts, block);
-        return;
-      }
-      decode_attention_cuda(q_.get<float>(), d, d + T, d_lens, d + 2 * T, d + 3 * T, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                            c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block);
-    });
+  off.push_back(arena_.add(rows));
+  off.push_back(arena_.add(ptrs));
+  if (paged_) {  // row t's block table at d_tables + d_starts[t]
+    starts.insert(starts.end(), tables.begin(), tables.end());
+    off.push_back(arena_.add(starts));
   }
+  arena_.upload(stream_);
+  std::size_t next = 0;
+  const int* d_tokens = arena_.at<int>(off[next++]);
+  const int* d_pos = arena_.at<int>(off[next++]);
+  const int* d_lens = arena_.at<int>(off[next++]);
+  const std::uint64_t* d_ids = draws ? arena_.at<std::uint64_t>(off[next++]) : nullptr;
+  const int* d_map = prefix_gemm_ ? arena_.at<int>(off[next++]) : nullptr;
+  std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(off[next++]);
+  const std::uint16_t* const* d_ptrs = arena_.at<const std::uint16_t*>(off[next++]);
+  const int* d_starts = paged_ ? arena_.at<int>(off[next++]) : nullptr;
+  const int* d_tables = paged_ ? d_starts + T : nullptr;
+  const int block = paged_ ? PagedKv::kBlockTokens : 0;
+  // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
+  std::vector<std::vector<PrefixAttention::Group>> groups(prefix_gemm_ ? L : 0);
+  for (std::size_t l = 0; l < groups.size(); ++l)
+    for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
+  if (prefix_gemm_) prefix_attn_->reserve(plan, groups[0], c_.n_kv_heads, c_.head_dim);
+  const int splits = split_attention_ && !prefix_gemm_ ? decode_attention_splits(T, c_.n_heads, sm_count_) : 1;
+
+  // The step's device work: no allocation, no synchronization, no copy from the host (what a CUDA
+  // graph may capture).
+  auto enqueue = [&] {
+    embedding_cuda(embed_.buf.get(), embed_.dtype, d_tokens, T, c_.dim, x_.get<float>(), stream_);
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::uint16_t* const* d = d_ptrs + 4 * l * n;
+      layer(static_cast<int>(l), T, d_pos, d_rows + 2 * l * n, d_rows + (2 * l + 1) * n, [&](int) {
+        if (prefix_gemm_) {
+          prefix_attn_->run(q_.get<float>(), plan, d_map, groups[l], d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
+                            c_.head_dim, att_.get<float>(), d_tables, d_starts, block);
+          return;
+        }
+        decode_attention_cuda(q_.get<float>(), d, d + n, d_lens, d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
+                              c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block, splits,
+                              splits > 1 ? attn_work_.get<float>() : nullptr);
+      });
+    }
+    logits(0, T);
+    if (draws) {  // --device-sampling: sample_token's draws, on the device
+      int* d_out = samples_.get<int>();
+      sample_cuda(logits_.get<float>(), T, c_.vocab_size, draws->params, d_ids, d_ids + n, d_ids + 2 * n, d_out,
+                  reinterpret_cast<float*>(d_out + n), stream_);
+    }
+  };
+  timer_.begin_step();
+  std::optional<PhaseTimer::Scope> total;
+  total.emplace(&timer_, PhaseTimer::Total);
+  if (graphs_ && !timer_.enabled())  // profiling records events between the phases: eager
+    graphs_->run(graph_key(T, splits, draws, off, plan, groups), stream_, enqueue);
+  else
+    enqueue();
   for (Slot* s : batch) s->kv.len++;
+  total.reset();
+  // The step's one synchronization: the logits, or (--device-sampling) only the samples, back.
   if (draws) {
-    logits(0, T, nullptr);
-    sample_rows(T, *draws, total);
+    if (pinned_bytes_ < n * 8) {
+      void* p = nullptr;
+      CUDA_CHECK(cudaMallocHost(&p, n * 8));
+      pinned_.reset(p);
+      pinned_bytes_ = n * 8;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), n * 8, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const auto* tok = static_cast<const int*>(pinned_.get());
+    const auto* lp = reinterpret_cast<const float*>(tok + n);
+    for (std::size_t i = 0; i < n; ++i) draws->out[i] = {tok[i], lp[i]};
   } else {
-    logits(0, T, host_logits, &total);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_.get(), n * V * 4, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   timer_.end_step();
 }
 
-// --device-sampling: sample_cuda on the step's logits (the draws of sample_token), then only the
-// ids and logprobs come back, through pinned memory: the step's one synchronization.
-void CudaEngine::sample_rows(int T, const Draws& d, std::optional<PhaseTimer::Scope>& total) {
-  const auto n = static_cast<std::size_t>(T);
-  std::vector<std::uint64_t> ids(d.prompt.begin(), d.prompt.end());
-  ids.insert(ids.end(), d.candidate.begin(), d.candidate.end());
-  ids.insert(ids.end(), d.step.begin(), d.step.end());
-  const std::uint64_t* d_ids = to_device(draw_ids_, ids);
-  samples_.resize(n * 8);
-  int* d_tokens = samples_.get<int>();
-  float* d_logprobs = reinterpret_cast<float*>(d_tokens + n);
-  sample_cuda(logits_.get<float>(), T, c_.vocab_size, d.params, d_ids, d_ids + n, d_ids + 2 * n, d_tokens, d_logprobs, stream_);
-  total.reset();
-  if (pinned_bytes_ < n * 8) {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMallocHost(&p, n * 8));
-    pinned_.reset(p);
-    pinned_bytes_ = n * 8;
+GraphKey CudaEngine::graph_key(int T, int splits, const Draws* draws, const std::vector<std::size_t>& offsets, const PrefixStateMap& plan,
+                               const std::vector<std::vector<PrefixAttention::Group>>& groups) const {
+  auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
+  auto bits = [](float f) {
+    std::uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    return static_cast<std::uint64_t>(u);
+  };
+  GraphKey key{static_cast<std::uint64_t>(T), static_cast<std::uint64_t>(splits), draws ? 1u : 0u, addr(arena_.device_base())};
+  key.insert(key.end(), offsets.begin(), offsets.end());
+  for (const DeviceBuffer* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &gate_, &up_, &logits_, &act_q_, &act_s_, &act_bf16_, &fused_,
+                                &attn_work_, &samples_})
+    key.push_back(addr(b->get()));
+  if (draws) {
+    const SamplingParams& p = draws->params;
+    key.insert(key.end(), {bits(p.temperature), static_cast<std::uint64_t>(p.top_k), bits(p.top_p), bits(p.min_p), p.seed});
   }
-  CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), n * 8, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  const auto* tok = static_cast<const int*>(pinned_.get());
-  const auto* lp = reinterpret_cast<const float*>(tok + n);
-  for (std::size_t i = 0; i < n; ++i) d.out[i] = {tok[i], lp[i]};
+  if (prefix_gemm_) {
+    prefix_attn_->add_to_key(key);
+    key.push_back(static_cast<std::uint64_t>(plan.rows));
+    for (std::size_t g = 0; g < plan.R.size(); ++g) key.insert(key.end(), {static_cast<std::uint64_t>(plan.R[g]), static_cast<std::uint64_t>(plan.base[g])});
+    for (const auto& layer_groups : groups)
+      for (const PrefixAttention::Group& g : layer_groups) key.insert(key.end(), {addr(g.k), addr(g.v), static_cast<std::uint64_t>(g.len)});
+  }
+  return key;
 }
 
 // The BF16 cache rows of a prompt widened to F32 once, for the prefix GEMMs (exact).

@@ -72,10 +72,19 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 // --paged-kv: with suffix_table, k_suffix[t] / v_suffix[t] are the layer's block pools and suffix
 // row j of row t is pool row b * block_tokens + j % block_tokens, b = (suffix_table +
 // suffix_table_start[t])[j / block_tokens].
+// splits > 1: each row's positions are split into `splits` chunks, one block each, merged by
+// log-sum-exp in chunk order (flash-decoding); workspace holds
+// decode_attention_workspace_floats(T, n_heads, hd, splits) floats. splits = 1 needs none.
+constexpr int kMaxDecodeSplits = 16;
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
-                           const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0);
+                           const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0,
+                           int splits = 1, float* workspace = nullptr);
+// The splits that give about two blocks per SM for T rows (1 when T x n_heads already does), at
+// most kMaxDecodeSplits; and the workspace they need.
+int decode_attention_splits(int T, int n_heads, int sm_count);
+std::size_t decode_attention_workspace_floats(int T, int n_heads, int hd, int splits);
 
 // --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, --cuda-prefix-gemm) ---
 // State rows: batch row t, query head h -> map[t] + (h / group) * map[T + t] + map[2T + t] * group

@@ -22,6 +22,7 @@ class PhaseTimer {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
   void set_stream(cudaStream_t s) { stream_ = s; }
+  bool enabled() const { return on_; }
   void enable(bool on) {
     on_ = on;
     used_ = 0, pairs_.clear();

@@ -18,6 +18,9 @@
 namespace bestofn::cuda {
 namespace {
 
+// cuBLAS's recommended workspace on Hopper (cublasSetWorkspace).
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 // One F32 strided-batched GEMM (CUBLAS_COMPUTE_32F; the handle's pedantic math rules out TF32).
@@ -35,6 +38,8 @@ PrefixAttention::PrefixAttention(cudaStream_t stream) : stream_(stream) {
   CUBLAS_CHECK(cublasSetStream(handle_, stream_));
   // Pedantic: no TF32 and no reduced-precision reductions, whatever the environment says.
   CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH));
+  workspace_.resize(kWorkspaceBytes);
+  CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.get(), kWorkspaceBytes));
 }
 
 PrefixAttention::~PrefixAttention() {
@@ -45,13 +50,8 @@ void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int*
                           const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
                           int T, int n_heads, int n_kv, int hd, float* out, const int* suffix_table,
                           const int* suffix_table_start, int block_tokens) {
-  if (groups.size() != plan.base.size()) throw Error("PrefixAttention::run", "groups and plan disagree");
-  const auto rows = static_cast<std::size_t>(plan.rows), D = static_cast<std::size_t>(hd);
-  std::size_t s_floats = 1;
-  for (std::size_t g = 0; g < groups.size(); ++g)
-    s_floats = std::max(s_floats, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(plan.R[g]) *
-                                      static_cast<std::size_t>(std::max(groups[g].len, 1)));
-  qg_.resize(rows * D * 4), o_.resize(rows * D * 4), m_.resize(rows * 4), l_.resize(rows * 4), s_.resize(s_floats * 4);
+  reserve(plan, groups, n_kv, hd);
+  const auto D = static_cast<std::size_t>(hd);
   gather_prefix_queries_cuda(q, d_map, T, n_heads, n_kv, hd, qg_.get<float>(), stream_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -69,6 +69,20 @@ void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int*
   }
   prefix_merge_cuda(q, d_map, m_.get<float>(), l_.get<float>(), o_.get<float>(), k_suffix, v_suffix, suffix_len, T, n_heads,
                     n_kv, hd, out, stream_, suffix_table, suffix_table_start, block_tokens);
+}
+
+void PrefixAttention::reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd) {
+  if (groups.size() != plan.base.size()) throw Error("PrefixAttention::run", "groups and plan disagree");
+  const auto rows = static_cast<std::size_t>(plan.rows), D = static_cast<std::size_t>(hd);
+  std::size_t s_floats = 1;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    s_floats = std::max(s_floats, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(plan.R[g]) *
+                                      static_cast<std::size_t>(std::max(groups[g].len, 1)));
+  qg_.resize(rows * D * 4), o_.resize(rows * D * 4), m_.resize(rows * 4), l_.resize(rows * 4), s_.resize(s_floats * 4);
+}
+
+void PrefixAttention::add_to_key(GraphKey& key) const {
+  for (const DeviceBuffer* b : {&qg_, &s_, &m_, &l_, &o_}) key.push_back(reinterpret_cast<std::uintptr_t>(b->get()));
 }
 
 }  // namespace bestofn::cuda

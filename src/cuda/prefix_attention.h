@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/graph_cache.h"
 #include "cuda/plan.h"
 
 namespace bestofn::cuda {
@@ -39,10 +40,15 @@ class PrefixAttention {
            const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
            int n_heads, int n_kv, int hd, float* out, const int* suffix_table = nullptr, const int* suffix_table_start = nullptr,
            int block_tokens = 0);
+  // Sizes the scratch buffers for plan and groups (run does it too); then add_to_key appends
+  // their addresses (--cuda-graphs: a captured run must find them where they were).
+  void reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd);
+  void add_to_key(GraphKey& key) const;
 
  private:
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;  // cuBLAS's, set explicitly: nothing allocated inside a graph capture
   DeviceBuffer qg_, s_, m_, l_, o_;  // (rows, hd), (n_kv R_g, L_g) one group at a time, (rows), (rows), (rows, hd)
 };
 
