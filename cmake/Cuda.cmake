@@ -45,6 +45,7 @@ if(BESTOFN_HAVE_CUDA)
     kernels/argmax.cu
     kernels/rope_kv.cu
     kernels/attention_decode.cu
+    kernels/attention_tiled.cu
     kernels/attention_prefill.cu
     kernels/prefix_attention.cu
     kernels/sample.cu

@@ -88,11 +88,11 @@ __global__ void kernel_decode_merge(const float* partial, int splits, int hd, fl
   }
 }
 
-int decode_attention_splits(int T, int n_heads, int sm_count) {
-  if (T <= 0 || n_heads <= 0) return 1;
+int decode_attention_splits(int T, int blocks_per_row, int sm_count) {
+  if (T <= 0 || blocks_per_row <= 0) return 1;
   // About two blocks per SM in all, at most kMaxDecodeSplits chunks per row.
   const long long want = 2LL * std::max(sm_count, 1);
-  const long long blocks = static_cast<long long>(T) * n_heads;
+  const long long blocks = static_cast<long long>(T) * blocks_per_row;
   const long long s = (want + blocks - 1) / blocks;
   return static_cast<int>(std::clamp<long long>(s, 1, kMaxDecodeSplits));
 }
@@ -132,8 +132,12 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                                                                scale, out, suffix_table, suffix_table_start,
                                                                block_tokens, workspace);
   CUDA_CHECK(cudaGetLastError());
-  if (splits == 1) return;
-  kernel_decode_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), 128, 0, stream>>>(workspace, splits, hd, out);
+  if (splits > 1) decode_merge_cuda(workspace, T, n_heads, hd, splits, out, stream);
+}
+
+void decode_merge_cuda(const float* partial, int T, int n_heads, int hd, int splits, float* out, cudaStream_t stream) {
+  if (T == 0) return;
+  kernel_decode_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), 128, 0, stream>>>(partial, splits, hd, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -2,6 +2,9 @@
 // down_proj input). GPU twins of cpu::silu_mul (then cpu::quantize_fp8_rows / quantize_fp8_row).
 // Same expression as the CPU, `g / (1 + exp(-g)) * up`, but CUDA's expf (max 2 ulp, no fast math)
 // is not glibc's: a few ulp of tolerance, stated in tests/test_gpu_elementwise.cpp.
+#include <string>
+
+#include "bestofn/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "row_ops.cuh"
@@ -24,13 +27,14 @@ __global__ void __launch_bounds__(kBlock) kernel_swiglu(float* gate, const float
     gate[i] = silu_mul(gate[i], up[i]);
 }
 
-// gate, up: (T, n), q: (T, n) E4M3 codes, scales: (T); grid = T, block = kBlock. The product is
-// recomputed for the amax pass and the code pass: the same expression gives the same float.
-__global__ void __launch_bounds__(kBlock)
-    kernel_swiglu_quant_fp8(const float* gate, const float* up, int n, float static_scale, std::uint8_t* q, float* scales) {
+// gate, up: T rows of n, ld apart, q: (T, n) E4M3 codes, scales: (T); grid = T, block = kBlock.
+// The product is recomputed for the amax pass and the code pass: the same expression gives the
+// same float.
+__global__ void __launch_bounds__(kBlock) kernel_swiglu_quant_fp8(const float* gate, const float* up, int n, std::size_t ld,
+                                                                   float static_scale, std::uint8_t* q, float* scales) {
   const std::size_t row = blockIdx.x;
-  const float* g_row = gate + row * static_cast<std::size_t>(n);  // (n)
-  const float* u_row = up + row * static_cast<std::size_t>(n);    // (n)
+  const float* g_row = gate + row * ld;  // (n)
+  const float* u_row = up + row * ld;    // (n)
   const auto value = [&](int c) { return silu_mul(g_row[c], u_row[c]); };
   rowops::quantize_row_fp8(value, n, static_scale, q + row * static_cast<std::size_t>(n), scales + row);
 }
@@ -45,11 +49,13 @@ void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream
 }
 
 void swiglu_quant_fp8_cuda(const float* gate, const float* up, int T, int n, float static_scale, std::uint8_t* q, float* scales,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, int ld) {
   rowops::check_count("swiglu_quant_fp8_cuda", "T", T);
   rowops::check_count("swiglu_quant_fp8_cuda", "n", n);
+  if (ld != 0 && ld < n) throw Error("swiglu_quant_fp8_cuda", "expected ld 0 or >= n, got " + std::to_string(ld));
   if (T == 0) return;
-  kernel_swiglu_quant_fp8<<<static_cast<unsigned>(T), kBlock, 0, stream>>>(gate, up, n, static_scale, q, scales);
+  kernel_swiglu_quant_fp8<<<static_cast<unsigned>(T), kBlock, 0, stream>>>(gate, up, n, static_cast<std::size_t>(ld ? ld : n),
+                                                                           static_scale, q, scales);
   CUDA_CHECK(cudaGetLastError());
 }
 

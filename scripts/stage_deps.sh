@@ -58,6 +58,10 @@ cp -a "$shared/models/llama-260k" "$dest/shared/models/"
 [[ -f $shared/tokenizers/llama3/tokenizer.json ]] || die "missing $shared/tokenizers/llama3"
 mkdir -p "$dest/shared/tokenizers"
 cp -a "$shared/tokenizers/llama3" "$dest/shared/tokenizers/"
+# device_check.sh's HumanEval throughput run (the 164 prompts, batched across problems).
+[[ -f $shared/data/humaneval/HumanEval.jsonl.gz ]] || die "missing $shared/data/humaneval"
+mkdir -p "$dest/shared/data"
+cp -a "$shared/data/humaneval" "$dest/shared/data/"
 
 # What was staged, for the record.
 {

@@ -251,6 +251,25 @@ struct DecodeBatch {
     sync();
     return d_out.download();
   }
+  // --split-attention's tiled kernel (one block per row, KV head and chunk).
+  std::vector<float> gpu_tiled(int splits) const {
+    DeviceArray<float> d_q(q), d_out(q.size());
+    DeviceArray<float> work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(T, s.n_heads, s.hd, splits), 1));
+    DeviceArray<std::uint16_t> d_k(k_pool), d_v(v_pool);
+    const std::uint16_t* k0 = d_k.get();
+    const std::uint16_t* v0 = d_v.get();
+    DeviceArray<const std::uint16_t*> kp(at(k0, prefix_off)), vp(at(v0, prefix_off)), ks(at(k0, suffix_off)),
+        vs(at(v0, suffix_off));
+    DeviceArray<int> plen(prefix_len), slen(suffix_len);
+    cuda::TiledAttentionArgs a;
+    a.q = d_q.get(), a.k_prefix = kp.get(), a.v_prefix = vp.get(), a.prefix_len = plen.get();
+    a.k_suffix = ks.get(), a.v_suffix = vs.get(), a.suffix_len = slen.get();
+    a.T = T, a.n_heads = s.n_heads, a.n_kv = s.n_kv, a.hd = s.hd, a.out = d_out.get();
+    a.splits = splits, a.partial = splits > 1 ? work.get() : nullptr;
+    cuda::decode_attention_tiled_cuda(a, nullptr);
+    sync();
+    return d_out.download();
+  }
 };
 
 TEST(GpuDecodeAttention, MatchesCpuTwin) {
@@ -283,6 +302,27 @@ TEST(GpuDecodeAttention, SplitPositionsMatchCpuTwin) {
   EXPECT_EQ(cuda::decode_attention_splits(64, 32, 132), 1);
 }
 
+// The tiled kernel: whole dot products per thread (16-byte loads, or one element at a time for a
+// head_dim not a multiple of 8), one running softmax over prefix and suffix, tiles of 64
+// positions (prefixes up to 600 cross many), GQA groups of 1 to 8 query heads, chunks as above.
+TEST(GpuDecodeAttention, TiledMatchesCpuTwin) {
+  SKIP_WITHOUT_GPU();
+  std::vector<HeadShape> shapes(std::begin(kHeadShapes), std::end(kHeadShapes));
+  shapes.push_back({16, 2, 128});  // group 8, the most the kernel takes
+  shapes.push_back({6, 3, 12});    // head_dim 12: the element-wise dot product
+  std::uint64_t seed = 2800;
+  for (int T : {1, 5, 33})
+    for (int splits : {1, 3, cuda::kMaxDecodeSplits})
+      for (const HeadShape& s : shapes) {
+        SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", splits " + std::to_string(splits) + ", seed " + std::to_string(seed));
+        ASSERT_TRUE(cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd));
+        const DecodeBatch b(T, s, seed, 600, 100);
+        seed += 10;
+        EXPECT_EQ(compare(b.gpu_tiled(splits), b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+      }
+  EXPECT_FALSE(cuda::decode_attention_tiled_supported(32, 2, 128));  // group 16
+}
+
 // An empty prefix or suffix contributes nothing; both empty gives zeros. Also the largest head_dim.
 TEST(GpuDecodeAttention, EmptySidesAndHeadDim256) {
   SKIP_WITHOUT_GPU();
@@ -293,8 +333,8 @@ TEST(GpuDecodeAttention, EmptySidesAndHeadDim256) {
     b.suffix_len[1] = 0;                       // prefix only
     b.prefix_len[2] = 0, b.suffix_len[2] = 0;  // nothing
     b.prefix_len[3] = 1, b.suffix_len[3] = 1;  // one position each
-    for (int splits : {1, 5}) {
-      const std::vector<float> gpu = b.gpu(splits);
+    for (int splits : {1, 5, -1, -5}) {  // negative: the tiled kernel
+      const std::vector<float> gpu = splits > 0 ? b.gpu(splits) : b.gpu_tiled(-splits);
       EXPECT_EQ(compare(gpu, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "") << "splits " << splits;
       const auto per_row = static_cast<std::size_t>(s.n_heads * s.hd);
       for (std::size_t i = 2 * per_row; i < 3 * per_row; ++i) ASSERT_EQ(gpu[i], 0.0f) << "row 2, element " << i - 2 * per_row;

@@ -34,6 +34,9 @@
 namespace bestofn::cuda {
 namespace {
 
+// --cuda-prefix-gemm: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
+constexpr int kMinPrefixGemmRows = 2;
+
 // K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
 struct KvPart {
   std::vector<DeviceBuffer> k, v;
@@ -130,6 +133,8 @@ class CudaEngine final : public Engine {
   void reserve(KvPart& part, int rows);
   void scratch(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
+  // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
+  void linear_quantized(const DevLinear& l, int T, float* y);
   // One layer for T rows; k_rows / v_rows: the T cache rows this layer writes (device arrays).
   // pos: the T positions (device).
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
@@ -146,7 +151,7 @@ class CudaEngine final : public Engine {
   // samples copied back.
   void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
   // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
-  GraphKey graph_key(int T, int splits, const Draws* draws, const std::vector<std::size_t>& offsets,
+  GraphKey graph_key(int T, int splits, bool use_prefix, const Draws* draws, const std::vector<std::size_t>& offsets,
                      const PrefixStateMap& plan, const std::vector<std::vector<PrefixAttention::Group>>& groups) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
@@ -244,11 +249,14 @@ void CudaEngine::scratch(int T) {
   gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
   fused_.resize(t * std::max(qd + 2 * kd, 2 * h) * 4);
-  // --split-attention: T' x splits(T') <= 2 sm_count / n_heads + T' (decode_attention_splits), so
-  // this covers every batch size up to T.
-  if (split_attention_)
-    attn_work_.resize((2 * static_cast<std::size_t>(sm_count_) + t * static_cast<std::size_t>(c_.n_heads)) *
+  // --split-attention: with B blocks per row (query heads, or KV heads for the tiled kernel),
+  // T' x B x splits(T') <= 2 sm_count + T' B (decode_attention_splits), so the chunk states,
+  // T' x n_heads x splits(T'), number at most 2 sm_count x group + T' x n_heads, for every T' <= T.
+  if (split_attention_) {
+    const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
+    attn_work_.resize((2 * static_cast<std::size_t>(sm_count_) * group + t * static_cast<std::size_t>(c_.n_heads)) *
                       (static_cast<std::size_t>(c_.head_dim) + 2) * 4);
+  }
   scratch_T_ = T;
 }
 
@@ -283,14 +291,29 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   }
 }
 
+void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
+  const auto phase = timer_.scope(PhaseTimer::Gemm);
+  gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T);
+  scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
+}
+
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, const std::function<void(int)>& attend) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
-  rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  // --fused-qkv on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
+  const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
+  if (fp8_qkv)
+    rmsnorm_quant_fp8_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, L.wqkv.input_scale,
+                           act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+  else
+    rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
   if (L.wqkv.out > 0) {  // --fused-qkv: one GEMM, then its (T, q | k | v) columns apart
-    linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
+    if (fp8_qkv)
+      linear_quantized(L.wqkv, T, fused_.get<float>());
+    else
+      linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
     split_columns(fused_.get<float>(), T, {{q_.get<float>(), c_.q_dim()}, {k_.get<float>(), c_.kv_dim()}, {v_.get<float>(), c_.kv_dim()}});
   } else {
     linear(L.wq, xn_.get<float>(), T, q_.get<float>());
@@ -306,6 +329,18 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   linear(L.wo, att_.get<float>(), T, o_.get<float>());
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
+  // --fused-qkv on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
+  // straight from its output (the same codes as the separate kernels, no column copies).
+  if (L.w_gate_up.out > 0 && L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8) {
+    rmsnorm_quant_fp8_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, L.w_gate_up.input_scale,
+                           act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+    linear_quantized(L.w_gate_up, T, fused_.get<float>());
+    swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
+                          act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
+    linear_quantized(L.w_down, T, o_.get<float>());
+    residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+    return;
+  }
   rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
   if (L.w_gate_up.out > 0) {
     linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
@@ -417,16 +452,26 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     ids.insert(ids.end(), draws->step.begin(), draws->step.end());
     off.push_back(arena_.add(ids));
   }
-  // --cuda-prefix-gemm: the batch rows of each prefix, once per step (src/cuda/plan.h).
+  // --cuda-prefix-gemm: the batch rows of each prefix, once per step (src/cuda/plan.h). A step in
+  // which no prefix has kMinPrefixGemmRows rows (one candidate left per prompt) gains nothing from
+  // matrix products and takes the decode kernel instead.
   PrefixStateMap plan;
   std::vector<const Prefix*> group_prefix;
+  bool use_prefix = false;
   if (prefix_gemm_) {
     std::map<int, std::vector<int>> by_prefix;
     for (int i = 0; i < T; ++i) by_prefix[batch[static_cast<std::size_t>(i)]->prefix].push_back(i);
     std::vector<std::vector<int>> rows;
-    for (auto& [p, r] : by_prefix) group_prefix.push_back(&prefixes_.at(p)), rows.push_back(std::move(r));
-    plan = prefix_state_map(rows, T, c_.n_heads, c_.n_kv_heads);
-    off.push_back(arena_.add(plan.map));
+    for (auto& [p, r] : by_prefix) {
+      use_prefix = use_prefix || static_cast<int>(r.size()) >= kMinPrefixGemmRows;
+      group_prefix.push_back(&prefixes_.at(p)), rows.push_back(std::move(r));
+    }
+    if (use_prefix) {
+      plan = prefix_state_map(rows, T, c_.n_heads, c_.n_kv_heads);
+      off.push_back(arena_.add(plan.map));
+    } else {
+      group_prefix.clear();
+    }
   }
   // Per layer: the cache rows this step writes (k, then v), and k_prefix, v_prefix, k_suffix,
   // v_suffix per row: the suffix is a slot's own rows (part 1) or the layer's block pools (--paged-kv).
@@ -460,18 +505,22 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   const int* d_pos = arena_.at<int>(off[next++]);
   const int* d_lens = arena_.at<int>(off[next++]);
   const std::uint64_t* d_ids = draws ? arena_.at<std::uint64_t>(off[next++]) : nullptr;
-  const int* d_map = prefix_gemm_ ? arena_.at<int>(off[next++]) : nullptr;
+  const int* d_map = use_prefix ? arena_.at<int>(off[next++]) : nullptr;
   std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(off[next++]);
   const std::uint16_t* const* d_ptrs = arena_.at<const std::uint16_t*>(off[next++]);
   const int* d_starts = paged_ ? arena_.at<int>(off[next++]) : nullptr;
   const int* d_tables = paged_ ? d_starts + T : nullptr;
   const int block = paged_ ? PagedKv::kBlockTokens : 0;
   // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
-  std::vector<std::vector<PrefixAttention::Group>> groups(prefix_gemm_ ? L : 0);
+  std::vector<std::vector<PrefixAttention::Group>> groups(use_prefix ? L : 0);
   for (std::size_t l = 0; l < groups.size(); ++l)
     for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
-  if (prefix_gemm_) prefix_attn_->reserve(plan, groups[0], c_.n_kv_heads, c_.head_dim);
-  const int splits = split_attention_ && !prefix_gemm_ ? decode_attention_splits(T, c_.n_heads, sm_count_) : 1;
+  if (use_prefix) prefix_attn_->reserve(plan, groups[0], c_.n_kv_heads, c_.head_dim);
+  // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
+  // part-1 kernel split over positions; chunks when few rows leave the GPU idle.
+  const bool tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);
+  const int splits = split_attention_ ? decode_attention_splits(T, tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
+  float* partial = splits > 1 ? attn_work_.get<float>() : nullptr;
 
   // The step's device work: no allocation, no synchronization, no copy from the host (what a CUDA
   // graph may capture).
@@ -480,14 +529,23 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     for (std::size_t l = 0; l < L; ++l) {
       const std::uint16_t* const* d = d_ptrs + 4 * l * n;
       layer(static_cast<int>(l), T, d_pos, d_rows + 2 * l * n, d_rows + (2 * l + 1) * n, [&](int) {
-        if (prefix_gemm_) {
+        if (use_prefix) {
           prefix_attn_->run(q_.get<float>(), plan, d_map, groups[l], d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                            c_.head_dim, att_.get<float>(), d_tables, d_starts, block);
+                            c_.head_dim, att_.get<float>(), d_tables, d_starts, block, tiled ? splits : 0, partial);
+          return;
+        }
+        if (tiled) {
+          TiledAttentionArgs a;
+          a.q = q_.get<float>(), a.k_prefix = d, a.v_prefix = d + n, a.prefix_len = d_lens;
+          a.k_suffix = d + 2 * n, a.v_suffix = d + 3 * n, a.suffix_len = d_lens + T;
+          a.T = T, a.n_heads = c_.n_heads, a.n_kv = c_.n_kv_heads, a.hd = c_.head_dim, a.out = att_.get<float>();
+          a.suffix_table = d_tables, a.suffix_table_start = d_starts, a.block_tokens = block;
+          a.splits = splits, a.partial = partial;
+          decode_attention_tiled_cuda(a, stream_);
           return;
         }
         decode_attention_cuda(q_.get<float>(), d, d + n, d_lens, d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                              c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block, splits,
-                              splits > 1 ? attn_work_.get<float>() : nullptr);
+                              c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block, splits, partial);
       });
     }
     logits(0, T);
@@ -501,7 +559,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   std::optional<PhaseTimer::Scope> total;
   total.emplace(&timer_, PhaseTimer::Total);
   if (graphs_ && !timer_.enabled())  // profiling records events between the phases: eager
-    graphs_->run(graph_key(T, splits, draws, off, plan, groups), stream_, enqueue);
+    graphs_->run(graph_key(T, splits, use_prefix, draws, off, plan, groups), stream_, enqueue);
   else
     enqueue();
   for (Slot* s : batch) s->kv.len++;
@@ -526,7 +584,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   timer_.end_step();
 }
 
-GraphKey CudaEngine::graph_key(int T, int splits, const Draws* draws, const std::vector<std::size_t>& offsets, const PrefixStateMap& plan,
+GraphKey CudaEngine::graph_key(int T, int splits, bool use_prefix, const Draws* draws, const std::vector<std::size_t>& offsets, const PrefixStateMap& plan,
                                const std::vector<std::vector<PrefixAttention::Group>>& groups) const {
   auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
   auto bits = [](float f) {
@@ -534,7 +592,8 @@ GraphKey CudaEngine::graph_key(int T, int splits, const Draws* draws, const std:
     std::memcpy(&u, &f, 4);
     return static_cast<std::uint64_t>(u);
   };
-  GraphKey key{static_cast<std::uint64_t>(T), static_cast<std::uint64_t>(splits), draws ? 1u : 0u, addr(arena_.device_base())};
+  GraphKey key{static_cast<std::uint64_t>(T), static_cast<std::uint64_t>(splits), use_prefix ? 1u : 0u, draws ? 1u : 0u,
+               addr(arena_.device_base())};
   key.insert(key.end(), offsets.begin(), offsets.end());
   for (const DeviceBuffer* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &gate_, &up_, &logits_, &act_q_, &act_s_, &act_bf16_, &fused_,
                                 &attn_work_, &samples_})
@@ -543,7 +602,7 @@ GraphKey CudaEngine::graph_key(int T, int splits, const Draws* draws, const std:
     const SamplingParams& p = draws->params;
     key.insert(key.end(), {bits(p.temperature), static_cast<std::uint64_t>(p.top_k), bits(p.top_p), bits(p.min_p), p.seed});
   }
-  if (prefix_gemm_) {
+  if (use_prefix) {
     prefix_attn_->add_to_key(key);
     key.push_back(static_cast<std::uint64_t>(plan.rows));
     for (std::size_t g = 0; g < plan.R.size(); ++g) key.insert(key.end(), {static_cast<std::uint64_t>(plan.R[g]), static_cast<std::uint64_t>(plan.base[g])});

@@ -46,8 +46,9 @@ void scale_output_cuda(float* y, int T, int out, const float* sx, const float* s
 void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream);
 
 // silu(gate) * up, then FP8 quantization of each row as quantize_act_fp8_cuda (the down_proj input).
+// gate and up rows are ld floats apart (0: n; --fused-qkv reads them from the gate/up GEMM's output).
 void swiglu_quant_fp8_cuda(const float* gate, const float* up, int T, int n, float static_scale, std::uint8_t* q, float* scales,
-                           cudaStream_t stream);
+                           cudaStream_t stream, int ld = 0);
 
 // x[i] += y[i]. Twin: the residual loops of the CPU engine.
 void residual_add_cuda(float* x, const float* y, std::size_t n, cudaStream_t stream);
@@ -81,10 +82,42 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
                            const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0,
                            int splits = 1, float* workspace = nullptr);
-// The splits that give about two blocks per SM for T rows (1 when T x n_heads already does), at
-// most kMaxDecodeSplits; and the workspace they need.
-int decode_attention_splits(int T, int n_heads, int sm_count);
+// The splits that give about two blocks per SM for T rows of `blocks_per_row` blocks each (query
+// heads for decode_attention_cuda, KV heads for the tiled kernel), 1 when T rows already do, at
+// most kMaxDecodeSplits; and the workspace they need (per query head and chunk: m, l, o).
+int decode_attention_splits(int T, int blocks_per_row, int sm_count);
 std::size_t decode_attention_workspace_floats(int T, int n_heads, int hd, int splits);
+// Merges the `splits` chunk states in partial (T, n_heads, splits, hd + 2) into out (T, n_heads, hd).
+void decode_merge_cuda(const float* partial, int T, int n_heads, int hd, int splits, float* out, cudaStream_t stream);
+
+// --split-attention (kernels/attention_tiled.cu): decode attention with one block per (row, KV head,
+// chunk), all the query heads of the KV head together, positions in tiles; the same contract as
+// decode_attention_cuda. With prefix_m (--cuda-prefix-gemm) the prefix is given as the GEMMs'
+// state (m, l, unnormalized O at state rows by prefix_map, as prefix_merge_cuda takes it) and
+// k_prefix / v_prefix / prefix_len are not read. Needs n_heads / n_kv <= kMaxTiledGroup.
+constexpr int kMaxTiledGroup = 8;
+struct TiledAttentionArgs {
+  const float* q = nullptr;  // (T, n_heads, hd)
+  const std::uint16_t* const* k_prefix = nullptr;
+  const std::uint16_t* const* v_prefix = nullptr;
+  const int* prefix_len = nullptr;
+  const std::uint16_t* const* k_suffix = nullptr;
+  const std::uint16_t* const* v_suffix = nullptr;
+  const int* suffix_len = nullptr;
+  int T = 0, n_heads = 0, n_kv = 0, hd = 0;
+  float* out = nullptr;  // (T, n_heads, hd)
+  const int* suffix_table = nullptr;
+  const int* suffix_table_start = nullptr;
+  int block_tokens = 0;
+  int splits = 1;
+  float* partial = nullptr;  // splits > 1: decode_attention_workspace_floats(T, n_heads, hd, splits)
+  const int* prefix_map = nullptr;
+  const float* prefix_m = nullptr;
+  const float* prefix_l = nullptr;
+  const float* prefix_o = nullptr;
+};
+bool decode_attention_tiled_supported(int n_heads, int n_kv, int hd);
+void decode_attention_tiled_cuda(const TiledAttentionArgs& args, cudaStream_t stream);
 
 // --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, --cuda-prefix-gemm) ---
 // State rows: batch row t, query head h -> map[t] + (h / group) * map[T + t] + map[2T + t] * group

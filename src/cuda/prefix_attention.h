@@ -35,11 +35,13 @@ class PrefixAttention {
   };
   // out (T, n_heads, hd) for q (T, n_heads, hd); plan from prefix_state_map with d_map its map on
   // the device; groups[g] pairs with plan.base[g] / plan.R[g]. Paged suffixes (suffix_table) as
-  // decode_attention_cuda takes them. Asynchronous on the stream.
+  // decode_attention_cuda takes them. Asynchronous on the stream. tiled_splits > 0
+  // (--split-attention): the suffixes and the merge by the tiled kernel in that many chunks
+  // (partial: its workspace when > 1), else by prefix_merge_cuda.
   void run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
            const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
            int n_heads, int n_kv, int hd, float* out, const int* suffix_table = nullptr, const int* suffix_table_start = nullptr,
-           int block_tokens = 0);
+           int block_tokens = 0, int tiled_splits = 0, float* partial = nullptr);
   // Sizes the scratch buffers for plan and groups (run does it too); then add_to_key appends
   // their addresses (--cuda-graphs: a captured run must find them where they were).
   void reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd);
