@@ -83,19 +83,8 @@ ctest_gpu() {
   return "$rc"
 }
 
-main() {
-  # The command names the commit: the device copy may hold no .git, or an unrelated one above it.
-  COMMIT=${BESTOFN_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
-  export BESTOFN_COMMIT=$COMMIT  # gemm_fp8 reports it when CMake found no git
-  echo "device_check.sh: commit $COMMIT, out $OUT, budget ${BUDGET_S}s"
-
-  # ../shared does not travel to the device: the files the gpu tests read are staged in .deps/shared.
-  export BESTOFN_SHARED=${BESTOFN_SHARED:-$PWD/.deps/shared}
-  export OUT
-  export -f device_info ctest_gpu
-  step device_info 30 bash -c device_info
-  step configure 90 cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DBESTOFN_STAGED_DEPS="$PWD/.deps"
+# The whole check: every gpu test, the accuracy record, the GEMM sweep and the benchmarks.
+full() {
   # What the GPU steps need first; the rest of the tree after them, so a broken CPU-side target
   # cannot cost the GPU results.
   step build_gpu 240 cmake --build build-device -j 16 --target bestofn gemm_fp8 test_gpu_quantize test_gpu_elementwise \
@@ -144,6 +133,36 @@ main() {
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_attention \
     --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*' >> $OUT/memcheck.log 2>&1"
   step build_all 120 cmake --build build-device -j 16
+}
+
+# DEVICE_CHECK_QUICK=1: a short re-check after a kernel change, for a session's last minutes of
+# device time: the attention and engine tests and the two main 8B configurations only.
+quick() {
+  step build_quick 150 cmake --build build-device -j 16 --target bestofn test_gpu_attention test_gpu_engine
+  step tests_quick 60 bash -c "build-device/tests/test_gpu_attention && build-device/tests/test_gpu_engine \
+    --gtest_filter='GpuEngine.Llama260k*:GpuEngine.GraphsReplay*:GpuEngine.Synthetic*:GpuEngine.Part2*'"
+  step synth_8b 60 build-device/bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /tmp/bestofn-synth-8b
+  step bench_8b_graphs 60 bash -c "build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64,256 \
+    --prompt-len 512 --steps 64 --split-attention --fused-qkv --device-sampling --cuda-graphs --json > $OUT/bench_cuda_8b.jsonl"
+  step bench_8b_graphs_prefix 60 bash -c "build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,64,256 \
+    --prompt-len 512 --steps 256 --cuda-prefix-gemm --fused-qkv --paged-kv --device-sampling --cuda-graphs \
+    --split-attention --json >> $OUT/bench_cuda_8b.jsonl"
+}
+
+main() {
+  # The command names the commit: the device copy may hold no .git, or an unrelated one above it.
+  COMMIT=${BESTOFN_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+  export BESTOFN_COMMIT=$COMMIT  # gemm_fp8 reports it when CMake found no git
+  echo "device_check.sh: commit $COMMIT, out $OUT, budget ${BUDGET_S}s"
+
+  # ../shared does not travel to the device: the files the gpu tests read are staged in .deps/shared.
+  export BESTOFN_SHARED=${BESTOFN_SHARED:-$PWD/.deps/shared}
+  export OUT
+  export -f device_info ctest_gpu
+  step device_info 30 bash -c device_info
+  step configure 90 cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DBESTOFN_STAGED_DEPS="$PWD/.deps"
+  if [[ ${DEVICE_CHECK_QUICK:-0} == 1 ]]; then quick; else full; fi
 
   local device
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

@@ -2,8 +2,8 @@
 // kernels/attention_decode.cu, but one block per (row t, KV head, chunk of positions) serves all
 // the query heads of that KV head (GQA), so each K/V row is read once per KV head instead of once
 // per query head, and positions go in tiles of kTile:
-//   1. each thread computes whole dot products q_h . k_j (one cache row, 16-byte loads, summed left
-//      to right in fp32 like the CPU twin);
+//   1. each thread computes whole dot products q_h . k_j (one cache row, 16-byte loads, four
+//      partial sums);
 //   2. one warp per query head takes the tile's max, rescales its running state (online softmax,
 //      Milakov & Gimelshein) and turns the scores into exp(s - m);
 //   3. each thread owns output dimensions and accumulates p_j v_j over the tile (coalesced rows).
@@ -29,6 +29,7 @@ constexpr int kTile = 64;
 constexpr int kTiledThreads = 128;
 constexpr int kTiledWarps = kTiledThreads / 32;
 constexpr int kDimsPerThread = attn::kMaxHeadDim / kTiledThreads;  // 2
+constexpr int kPvBatch = 8;
 
 struct Shared {
   float q[kMaxTiledGroup * attn::kMaxHeadDim];  // the group's queries
@@ -38,22 +39,25 @@ struct Shared {
   float m[kMaxTiledGroup], l[kMaxTiledGroup], corr[kMaxTiledGroup];
 };
 
+// q . k over hd elements: four partial sums (element i goes to sum (i / 2) % 4), so that four
+// chains of FMAs and several loads are in flight at once; then (s0 + s1) + (s2 + s3).
 __device__ __forceinline__ float dot_row(const float* q, const std::uint16_t* k, int hd) {
-  float d = 0.0f;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (hd % 8 == 0 && (reinterpret_cast<std::uintptr_t>(k) & 15) == 0) {
+#pragma unroll 4
     for (int i = 0; i < hd; i += 8) {
       const uint4 raw = *reinterpret_cast<const uint4*>(k + i);
       const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        d += q[i + 2 * u] * __uint_as_float(w[u] << 16);
-        d += q[i + 2 * u + 1] * __uint_as_float(w[u] & 0xffff0000u);
+        d[u] += q[i + 2 * u] * __uint_as_float(w[u] << 16);
+        d[u] += q[i + 2 * u + 1] * __uint_as_float(w[u] & 0xffff0000u);
       }
     }
   } else {
-    for (int i = 0; i < hd; ++i) d += q[i] * attn::bf16_to_float(k[i]);
+    for (int i = 0; i < hd; ++i) d[(i / 2) % 4] += q[i] * attn::bf16_to_float(k[i]);
   }
-  return d;
+  return (d[0] + d[1]) + (d[2] + d[3]);
 }
 
 // Attends the block's query heads over positions [b, e) of one run (K/V with optional block
@@ -104,16 +108,27 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
       if (h < group)
 #pragma unroll
         for (int u = 0; u < kDimsPerThread; ++u) acc[h][u] *= sh.corr[h];
-    for (int j = 0; j < cnt; ++j) {
-      const std::uint16_t* v = sh.v[j];
+    // p_j v_j, kPvBatch positions at a time: their loads are issued before the FMAs use them
+    // (the sum still goes position by position).
+    for (int j0 = 0; j0 < cnt; j0 += kPvBatch) {
+      float x[kPvBatch][kDimsPerThread];
 #pragma unroll
-      for (int u = 0; u < kDimsPerThread; ++u) {
-        const int d = tid + u * kTiledThreads;
-        if (d >= hd) break;
-        const float x = attn::bf16_to_float(v[d]);
+      for (int jj = 0; jj < kPvBatch; ++jj)
+#pragma unroll
+        for (int u = 0; u < kDimsPerThread; ++u) {
+          const int d = tid + u * kTiledThreads;
+          x[jj][u] = j0 + jj < cnt && d < hd ? attn::bf16_to_float(sh.v[j0 + jj][d]) : 0.0f;
+        }
+#pragma unroll
+      for (int jj = 0; jj < kPvBatch; ++jj) {
+        if (j0 + jj >= cnt) break;
 #pragma unroll
         for (int h = 0; h < kMaxTiledGroup; ++h)
-          if (h < group) acc[h][u] += sh.p[h][j] * x;
+          if (h < group) {
+            const float p = sh.p[h][j0 + jj];
+#pragma unroll
+            for (int u = 0; u < kDimsPerThread; ++u) acc[h][u] += p * x[jj][u];
+          }
       }
     }
     __syncthreads();  // sh.p, sh.k and sh.v are reused by the next tile

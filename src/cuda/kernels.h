@@ -76,7 +76,7 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 // splits > 1: each row's positions are split into `splits` chunks, one block each, merged by
 // log-sum-exp in chunk order (flash-decoding); workspace holds
 // decode_attention_workspace_floats(T, n_heads, hd, splits) floats. splits = 1 needs none.
-constexpr int kMaxDecodeSplits = 16;
+constexpr int kMaxDecodeSplits = 32;
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
