@@ -8,9 +8,11 @@
 # Before the call, on the dev machine: scripts/stage_deps.sh   (fills .deps/, which is gitignored;
 # the GPU machine has a compiler, CUDA and CMake but no Debian dev packages and no network).
 # Then, with the device tool, from the repo root:
-#   run(command="BESTOFN_COMMIT=$(git rev-parse --short=12 HEAD) bash benchmarks/device_check.sh",
-#       carry=[".deps"], timeout_s=540)
+#   run(command="CXXFLAGS=-Wno-dangling-reference BESTOFN_COMMIT=<12 hex> bash benchmarks/device_check.sh \"$OUT\"",
+#       carry=[".deps"], timeout_s=500)
 # (write the commit into the command literally: the device copy of the tree may have no .git).
+# On 2026-11-30 the full check took ~270 s of script on the H200 (~300 s with the machine's
+# start); DEVICE_CHECK_QUICK=1 (the function quick below) ~140 s.
 # Results: $OUT/summary.json, device.txt, device_check.log, ctest_gpu.xml, gemm_fp8.json,
 # bench_cuda_8b.jsonl, bench_cuda_260k.jsonl, memcheck.log (at most 8 files come back); commit
 # them under benchmarks/results/<date>-<device>/ (see benchmarks/GPU_TODO.md).

@@ -12,16 +12,16 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
   sub->add_option("--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
-  sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (unverified on a GPU)");
-  sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs (unverified on a GPU)");
+  sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (Hydragen), for prompts with 2+ candidates in a step");
+  sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs; on FP8 also RMSNorm and SwiGLU fused with the activation quantization");
   sub->add_flag("--gemm-autotune", f.gemm_autotune,
-                "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json (unverified on a GPU)");
-  sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks (unverified on a GPU)");
+                "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json");
+  sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks");
   sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
-  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back (unverified on a GPU)");
+  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back");
   sub->add_flag("--split-attention", f.split_attention,
-                "CUDA: split each candidate's positions over several blocks when few candidates leave the GPU idle (unverified on a GPU)");
-  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch size, then replay it (unverified on a GPU)");
+                "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
+  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch size, then replay it");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
