@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "bestofn/engine.h"
@@ -29,6 +32,12 @@ struct Active {
   Candidate c;
   std::unique_ptr<IncrementalDecoder> decoder;
   int next_token = -1;  // sampled, not yet fed to the engine
+  // The last sampled token while its text is not decoded yet (check_text), and the end it makes
+  // without looking at the text ("eos", "length"; empty: none).
+  std::optional<int> unchecked;
+  std::string sync_end;
+  // Fed at the next step: not finished, and not ending with its last token.
+  bool feedable() const { return c.finish_reason.empty() && sync_end.empty(); }
 };
 
 class Run {
@@ -60,32 +69,60 @@ class Run {
 
   GenerationStats go(const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
     std::vector<float> logits;
-    std::vector<SamplerScratch> scratch(static_cast<std::size_t>(std::max(1, default_threads())));
     for (;;) {
       admit();
       if (active_.empty()) break;
-      const std::size_t B = active_.size();
+      // The candidates fed this step; with overlap_stop_checks, the text of the previous step's
+      // tokens is decoded and searched for stop strings on another thread during the step, and a
+      // candidate that turns out to have stopped has its extra sample dropped.
+      std::vector<Active*> feed, check;
+      for (const auto& a : active_) {
+        if (a->unchecked) check.push_back(a.get());
+        if (a->feedable()) feed.push_back(a.get());
+      }
+      if (feed.empty()) {  // only ends left to check
+        for (Active* a : check) check_text(*a);
+        sweep();
+        continue;
+      }
+      const std::size_t B = feed.size();
       std::vector<int> slots(B), tokens(B);
-      for (std::size_t b = 0; b < B; ++b) slots[b] = active_[b]->slot, tokens[b] = active_[b]->next_token;
+      for (std::size_t b = 0; b < B; ++b) slots[b] = feed[b]->slot, tokens[b] = feed[b]->next_token;
       // The engine samples itself when it can (--device-sampling: only the samples come back);
       // else the logits come back and the draws, independent per candidate, run here in parallel.
       std::vector<Sample> drawn(B);
       std::vector<std::uint64_t> prompt(B), candidate(B), step(B);
-      for (std::size_t b = 0; b < B; ++b) std::tie(prompt[b], candidate[b], step[b]) = draw_ids(*active_[b]);
+      for (std::size_t b = 0; b < B; ++b) std::tie(prompt[b], candidate[b], step[b]) = draw_ids(*feed[b]);
+      std::future<void> checking;  // check_text touches only the candidates' text, decoders and ends
+      if (!check.empty())
+        checking = std::async(std::launch::async, [this, check] {
+          for (Active* a : check) check_text(*a);
+        });
       const auto t0 = Clock::now();
-      const bool sampled = engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
-      if (!sampled) {
-        logits.resize(B * vocab_);
-        engine_.decode(slots, tokens, logits);
+      bool sampled = false;
+      try {
+        sampled = engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
+        if (!sampled) {
+          logits.resize(B * vocab_);
+          engine_.decode(slots, tokens, logits);
+        }
+      } catch (...) {
+        if (checking.valid()) checking.wait();  // the checks touch the candidates: let them finish first
+        throw;
       }
       stats_.decode_seconds += since(t0);
       stats_.steps++;
+      if (checking.valid()) checking.get();
       if (!sampled)
         parallel_for(B, [&](std::size_t b0, std::size_t b1) {
           SamplerScratch local;
-          for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*active_[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
+          for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*feed[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
         });
-      for (std::size_t b = 0; b < B; ++b) accept(*active_[b], drawn[b]);
+      for (std::size_t b = 0; b < B; ++b) {
+        if (!feed[b]->c.finish_reason.empty()) continue;  // stopped by its previous token: this sample is dropped
+        accept_sync(*feed[b], drawn[b]);
+        if (!opt_.overlap_stop_checks) check_text(*feed[b]);
+      }
       sweep();
       if (on_step) on_step(stats_, finished_);
     }
@@ -136,34 +173,53 @@ class Run {
       a->c.prompt = p;
       a->c.index = i;
       a->decoder = std::make_unique<IncrementalDecoder>(tok_, false);
-      accept(*a, draw(*a, ps.logits, s));
+      accept_sync(*a, draw(*a, ps.logits, s));
+      check_text(*a);
       active_.push_back(std::move(a));
       sweep();
     }
   }
 
-  // Takes a sampled token: EOS, text and stop strings, length.
-  void accept(Active& a, const Sample& smp) {
+  // Takes a sampled token, what needs no text: the id, its logprob, and the ends it makes by
+  // itself (EOS; the length limit or the context). check_text does the rest.
+  void accept_sync(Active& a, const Sample& smp) {
     Candidate& c = a.c;
     c.token_ids.push_back(smp.token);
     c.cumulative_logprob += smp.logprob;
     stats_.generated_tokens++;
+    a.unchecked = smp.token;
     if (std::find(opt_.eos_ids.begin(), opt_.eos_ids.end(), smp.token) != opt_.eos_ids.end()) {
+      a.sync_end = "eos";
+      return;
+    }
+    const bool at_context = engine_.slot_length(a.slot) >= context_;  // no position left to feed this token
+    if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
+      a.sync_end = "length";
+      return;
+    }
+    a.next_token = smp.token;
+  }
+
+  // The text of the unchecked token: decoded, stop strings searched (the text is cut at the
+  // first), and the candidate's end settled. Touches only the candidate: it may run on another
+  // thread during a decode step.
+  void check_text(Active& a) {
+    Candidate& c = a.c;
+    const int token = *a.unchecked;
+    a.unchecked.reset();
+    if (a.sync_end == "eos") {
       c.text += a.decoder->finish();
       c.finish_reason = "eos";
       return;
     }
     const std::size_t before = c.text.size();
-    c.text += a.decoder->push(smp.token);
+    c.text += a.decoder->push(token);
     if (match_stop(c, before)) return;
-    const bool at_context = engine_.slot_length(a.slot) >= context_;  // no position left to feed this token
-    if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
+    if (a.sync_end == "length") {
       c.text += a.decoder->finish();
       if (match_stop(c, before)) return;
       c.finish_reason = "length";
-      return;
     }
-    a.next_token = smp.token;
   }
 
   // The earliest stop string that ends in the text added since `before`; the text is cut there.
@@ -186,11 +242,12 @@ class Run {
   }
 
   // Finished candidates leave: slot released, result handed over. Cancelled ones leave silently.
+  // A candidate whose last token's text is still unchecked stays until it is checked.
   void sweep() {
     for (std::size_t b = 0; b < active_.size();) {
       Active& a = *active_[b];
       const bool cancel = a.c.finish_reason.empty() && opt_.cancelled && opt_.cancelled(a.c.prompt);
-      if (a.c.finish_reason.empty() && !cancel) {
+      if ((a.c.finish_reason.empty() || a.unchecked) && !cancel) {
         ++b;
         continue;
       }

@@ -222,13 +222,15 @@ class SelfSamplingEngine final : public Engine {
     for (std::size_t i = 0; i < slots.size(); ++i)
       out[i] = sample_token(std::span<const float>(logits).subspan(i * V, V), params, prompt[i], candidate[i], step[i], scratch);
     steps_++;
+    rows_ += static_cast<int>(slots.size());
     return true;
   }
   int steps() const { return steps_; }
+  int rows() const { return rows_; }  // candidate-steps decoded
 
  private:
   std::unique_ptr<Engine> e_;
-  int steps_ = 0;
+  int steps_ = 0, rows_ = 0;
 };
 
 }  // namespace
@@ -247,4 +249,60 @@ TEST(Scheduler, EngineSideSamplingGivesTheHostDraws) {
     EXPECT_EQ(out[i].token_ids, base[i].token_ids) << "candidate " << i;
     EXPECT_EQ(out[i].cumulative_logprob, base[i].cumulative_logprob);
   }
+}
+
+// overlap_stop_checks: the text of a step's tokens is checked during the next step, every
+// candidate fed speculatively, and one that stopped drops its extra sample. Whatever the engine
+// (host sampling, engine-side sampling, admission by room) and the batch, the candidates are the
+// ones of the plain schedule, field by field, and so are the token counts; the engine decodes more
+// rows (the dropped samples), which shows the speculation happened.
+TEST(Scheduler, OverlappedStopChecksGiveTheSameCandidates) {
+  GenerationOptions o = sampled(5, 24);
+  const std::vector<GenerationRequest> reqs = {req("def add(a, b):", 5), req("print(", 4), req("import", 3)};
+  const auto plain = run(reqs, o);
+  // Stop strings from the middle of two candidates' texts, and an EOS id from a third: some
+  // candidates stop on text, some on EOS, the rest at the length limit.
+  ASSERT_GT(plain[0].text.size(), 8u);
+  ASSERT_GT(plain[6].text.size(), 8u);
+  o.stop = {plain[0].text.substr(4, 2), plain[6].text.substr(5, 3)};
+  o.eos_ids = {plain[10].token_ids[5]};
+  int by_stop = 0, by_eos = 0, by_length = 0;
+  for (int batch : {64, 3}) {
+    o.batch = batch;
+    o.overlap_stop_checks = false;
+    SelfSamplingEngine plain_engine(make_cpu_engine(fx().w, {}));
+    GenerationStats plain_stats;
+    std::vector<Candidate> base;
+    plain_stats = generate(plain_engine, *fx().tok, reqs, o, [&](Candidate&& c) { base.push_back(std::move(c)); });
+    std::sort(base.begin(), base.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
+    o.overlap_stop_checks = true;
+    SelfSamplingEngine overlapped_engine(make_cpu_engine(fx().w, {}));
+    std::vector<Candidate> over;
+    const GenerationStats over_stats =
+        generate(overlapped_engine, *fx().tok, reqs, o, [&](Candidate&& c) { over.push_back(std::move(c)); });
+    std::sort(over.begin(), over.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
+    RoomLimitedEngine limited(make_cpu_engine(fx().w, {}), 2);
+    const auto host_sampled = run(reqs, o);
+    const auto room_limited = run_on(limited, reqs, o);
+    ASSERT_EQ(over.size(), base.size());
+    ASSERT_EQ(host_sampled.size(), base.size());
+    ASSERT_EQ(room_limited.size(), base.size());
+    for (std::size_t i = 0; i < base.size(); ++i)
+      for (const Candidate* other : std::vector<const Candidate*>{&over[i], &host_sampled[i], &room_limited[i]}) {
+        SCOPED_TRACE("batch " + std::to_string(batch) + ", candidate " + std::to_string(i));
+        EXPECT_EQ(other->token_ids, base[i].token_ids);
+        EXPECT_EQ(other->text, base[i].text);
+        EXPECT_EQ(other->finish_reason, base[i].finish_reason);
+        EXPECT_EQ(other->stop, base[i].stop);
+        EXPECT_EQ(other->cumulative_logprob, base[i].cumulative_logprob);
+      }
+    EXPECT_EQ(over_stats.generated_tokens, plain_stats.generated_tokens);
+    if (batch == 64) {
+      for (const Candidate& c : base) (c.finish_reason == "stop" ? by_stop : c.finish_reason == "eos" ? by_eos : by_length)++;
+      EXPECT_GT(overlapped_engine.rows(), plain_engine.rows());
+    }
+  }
+  EXPECT_GE(by_stop, 2);
+  EXPECT_GE(by_eos, 1);
+  EXPECT_GE(by_length, 1);
 }

@@ -39,6 +39,11 @@ struct GenerationOptions {
   // Optional, called between steps: true drops the prompt's unstarted candidates and cancels its
   // running ones (they are not handed to on_done). For --stop-on-pass.
   std::function<bool(std::size_t prompt)> cancelled;
+  // The text of a step's tokens (detokenization, stop strings) is checked on another thread while
+  // the next step runs, all candidates fed speculatively; one found to have stopped drops its extra
+  // sample. The same candidates as without it (the draws do not depend on the batch); for an
+  // engine that samples on the device (--device-sampling), where the host would otherwise idle.
+  bool overlap_stop_checks = false;
 };
 
 struct Candidate {

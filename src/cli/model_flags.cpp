@@ -18,7 +18,7 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
                 "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json");
   sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks");
   sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
-  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back");
+  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back; the host checks stop strings during the next step");
   sub->add_flag("--split-attention", f.split_attention,
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch size, then replay it");
@@ -78,6 +78,7 @@ GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m) 
   go.sampling = sampling_params(f, m.weights->config);
   go.max_new_tokens = f.max_new_tokens;
   go.batch = f.batch;
+  go.overlap_stop_checks = f.device_sampling;  // the host waits on the device's samples: check text meanwhile
   go.stop = f.stop;
   go.eos_ids = m.weights->config.eos_token_ids;
   if (go.eos_ids.empty() && m.tokenizer.eos_id()) go.eos_ids.push_back(*m.tokenizer.eos_id());
