@@ -83,6 +83,7 @@ class Run {
       if (feed.empty()) {  // only ends left to check
         for (Active* a : check) check_text(*a);
         sweep();
+        if (on_step) on_step(stats_, finished_);
         continue;
       }
       const std::size_t B = feed.size();

@@ -284,7 +284,7 @@ TEST(GpuDecodeAttention, MatchesCpuTwin) {
     }
 }
 
-// Positions split over several blocks per row: chunks longer, shorter and (16 splits of a 1-40
+// Positions split over several blocks per row: chunks longer, shorter and (32 splits of a 1-40
 // position suffix) emptier than a warp's share, the same bound as one block per row.
 TEST(GpuDecodeAttention, SplitPositionsMatchCpuTwin) {
   SKIP_WITHOUT_GPU();

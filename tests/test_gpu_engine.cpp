@@ -1,6 +1,7 @@
 // The CUDA engine against the CPU engine (the oracle), both with a BF16 KV cache, on llama-260k and
 // on synthetic FP8 models (per-channel dynamic and per-tensor static schemes), over 32 steps of a
 // batch that mixes prefixes; the part-1 path and every combination of the part-2 flags.
+#include <array>
 #include <cmath>
 #include <random>
 #include <cstdio>
@@ -27,16 +28,17 @@ struct Trace {
 // Two prompts, `per_prompt` greedy candidates each (they stay identical within a prompt), `steps`
 // decode steps; the tokens fed are the CPU run's (teacher forcing) when `forced` is given, so a
 // near-tie cannot make the two runs diverge.
-Trace trace(Engine& e, int per_prompt, int steps, const Trace* forced) {
+// counts: the candidates of each of the two prompts.
+Trace trace(Engine& e, std::array<int, 2> counts, int steps, const Trace* forced) {
   const auto V = static_cast<std::size_t>(e.config().vocab_size);
   const std::vector<std::vector<int>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 200, 100, 50}};
   std::vector<int> slots, tokens;
   Trace r;
-  for (const auto& p : prompts) {
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
     std::vector<float> last(V);
-    const int prefix = e.prefill(p, last);
+    const int prefix = e.prefill(prompts[p], last);
     const int first = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
-    for (int i = 0; i < per_prompt; ++i) slots.push_back(e.add_slot(prefix)), tokens.push_back(first);
+    for (int i = 0; i < counts[p]; ++i) slots.push_back(e.add_slot(prefix)), tokens.push_back(first);
   }
   std::vector<float> logits(slots.size() * V);
   for (int step = 0; step < steps; ++step) {
@@ -52,6 +54,7 @@ Trace trace(Engine& e, int per_prompt, int steps, const Trace* forced) {
   }
   return r;
 }
+Trace trace(Engine& e, int per_prompt, int steps, const Trace* forced) { return trace(e, {per_prompt, per_prompt}, steps, forced); }
 
 // |gpu - cpu| <= atol + rtol |cpu| on every logit of every step; the mean |gpu - cpu| over all of
 // them <= mean_tol (when given: a systematic error moves every logit, rounding flips a few);
@@ -204,6 +207,17 @@ TEST(GpuEngine, Llama260kMatchesTheCpuEngine) {
     else
       compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "llama-260k" + paths.name());
   }
+  // --cuda-prefix-gemm with one candidate per prompt (no group has 2 rows: the decode kernel) and
+  // with one prompt of 1 and one of 3 (the GEMMs, a 1-row group among them).
+  for (const std::array<int, 2> counts : {std::array<int, 2>{1, 1}, std::array<int, 2>{1, 3}}) {
+    const Trace cpu_n = trace(*cpu_e, counts, 32, nullptr);
+    for (const bool split : {false, true}) {
+      Paths paths{true, false, false, split};
+      const std::string what = "llama-260k" + paths.name() + " counts " + std::to_string(counts[0]) + "+" + std::to_string(counts[1]);
+      auto gpu_e = cuda::make_cuda_engine(w, paths.options());
+      compare(trace(*gpu_e, counts, 32, &cpu_n), cpu_n, 512, split ? 1e-2 : 2e-3, 2e-3, split ? 0.03f : 0.01f, what, split ? 1e-3 : -1);
+    }
+  }
 }
 
 TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
@@ -300,6 +314,12 @@ TEST(GpuEngine, GraphsReplayTheEagerStepBitForBit) {
       if (std::memcmp(le.data(), lg.data(), le.size() * 4) != 0 && differ++ < 4) ADD_FAILURE() << paths.name() << ": step " << step << " differs";
     }
     EXPECT_EQ(differ, 0) << with.name();
+    // The comparison means something only if the graphs ran: 40 steps, two shapes, each shape's
+    // first step eager and its second captured (38 launches; a moved buffer costs two more).
+    const Engine::GraphStats g = graphed->graph_stats();
+    EXPECT_EQ(g.disabled, "") << with.name();
+    EXPECT_GE(g.replays, 30) << with.name();
+    EXPECT_EQ(eager->graph_stats().replays, 0);
   }
 }
 
@@ -399,6 +419,10 @@ TEST(GpuEngine, DeviceSamplingGivesTheHostDraws) {
       }
     }
     EXPECT_EQ(differ, 0);
+    if (graphs) {
+      EXPECT_EQ(dev_e->graph_stats().disabled, "");
+      EXPECT_GE(dev_e->graph_stats().replays, 10);  // 12 steps of one shape: eager, capture, then replays
+    }
   }
   auto cpu_e = make_cpu_engine(w, {});
   std::vector<Sample> none(1);

@@ -92,6 +92,13 @@ class Engine {
     std::string gemm;  // what was timed
   };
   virtual Ceilings measure_ceilings() { return {}; }
+  // Decode steps replayed from a captured CUDA graph so far (--cuda-graphs; 0 elsewhere), and why
+  // capture was given up, when it was (the steps then run eagerly).
+  struct GraphStats {
+    long long replays = 0;
+    std::string disabled;
+  };
+  virtual GraphStats graph_stats() const { return {}; }
 };
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);

@@ -41,8 +41,11 @@ struct GenerationOptions {
   std::function<bool(std::size_t prompt)> cancelled;
   // The text of a step's tokens (detokenization, stop strings) is checked on another thread while
   // the next step runs, all candidates fed speculatively; one found to have stopped drops its extra
-  // sample. The same candidates as without it (the draws do not depend on the batch); for an
-  // engine that samples on the device (--device-sampling), where the host would otherwise idle.
+  // sample. Each candidate's draws are the same (they do not depend on the batch), so an engine
+  // whose logits do not depend on the batch either (the CPU engine) gives the same candidates;
+  // on CUDA a stopped candidate stays in the batch one step longer, and a different batch size
+  // can move the low bits of the logits (GEMM algorithms, attention splits), as any change of
+  // --batch can. On with --device-sampling, where the host would otherwise idle.
   bool overlap_stop_checks = false;
 };
 

@@ -121,7 +121,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--paged-kv", o->paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
   sub->add_flag("--device-sampling", o->device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
   sub->add_flag("--split-attention", o->split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
-  sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch size");
+  sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -181,6 +181,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         else
           engine->decode(slots, tokens, logits);
       };
+      const long long replays_before = engine->graph_stats().replays;
       double timed = 0;
       for (int step = 0; step < o->steps + 2; ++step) {
         if (step == 2) engine->take_phase_times();  // the split covers the timed steps only
@@ -222,6 +223,11 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune},
                                     {"paged_kv", o->paged_kv}, {"device_sampling", o->device_sampling},
                                     {"split_attention", o->split_attention}, {"cuda_graphs", o->cuda_graphs}};
+      if (o->cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
+        const Engine::GraphStats g = engine->graph_stats();
+        row["graph_replays"] = g.replays - replays_before;
+        if (!g.disabled.empty()) row["graphs_disabled"] = g.disabled;
+      }
       if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
                               // CUDA: events in kProfileSteps extra steps)
         const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;

@@ -21,7 +21,7 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back; the host checks stop strings during the next step");
   sub->add_flag("--split-attention", f.split_attention,
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
-  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch size, then replay it");
+  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {

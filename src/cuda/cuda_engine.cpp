@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
@@ -122,6 +124,9 @@ class CudaEngine final : public Engine {
     timer_.enable(on);
   }
   Ceilings measure_ceilings() override;
+  GraphStats graph_stats() const override {
+    return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason()} : GraphStats{};
+  }
 
  private:
   // Several engines may run on several threads, one device each: every call that touches the
@@ -558,10 +563,14 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   timer_.begin_step();
   std::optional<PhaseTimer::Scope> total;
   total.emplace(&timer_, PhaseTimer::Total);
-  if (graphs_ && !timer_.enabled())  // profiling records events between the phases: eager
+  if (graphs_ && !timer_.enabled()) {  // profiling records events between the phases: eager
+    const bool was_enabled = graphs_->enabled();
     graphs_->run(graph_key(T, splits, use_prefix, draws, off, plan, groups), stream_, enqueue);
-  else
+    if (was_enabled && !graphs_->enabled())
+      spdlog::warn("--cuda-graphs: capture failed, decode steps run without graphs from now on ({})", graphs_->disabled_reason());
+  } else {
     enqueue();
+  }
   for (Slot* s : batch) s->kv.len++;
   total.reset();
   // The step's one synchronization: the logits, or (--device-sampling) only the samples, back.

@@ -19,6 +19,7 @@ void GraphCache::run(const GraphKey& key, cudaStream_t stream, const std::functi
     ++launches_;
     return;
   }
+  if (seen_.size() >= kMaxSeen) seen_.clear();  // keys seen once and never again (batch makeups that passed)
   if (seen_.insert(key).second) return enqueue();  // first sight: eager
   if (graphs_.size() >= kMaxGraphs) clear();
   // Thread-local capture: engines on other threads (eval --devices) are not affected.

@@ -4,7 +4,8 @@
 // depend on: the batch size, the flags, the structure of the prefix groups, and the address of
 // every device buffer it touches (a buffer that grows moves, and then the key changes). A key is
 // first run eagerly (GEMM plans, autotuning and buffer sizes settle), captured the second time it
-// is seen, then replayed. Bounded: past kMaxGraphs the cache starts over.
+// is seen, then replayed. Bounded: past kMaxGraphs graphs, or kMaxSeen keys seen once, it starts
+// over.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -21,6 +22,7 @@ using GraphKey = std::vector<std::uint64_t>;
 class GraphCache {
  public:
   static constexpr std::size_t kMaxGraphs = 64;
+  static constexpr std::size_t kMaxSeen = 1024;  // keys remembered as seen once, at most
   GraphCache() = default;
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;

@@ -7,6 +7,7 @@
 // same from step to step, which one buffer that only grows gives.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -52,7 +53,9 @@ class StepArena {
       pinned_.reset(p);
       pinned_bytes_ = bytes;
     }
-    if (n > dev_.size()) dev_.resize(std::max(n, 2 * dev_.size()));
+    // Headroom: the paged block tables grow a little now and then, and each move of this buffer
+    // is a new key for the graph cache.
+    if (n > dev_.size()) dev_.resize(std::max({n + n / 2, 2 * dev_.size(), std::size_t{4096}}));
     std::memcpy(pinned_.get(), host_.data(), host_.size());
     CUDA_CHECK(cudaMemcpyAsync(dev_.get(), pinned_.get(), host_.size(), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaEventRecord(copied_, stream));
