@@ -236,39 +236,37 @@ struct DecodeBatch {
                           s.n_heads, s.n_kv, s.hd, out.data());
     return out;
   }
+  // The batch on the device, with an output and a chunk workspace for `splits`.
+  struct OnDevice {
+    DeviceArray<float> q, out, work;
+    DeviceArray<std::uint16_t> k, v;
+    DeviceArray<const std::uint16_t*> kp, vp, ks, vs;
+    DeviceArray<int> plen, slen;
+    OnDevice(const DecodeBatch& b, int splits)
+        : q(b.q), out(b.q.size()), work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(b.T, b.s.n_heads, b.s.hd, splits), 1)),
+          k(b.k_pool), v(b.v_pool), kp(at(static_cast<const std::uint16_t*>(k.get()), b.prefix_off)),
+          vp(at(static_cast<const std::uint16_t*>(v.get()), b.prefix_off)), ks(at(static_cast<const std::uint16_t*>(k.get()), b.suffix_off)),
+          vs(at(static_cast<const std::uint16_t*>(v.get()), b.suffix_off)), plen(b.prefix_len), slen(b.suffix_len) {}
+  };
   // splits > 1: the flash-decoding path (chunks of positions merged by a second kernel).
   std::vector<float> gpu(int splits = 1) const {
-    DeviceArray<float> d_q(q), d_out(q.size());
-    DeviceArray<float> work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(T, s.n_heads, s.hd, splits), 1));
-    DeviceArray<std::uint16_t> d_k(k_pool), d_v(v_pool);
-    const std::uint16_t* k0 = d_k.get();
-    const std::uint16_t* v0 = d_v.get();
-    DeviceArray<const std::uint16_t*> kp(at(k0, prefix_off)), vp(at(v0, prefix_off)), ks(at(k0, suffix_off)),
-        vs(at(v0, suffix_off));
-    DeviceArray<int> plen(prefix_len), slen(suffix_len);
-    cuda::decode_attention_cuda(d_q.get(), kp.get(), vp.get(), plen.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads,
-                                s.n_kv, s.hd, d_out.get(), nullptr, nullptr, nullptr, 0, splits, splits > 1 ? work.get() : nullptr);
+    OnDevice d(*this, splits);
+    cuda::decode_attention_cuda(d.q.get(), d.kp.get(), d.vp.get(), d.plen.get(), d.ks.get(), d.vs.get(), d.slen.get(), T, s.n_heads,
+                                s.n_kv, s.hd, d.out.get(), nullptr, nullptr, nullptr, 0, splits, splits > 1 ? d.work.get() : nullptr);
     sync();
-    return d_out.download();
+    return d.out.download();
   }
   // --split-attention's tiled kernel (one block per row, KV head and chunk).
   std::vector<float> gpu_tiled(int splits) const {
-    DeviceArray<float> d_q(q), d_out(q.size());
-    DeviceArray<float> work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(T, s.n_heads, s.hd, splits), 1));
-    DeviceArray<std::uint16_t> d_k(k_pool), d_v(v_pool);
-    const std::uint16_t* k0 = d_k.get();
-    const std::uint16_t* v0 = d_v.get();
-    DeviceArray<const std::uint16_t*> kp(at(k0, prefix_off)), vp(at(v0, prefix_off)), ks(at(k0, suffix_off)),
-        vs(at(v0, suffix_off));
-    DeviceArray<int> plen(prefix_len), slen(suffix_len);
+    OnDevice d(*this, splits);
     cuda::TiledAttentionArgs a;
-    a.q = d_q.get(), a.k_prefix = kp.get(), a.v_prefix = vp.get(), a.prefix_len = plen.get();
-    a.k_suffix = ks.get(), a.v_suffix = vs.get(), a.suffix_len = slen.get();
-    a.T = T, a.n_heads = s.n_heads, a.n_kv = s.n_kv, a.hd = s.hd, a.out = d_out.get();
-    a.splits = splits, a.partial = splits > 1 ? work.get() : nullptr;
+    a.q = d.q.get(), a.k_prefix = d.kp.get(), a.v_prefix = d.vp.get(), a.prefix_len = d.plen.get();
+    a.k_suffix = d.ks.get(), a.v_suffix = d.vs.get(), a.suffix_len = d.slen.get();
+    a.T = T, a.n_heads = s.n_heads, a.n_kv = s.n_kv, a.hd = s.hd, a.out = d.out.get();
+    a.splits = splits, a.partial = splits > 1 ? d.work.get() : nullptr;
     cuda::decode_attention_tiled_cuda(a, nullptr);
     sync();
-    return d_out.download();
+    return d.out.download();
   }
 };
 
