@@ -11,8 +11,10 @@
   python benchmarks/cpu_bench.py --bestofn build/bestofn --steps 128 --out benchmarks/results/cpu.jsonl
 
 Targets (DESIGN/benchmarks): tok/s at N=16 >= 6x tok/s at N=1; bestofn N=1 >= llama.cpp N=1.
-The llama.cpp side uses Q8_0 (1.06 bytes per weight, embeddings included) as the closest GGUF
-match to bestofn's FP8 weights; --gguf-type f16 is there too. Threads: 2 on both sides.
+The llama.cpp side uses Q8_0 (1.06 bytes per weight, embeddings and the output tensor included) as
+the closest GGUF match to bestofn's FP8 weights; --gguf-type f16 is there too. bestofn keeps the
+checkpoint's BF16 lm_head unless --quantize-lm-head (then FP8, as Q8_0 has its output tensor in
+8 bits). Threads: 2 on both sides.
 """
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ def run_bestofn(args, model_dir: Path) -> list[dict]:
     cmd = [str(args.bestofn), "bench", "--synthetic", args.shape, "--dtype", "fp8", "--device", "cpu",
            "--n", args.n, "--prompt-len", str(args.prompt_len), "--steps", str(args.steps),
            "--threads", str(args.threads), "--json", "--keep-model", str(model_dir)]
+    if args.quantize_lm_head:
+        cmd.append("--quantize-lm-head")
     print("+ " + shlex.join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # stderr passes through
     if proc.returncode != 0:
@@ -126,6 +130,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=128, help="decode steps per configuration")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gguf-type", choices=["q8_0", "f16"], default="q8_0")
+    ap.add_argument("--quantize-lm-head", action="store_true",
+                    help="bestofn bench --quantize-lm-head: the lm_head in FP8 as llama.cpp's Q8_0 file has its "
+                         "output tensor in Q8_0 (default: the checkpoint's BF16 lm_head)")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3, help="llama.cpp: best of this many runs after a warmup")
     ap.add_argument("--seed", type=int, default=0, help="llama.cpp prompt ids")
@@ -174,6 +181,7 @@ def main() -> int:
                "ratio_n16_over_n1": ratio(n16, n1), "target_ratio_n16_over_n1": 6.0,
                "tok_s_n1_llamacpp": lc, "ratio_bestofn_over_llamacpp_n1": ratio(n1, lc),
                "target_ratio_bestofn_over_llamacpp_n1": 1.0, "gguf_type": args.gguf_type,
+               "bestofn_lm_head": "fp8" if args.quantize_lm_head else "bf16",
                "prompt_len": args.prompt_len, "steps": args.steps, "threads": args.threads, **common,
                "command": command}
     emit(summary)

@@ -186,6 +186,10 @@ Weights load_weights(std::shared_ptr<const ModelFiles> files, ModelConfig config
     w.lm_head.weight = w.token_embedding;
   else
     w.lm_head = ld.linear("lm_head", vocab, dim);
+  if (options.quantize_lm_head_fp8 && !w.lm_head.is_fp8()) {
+    ld.quantize(w.lm_head);  // into storage of its own: a tied embedding keeps its bytes
+    w.quantization += "+fp8-lm-head";
+  }
 
   for (auto& name : ld.unused()) {
     const bool benign = name.ends_with("rotary_emb.inv_freq") || (c.tie_word_embeddings && name == "lm_head.weight");

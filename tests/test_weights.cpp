@@ -152,6 +152,43 @@ TEST(Weights, OnlineFp8QuantizationIsPerChannelAmaxOver448) {
   EXPECT_LT(q.decode_bytes_per_step(), ref.decode_bytes_per_step());
 }
 
+// --quantize-lm-head: the lm_head alone (an FP8 checkpoint's BF16 one; a tied one, whose
+// embedding keeps its F32 bytes), per output channel as above; the bytes a step reads drop by
+// the lm_head's BF16 (or F32) minus FP8 size, the scales included.
+TEST(Weights, LmHeadQuantizationIsPerChannelAndLeavesTheEmbedding) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "fp8", "fp8", 4);
+  LoadOptions o;
+  o.quantize_lm_head_fp8 = true;
+  const Weights ref = load_model(p), q = load_model(p, o);
+  EXPECT_EQ(q.quantization, ref.quantization + "+fp8-lm-head");
+  const Linear& src = ref.lm_head;
+  const Linear& dst = q.lm_head;
+  ASSERT_EQ(src.weight.dtype, DType::BF16);
+  ASSERT_TRUE(dst.is_fp8());
+  ASSERT_EQ(dst.weight_scale.size(), static_cast<std::size_t>(src.out_features()));
+  EXPECT_FALSE(dst.input_scale);
+  const std::int64_t in = src.in_features();
+  for (std::int64_t r = 0; r < src.out_features(); r += 37) {
+    float amax = 0;
+    for (std::int64_t c = 0; c < in; ++c) amax = std::max(amax, std::fabs(src.weight.at(r * in + c)));
+    ASSERT_EQ(dst.weight_scale[static_cast<std::size_t>(r)], amax / 448.0f) << "row " << r;
+    for (std::int64_t c = 0; c < in; ++c)
+      ASSERT_EQ(dst.weight.data[r * in + c], fp8_e4m3_from_float(src.weight.at(r * in + c) / (amax / 448.0f))) << r << "," << c;
+  }
+  const auto n = static_cast<std::size_t>(src.out_features() * in);
+  EXPECT_EQ(ref.decode_bytes_per_step() - q.decode_bytes_per_step(), 2 * n - (n + 4 * static_cast<std::size_t>(src.out_features())));
+  EXPECT_TRUE(q.layers[1].wq.is_fp8());
+
+  // Tied (llama-260k, F32): the embedding keeps its bytes, the lm_head gets its own.
+  const Weights tied = load_model(test::require_shared("models/llama-260k"), o);
+  ASSERT_TRUE(tied.config.tie_word_embeddings);
+  EXPECT_EQ(tied.token_embedding.dtype, DType::F32);
+  ASSERT_TRUE(tied.lm_head.is_fp8());
+  EXPECT_NE(tied.lm_head.weight.data, tied.token_embedding.data);
+  EXPECT_EQ(tied.lm_head.weight_scale.size(), static_cast<std::size_t>(tied.config.vocab_size));
+}
+
 TEST(Weights, MisalignedTensorsAreCopiedAndReadCorrectly) {
   // A 3-byte tensor first shifts every later tensor off its natural alignment.
   test::TempDir dir;

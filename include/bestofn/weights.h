@@ -58,6 +58,11 @@ struct LoadOptions {
   // Quantize BF16/F16/F32 linear weights (not lm_head) to FP8 E4M3 at load, one scale per
   // output channel = amax / 448; activations then use dynamic per-token scales.
   bool quantize_fp8 = false;
+  // Quantize the lm_head (BF16/F16/F32, tied to the embedding or not; the embedding itself stays)
+  // to FP8 E4M3 the same way: half the bytes of a BF16 lm_head per decode step, as llama.cpp's
+  // Q8_0 output tensor does. Its activations then take dynamic per-token FP8 scales like every
+  // FP8 layer. Checkpoints keep lm_head in BF16, so this is a choice, off by default.
+  bool quantize_lm_head_fp8 = false;
 };
 
 struct Weights {

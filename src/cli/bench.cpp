@@ -30,7 +30,7 @@ struct BenchOptions {
   std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
   int prompt_len = 256, steps = 16, threads = 0;
   bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false,
-       split_attention = false, cuda_graphs = false;
+       split_attention = false, cuda_graphs = false, quantize_lm_head = false;
   std::string command;
 };
 
@@ -108,6 +108,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m");
   m->excludes(s);
   sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "bf16", "fp8"}))->default_str("fp8");
+  sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
   sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)");
   sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
   sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")->default_str("1,2,4,8,16,32");
@@ -136,7 +137,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       }
     } cleanup{temp};
     const fs::path dir = model_dir(*o, temp);
-    auto w = std::make_shared<const Weights>(load_model(dir));
+    LoadOptions lo;
+    lo.quantize_lm_head_fp8 = o->quantize_lm_head;
+    auto w = std::make_shared<const Weights>(load_model(dir, lo));
     const ModelConfig& c = w->config;
     if (o->prompt_len + o->steps + 2 + kProfileSteps >= c.max_position_embeddings)
       throw Error("--prompt-len " + std::to_string(o->prompt_len) + " + steps do not fit the context of " + std::to_string(c.max_position_embeddings));

@@ -100,7 +100,7 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
                       const std::vector<const Problem*>& selected, const Shard& shard) {
   std::vector<std::string> ids;
   for (const Problem* p : selected) ids.push_back(p->task_id);
-  return {{"model", std::filesystem::absolute(o.m.model).lexically_normal().string()},
+  ordered_json run = {{"model", std::filesystem::absolute(o.m.model).lexically_normal().string()},
           {"tokenizer", m.tokenizer.path()},
           {"dataset", o.dataset},
           {"n", o.n},
@@ -120,6 +120,8 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"stop_on_pass", o.stop_on_pass},
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"tasks", ids}};
+  if (o.m.quantize_lm_head) run["quantize_lm_head"] = true;  // only when on: manifests from before it still match
+  return run;
 }
 
 // The verifier side of the pipeline: a bounded queue (back-pressure when full), `workers`

@@ -9,6 +9,8 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--model", f.model, "Hugging Face model directory")->required();
   sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)");
   sub->add_option("--quantize", f.quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
+  sub->add_flag("--quantize-lm-head", f.quantize_lm_head,
+                "Quantize the lm_head to FP8 E4M3 at load (per output channel; half the bytes of a BF16 lm_head)");
   sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
   sub->add_option("--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
@@ -41,6 +43,7 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
   LoadOptions lo;
   lo.quantize_fp8 = f.quantize == "fp8";
+  lo.quantize_lm_head_fp8 = f.quantize_lm_head;
   m.weights = std::make_shared<const Weights>(load_model(f.model, lo));
   const ModelConfig& cfg = m.weights->config;
   if (m.tokenizer.vocab_size() > cfg.vocab_size)
