@@ -151,6 +151,28 @@ TEST(CpuEngine, Bf16WeightsMatchTransformers) {
   for (std::size_t t = 0; t < bf16.rows.size(); ++t) expect_close(bf16.rows[t], g["bf16"][t], 3e-2, "bf16 kv, position " + std::to_string(t));
 }
 
+namespace {
+
+// The FP8 contract against HF's fp32 logits: every logit within 0.3 relative (|d| / (1 + |ref|)),
+// and the argmax equal wherever HF's top-2 margin exceeds 0.3. Returns the worst relative error.
+double expect_fp8_close_to_hf(const PromptLogits& pl, const json& g, const std::string& what) {
+  double worst = 0;
+  for (std::size_t t = 0; t < pl.rows.size(); ++t) {
+    worst = std::max(worst, max_rel(pl.rows[t], g["logits"][t]).first);
+    expect_close(pl.rows[t], g["logits"][t], 0.3, what + ", position " + std::to_string(t));
+    const auto& row = g["logits"][t];
+    std::vector<float> ref(row.begin(), row.end());
+    std::vector<float> sorted = ref;
+    std::sort(sorted.rbegin(), sorted.rend());
+    if (sorted[0] - sorted[1] > 0.3f) {
+      EXPECT_EQ(argmax(pl.rows[t]), argmax(ref)) << what << ", position " << t;
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
 TEST(CpuEngine, Fp8OnlineQuantizedStaysCloseToTransformersF32) {
   const json& g = hf()["tiny-gqa-llama3"];
   auto w = load(test::source_path("tests/data/engine/tiny-gqa-llama3"), true);
@@ -161,16 +183,7 @@ TEST(CpuEngine, Fp8OnlineQuantizedStaysCloseToTransformersF32) {
   // (golden.json "bf16"); E4M3 keeps 5 fewer mantissa bits (32x the rounding step), so ~0.5 is
   // expected on logits spanning about [-4, 3.4]. Measured worst: 0.227 relative (|d| / (1 + |ref|)).
   // Tolerance 0.3, and the argmax must agree wherever HF's top-2 margin exceeds 0.3.
-  for (std::size_t t = 0; t < pl.rows.size(); ++t) {
-    expect_close(pl.rows[t], g["logits"][t], 0.3, "fp8, position " + std::to_string(t));
-    const auto& row = g["logits"][t];
-    std::vector<float> ref(row.begin(), row.end());
-    std::vector<float> sorted = ref;
-    std::sort(sorted.rbegin(), sorted.rend());
-    if (sorted[0] - sorted[1] > 0.3f) {
-      EXPECT_EQ(argmax(pl.rows[t]), argmax(ref)) << "position " << t;
-    }
-  }
+  expect_fp8_close_to_hf(pl, g, "fp8");
 }
 
 // --quantize-lm-head on top: the lm_head's weights and its input in E4M3 as well. Against the same
@@ -181,19 +194,7 @@ TEST(CpuEngine, Fp8LmHeadStaysCloseToTransformersF32) {
   auto w = load(test::source_path("tests/data/engine/tiny-gqa-llama3"), true, true);
   ASSERT_TRUE(w->lm_head.is_fp8());
   const PromptLogits pl = run_prompt(*make_cpu_engine(w, {}), g["prompt"]);
-  double worst = 0;
-  for (std::size_t t = 0; t < pl.rows.size(); ++t) {
-    worst = std::max(worst, max_rel(pl.rows[t], g["logits"][t]).first);
-    expect_close(pl.rows[t], g["logits"][t], 0.3, "fp8 + fp8 lm_head, position " + std::to_string(t));
-    const auto& row = g["logits"][t];
-    std::vector<float> ref(row.begin(), row.end());
-    std::vector<float> sorted = ref;
-    std::sort(sorted.rbegin(), sorted.rend());
-    if (sorted[0] - sorted[1] > 0.3f) {
-      EXPECT_EQ(argmax(pl.rows[t]), argmax(ref)) << "position " << t;
-    }
-  }
-  std::printf("[ measured ] fp8 + fp8 lm_head: worst |d| / (1 + |ref|) = %.3f\n", worst);
+  std::printf("[ measured ] fp8 + fp8 lm_head: worst |d| / (1 + |ref|) = %.3f\n", expect_fp8_close_to_hf(pl, g, "fp8 + fp8 lm_head"));
 }
 
 namespace {
