@@ -52,6 +52,7 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/cuda_device.cpp
     src/cuda/gemm.cpp
     src/cuda/cuda_engine.cpp
+    src/cuda/cuda_step.cpp
     src/cuda/prefix_attention.cpp
     src/cuda/ceilings.cpp
     src/cuda/dev_weights.cpp

@@ -1,0 +1,198 @@
+#pragma once
+// The CUDA engine's class (src/cuda/cuda_engine.cpp: set-up, the forward's layers, prefill;
+// src/cuda/cuda_step.cpp: a decode step, its index arrays and its CUDA graph key). Internal to
+// bestofn_cuda: the rest of the program reaches it through make_cuda_engine (cuda_api.h).
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bestofn/engine.h"
+#include "bestofn/error.h"
+#include "bestofn/weights.h"
+#include "handle_table.h"
+#include "cuda/cuda_check.h"
+#include "cuda/dev_weights.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/graph_cache.h"
+#include "cuda/paged_kv.h"
+#include "cuda/phase_timer.h"
+#include "cuda/plan.h"
+#include "cuda/prefix_attention.h"
+#include "cuda/step_arena.h"
+
+namespace bestofn::cuda {
+
+// --cuda-prefix-gemm: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
+constexpr int kMinPrefixGemmRows = 2;
+
+// K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
+struct KvPart {
+  std::vector<DeviceBuffer> k, v;
+  int len = 0, capacity = 0;
+};
+
+struct Prefix {
+  KvPart kv;
+  int slots = 0;
+  std::vector<DeviceBuffer> kf, vf;  // --cuda-prefix-gemm: per layer, the K/V widened to F32 (len, kv_dim)
+};
+
+struct Slot {
+  int prefix = -1;
+  KvPart kv;        // part 1: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
+  PagedSlot paged;  // --paged-kv: the block table and the promise
+};
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
+  ~CudaEngine() override {
+    cudaSetDevice(device_);  // the buffers below are freed on the device they live on
+    cudaStreamSynchronize(stream_);
+  }
+  const ModelConfig& config() const override { return c_; }
+  std::string name() const override { return "cuda"; }
+  int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
+  void release_prefix(int p) override {
+    use_device();
+    Prefix& pre = prefix_at(p);
+    if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
+    prefixes_.erase(p);
+  }
+  int add_slot(int p) override {
+    prefix_at(p).slots++;
+    auto s = std::make_unique<Slot>();
+    s->prefix = p;
+    return slots_.put(std::move(s));
+  }
+  // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
+  // what the admitted slots may still take; without paging every slot fits.
+  std::optional<int> try_add_slot(int p, int max_tokens) override {
+    if (!paged_) return add_slot(p);
+    // No more than the context leaves after the prompt (throws for an unknown prefix first).
+    const int room = c_.max_position_embeddings - prefix_at(p).kv.len;
+    PagedSlot promise;
+    if (!paged_->admit(promise, std::min(max_tokens, room))) return std::nullopt;
+    const int s = add_slot(p);
+    slot_at(s).paged = std::move(promise);
+    return s;
+  }
+  void release_slot(int s) override {
+    use_device();
+    Slot& slot = slot_at(s);
+    if (paged_) paged_->release(slot.paged);
+    prefix_at(slot.prefix).slots--;
+    slots_.erase(s);
+  }
+  int slot_length(int s) const override {
+    const Slot& slot = slots_.at(s);
+    return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
+  }
+  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override {
+    if (tokens.size() != slots.size() || logits.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
+      throw Error("decode: slots, tokens and logits sizes disagree");
+    step(slots, tokens, logits.data(), nullptr);
+  }
+  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                     std::span<const std::uint64_t> step_index, std::span<Sample> out) override {
+    if (!device_sampling_) return false;
+    const std::size_t T = slots.size();
+    if (tokens.size() != T || prompt.size() != T || candidate.size() != T || step_index.size() != T || out.size() != T)
+      throw Error("decode_sample: slots, tokens, draw indexes and samples sizes disagree");
+    const Draws d{params, prompt, candidate, step_index, out};
+    step(slots, tokens, nullptr, &d);
+    return true;
+  }
+  PhaseTimes take_phase_times() override { return timer_.take(); }
+  void profile_phases(bool on) override {
+    use_device();
+    timer_.enable(on);
+  }
+  Ceilings measure_ceilings() override;
+  GraphStats graph_stats() const override {
+    return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason()} : GraphStats{};
+  }
+
+ private:
+  // Several engines may run on several threads, one device each: every call that touches the
+  // device first makes this engine's current on the calling thread (cheap when it already is).
+  void use_device() const { CUDA_CHECK(cudaSetDevice(device_)); }
+  Prefix& prefix_at(int p) const { return prefixes_.at(p); }
+  Slot& slot_at(int s) const { return slots_.at(s); }
+  std::size_t kv_row_bytes() const { return static_cast<std::size_t>(c_.kv_dim()) * 2; }
+  void reserve(KvPart& part, int rows);
+  void scratch(int T);
+  void linear(const DevLinear& l, const float* x, int T, float* y);
+  // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
+  void linear_quantized(const DevLinear& l, int T, float* y);
+  // One layer for T rows; k_rows / v_rows: the T cache rows this layer writes (device arrays).
+  // pos: the T positions (device).
+  void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
+             const std::function<void(int l)>& attend);
+  // logits_ (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device.
+  void logits(int first, int T);
+  // --device-sampling: what decode_sample asks for.
+  struct Draws {
+    const SamplingParams& params;
+    std::span<const std::uint64_t> prompt, candidate, step;
+    std::span<Sample> out;
+  };
+  // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
+  // samples copied back.
+  void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
+  // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
+  GraphKey graph_key(int T, int splits, bool use_prefix, const Draws* draws, const std::vector<std::size_t>& offsets,
+                     const PrefixStateMap& plan, const std::vector<std::vector<PrefixAttention::Group>>& groups) const;
+  // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
+  void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
+  void widen_prefix(Prefix& p);
+
+  struct StreamDeleter {
+    void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+  };
+  std::shared_ptr<const Weights> w_;
+  const ModelConfig& c_;
+  int device_ = 0;
+  std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmAlgoCache> algo_cache_;  // --gemm-autotune (outlives gemm_)
+  std::unique_ptr<Gemm> gemm_;
+  DevTensor embed_, final_norm_;
+  DevLinear lm_head_;
+  std::vector<DevLayer> layers_;
+  DeviceBuffer inv_freq_;
+  HandleTable<Prefix> prefixes_{"prefix"};
+  HandleTable<Slot> slots_{"slot"};
+
+  // Activations for T tokens (device).
+  DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
+  DeviceBuffer act_q_, act_s_, act_bf16_;                             // GEMM inputs: E4M3 codes + scales, or BF16
+  StepArena arena_;                                                   // a step's index arrays, one upload
+  DeviceBuffer fused_;                                                // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden)
+  DeviceBuffer attn_work_;                                            // --split-attention: the chunk states
+  int scratch_T_ = 0;
+  int sm_count_ = 1;
+  bool split_attention_ = false;
+  std::unique_ptr<GraphCache> graphs_;  // --cuda-graphs
+  bool prefix_gemm_ = false;
+  std::unique_ptr<PrefixAttention> prefix_attn_;
+  std::unique_ptr<PagedKv> paged_;  // --paged-kv
+  // --device-sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
+  // they come back to.
+  bool device_sampling_ = false;
+  DeviceBuffer samples_;
+  struct PinnedDeleter {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<void, PinnedDeleter> pinned_;
+  std::size_t pinned_bytes_ = 0;
+  PhaseTimer timer_;
+};
+
+}  // namespace bestofn::cuda
