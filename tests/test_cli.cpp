@@ -478,6 +478,6 @@ TEST(CliScore, BadSamplesExit1WithTheLineAndWriteNothing) {
   bad("{\"task_id\": \"HumanEval/1\"}\n", {"s.jsonl:1", "\"completion\""});
   bad("", {"no samples"});
   expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", (dir / "nodata").string()}, 1, {"HumanEval.jsonl", "BESTOFN_DATA"});
-  expect_failure({"score", (dir / "s.jsonl").string(), "--k", "0"}, 1, {"--k"});
+  expect_failure({"score", (dir / "s.jsonl").string(), "--k", "0"}, 2, {"--k"});
   expect_failure({"score"}, 2, {"SAMPLES"});
 }

@@ -80,7 +80,7 @@ TEST(Messages, EveryBadInvocationGetsOneLineNamingTheFlagOrFile) {
       {{"generate", "--model", model, "--prompt", "x", "--device", "tpu"}, 2, {"--device"}},
       {{"score", not_json, "--timeout", "0"}, 2, {"--timeout"}},
       {{"score", not_json, "--workers", "many"}, 2, {"--workers"}},
-      {{"score", not_json, "--k", "1,x"}, 1, {"--k"}},
+      {{"score", not_json, "--k", "1,x"}, 2, {"--k", "'x'"}},
       {{"bench", "--synthetic", "tiny", "--steps", "0"}, 2, {"--steps"}},
       {{"bench", "--synthetic", "tiny", "--dtype", "int4"}, 2, {"--dtype"}},
       // Missing files.

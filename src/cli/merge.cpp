@@ -272,7 +272,7 @@ Runner add_merge(CLI::App& app, const std::string& command) {
       "  bestofn merge runs/all runs/shard-* --reference GPT-4o=0.902 --json");
   sub->add_option("OUT_DIR", o->out, "Output directory (new or empty)")->required();
   sub->add_option("SHARD_DIR", o->shards, "The shards' --out-dir directories, all N of them")->required();
-  sub->add_option("--k", o->k, "pass@k values, comma-separated (default: the shards' --k)");
+  sub->add_option("--k", o->k, "pass@k values, comma-separated (default: the shards' --k)")->check(k_list());
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 drawn on the plot (repeatable; default: the shards' references)");
   sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");

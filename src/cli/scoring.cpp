@@ -25,6 +25,20 @@ std::vector<int> parse_ks(const std::string& s) {
   return ks;
 }
 
+CLI::Validator k_list() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_ks(s);
+          return "";
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          return m.rfind("--k: ", 0) == 0 ? m.substr(5) : m;  // CLI11 names the option itself
+        }
+      },
+      "K,K,...");
+}
+
 const char* verdict_kind(const Verdict& v) {
   switch (v.status) {
     case Verdict::Status::Passed: return "passed";

@@ -1,6 +1,7 @@
 #pragma once
 // What `score` and `eval` share: the --k list, a results row from verdicts, and the tally of
 // verdicts per problem that pass@k comes from.
+#include <CLI/CLI.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +15,9 @@ namespace bestofn::cli {
 
 // "1,10,100" -> {1, 10, 100}; bestofn::Error naming --k otherwise.
 std::vector<int> parse_ks(const std::string& s);
+// parse_ks as a CLI11 check on --k: a malformed list is a usage error (exit 2), said before any
+// file is read.
+CLI::Validator k_list();
 
 // "passed" | "failed" | "timed_out" | "sandbox_error"
 const char* verdict_kind(const Verdict& v);
