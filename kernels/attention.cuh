@@ -38,6 +38,20 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Chunk z of `splits` contiguous chunks of a run of n positions: [b, e), empty past the end.
+__device__ __forceinline__ void chunk_of(int n, int z, int splits, int& b, int& e) {
+  const int per = (n + splits - 1) / splits;
+  b = min(z * per, n), e = min(b + per, n);
+}
+
+// --cuda-prefix-gemm: the state row of batch row t, query head h (src/cuda/plan.h): map[t] is its
+// group's base, map[T + t] its group's R and map[2T + t] its index within the group.
+__device__ __forceinline__ std::size_t state_row(const int* map, int T, int t, int h, int group) {
+  const int base = map[t], R = map[T + t], i = map[2 * T + t];
+  return static_cast<std::size_t>(base) + static_cast<std::size_t>(h / group) * static_cast<std::size_t>(R) +
+         static_cast<std::size_t>(i * group + h % group);
+}
+
 // Loads this lane's slice of the query head q (hd).
 __device__ __forceinline__ void load_query(const float* q, int hd, float (&qr)[kPerLane]) {
   const int lane = static_cast<int>(threadIdx.x) % 32;

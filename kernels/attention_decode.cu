@@ -42,14 +42,9 @@ __global__ void __launch_bounds__(attn::kThreads)
   float qr[attn::kPerLane];
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
 
-  // This block's chunk [b, e) of a run of n positions.
-  auto chunk = [&](int n, int& b, int& e) {
-    const int per = (n + splits - 1) / splits;
-    b = min(z * per, n), e = min(b + per, n);
-  };
-  int pb, pe, sb, se;
-  chunk(max(prefix_len[t], 0), pb, pe);
-  chunk(max(suffix_len[t], 0), sb, se);
+  int pb, pe, sb, se;  // this block's chunks of the prefix and of the suffix
+  attn::chunk_of(max(prefix_len[t], 0), z, splits, pb, pe);
+  attn::chunk_of(max(suffix_len[t], 0), z, splits, sb, se);
   // prefix: (m_p, l_p, O_p); suffix: (m_s, l_s, O_s)
   const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], pb, pe, kv_dim, off, hd, scale, sh, o_p);
   const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], sb, se, kv_dim, off, hd, scale, sh, o_s,

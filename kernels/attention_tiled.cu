@@ -135,12 +135,6 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
   }
 }
 
-__device__ __forceinline__ std::size_t state_row(const int* map, int T, int t, int h, int group) {
-  const int base = map[t], R = map[T + t], i = map[2 * T + t];
-  return static_cast<std::size_t>(base) + static_cast<std::size_t>(h / group) * static_cast<std::size_t>(R) +
-         static_cast<std::size_t>(i * group + h % group);
-}
-
 // grid (n_kv, T, splits), block kTiledThreads.
 __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(TiledAttentionArgs a, int group, std::size_t kv_dim,
                                                                                 float scale) {
@@ -158,7 +152,7 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
   if (tid < group) {
     sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
     if (a.prefix_m && z == 0) {  // chunk 0 starts from the prefix GEMMs' state
-      const std::size_t sr = state_row(a.prefix_map, a.T, t, g * group + tid, group);
+      const std::size_t sr = attn::state_row(a.prefix_map, a.T, t, g * group + tid, group);
       sh.m[tid] = a.prefix_m[sr], sh.l[tid] = a.prefix_l[sr];
     }
   }
@@ -166,7 +160,7 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
 #pragma unroll
     for (int h = 0; h < kMaxTiledGroup; ++h) {
       if (h >= group) break;
-      const float* o = a.prefix_o + state_row(a.prefix_map, a.T, t, g * group + h, group) * static_cast<std::size_t>(hd);
+      const float* o = a.prefix_o + attn::state_row(a.prefix_map, a.T, t, g * group + h, group) * static_cast<std::size_t>(hd);
 #pragma unroll
       for (int u = 0; u < kDimsPerThread; ++u) {
         const int d = tid + u * kTiledThreads;
@@ -174,17 +168,13 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
       }
     }
   __syncthreads();
-  auto chunk = [&](int n, int& b, int& e) {
-    const int per = (n + splits - 1) / splits;
-    b = min(z * per, n), e = min(b + per, n);
-  };
   const int off = g * hd;
   int b = 0, e = 0;
   if (!a.prefix_m) {
-    chunk(max(a.prefix_len[t], 0), b, e);
+    attn::chunk_of(max(a.prefix_len[t], 0), z, splits, b, e);
     attend_tiles(sh, acc, a.k_prefix[t], a.v_prefix[t], b, e, kv_dim, off, group, hd, scale, nullptr, 0);
   }
-  chunk(max(a.suffix_len[t], 0), b, e);
+  attn::chunk_of(max(a.suffix_len[t], 0), z, splits, b, e);
   attend_tiles(sh, acc, a.k_suffix[t], a.v_suffix[t], b, e, kv_dim, off, group, hd, scale,
                a.suffix_table ? a.suffix_table + a.suffix_table_start[t] : nullptr, a.block_tokens);
 #pragma unroll

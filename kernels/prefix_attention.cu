@@ -19,19 +19,13 @@ namespace {
 
 constexpr int kSoftmaxThreads = 256;
 
-__device__ __forceinline__ std::size_t state_row(const int* map, int T, int t, int h, int group) {
-  const int base = map[t], R = map[T + t], i = map[2 * T + t];
-  return static_cast<std::size_t>(base) + static_cast<std::size_t>(h / group) * static_cast<std::size_t>(R) +
-         static_cast<std::size_t>(i * group + h % group);
-}
-
 }  // namespace
 
 // qg (rows, hd): row state_row(t, h) = q (T, n_heads, hd) row (t, h). grid (n_heads, T).
 __global__ void kernel_gather_prefix_queries(const float* q, const int* map, int T, int group, int hd, float* qg) {
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
   const float* src = q + (static_cast<std::size_t>(t) * gridDim.x + static_cast<std::size_t>(h)) * static_cast<std::size_t>(hd);
-  float* dst = qg + state_row(map, T, t, h, group) * static_cast<std::size_t>(hd);
+  float* dst = qg + attn::state_row(map, T, t, h, group) * static_cast<std::size_t>(hd);
   for (int i = static_cast<int>(threadIdx.x); i < hd; i += static_cast<int>(blockDim.x)) dst[i] = src[i];
 }
 
@@ -81,7 +75,7 @@ __global__ void __launch_bounds__(attn::kThreads)
   const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], 0, max(suffix_len[t], 0), kv_dim, (h / group) * hd,
                                              hd, scale, sh, o_s,
                                              suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
-  const std::size_t sr = state_row(map, T, t, h, group);
+  const std::size_t sr = attn::state_row(map, T, t, h, group);
   const float mp = prefix_m[sr], lp = prefix_l[sr];
   const float* o_p = prefix_o + sr * static_cast<std::size_t>(hd);
   const float m = fmaxf(mp, ss.m);

@@ -38,10 +38,12 @@ Fixture& fx() {
   return f;
 }
 
-// The candidates of a run on `e`, in (prompt, index) order.
-std::vector<Candidate> run_on(Engine& e, const std::vector<GenerationRequest>& reqs, const GenerationOptions& o) {
+// The candidates of a run on `e`, in (prompt, index) order; its stats to `stats` when given.
+std::vector<Candidate> run_on(Engine& e, const std::vector<GenerationRequest>& reqs, const GenerationOptions& o,
+                              GenerationStats* stats = nullptr) {
   std::vector<Candidate> out;
-  generate(e, *fx().tok, reqs, o, [&](Candidate&& c) { out.push_back(std::move(c)); });
+  const GenerationStats s = generate(e, *fx().tok, reqs, o, [&](Candidate&& c) { out.push_back(std::move(c)); });
+  if (stats) *stats = s;
   std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
   return out;
 }
@@ -271,16 +273,11 @@ TEST(Scheduler, OverlappedStopChecksGiveTheSameCandidates) {
     o.batch = batch;
     o.overlap_stop_checks = false;
     SelfSamplingEngine plain_engine(make_cpu_engine(fx().w, {}));
-    GenerationStats plain_stats;
-    std::vector<Candidate> base;
-    plain_stats = generate(plain_engine, *fx().tok, reqs, o, [&](Candidate&& c) { base.push_back(std::move(c)); });
-    std::sort(base.begin(), base.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
+    GenerationStats plain_stats, over_stats;
+    const auto base = run_on(plain_engine, reqs, o, &plain_stats);
     o.overlap_stop_checks = true;
     SelfSamplingEngine overlapped_engine(make_cpu_engine(fx().w, {}));
-    std::vector<Candidate> over;
-    const GenerationStats over_stats =
-        generate(overlapped_engine, *fx().tok, reqs, o, [&](Candidate&& c) { over.push_back(std::move(c)); });
-    std::sort(over.begin(), over.end(), [](const Candidate& a, const Candidate& b) { return std::pair(a.prompt, a.index) < std::pair(b.prompt, b.index); });
+    const auto over = run_on(overlapped_engine, reqs, o, &over_stats);
     RoomLimitedEngine limited(make_cpu_engine(fx().w, {}), 2);
     const auto host_sampled = run(reqs, o);
     const auto room_limited = run_on(limited, reqs, o);

@@ -187,11 +187,7 @@ class CudaEngine final : public Engine {
   // they come back to.
   bool device_sampling_ = false;
   DeviceBuffer samples_;
-  struct PinnedDeleter {
-    void operator()(void* p) const { cudaFreeHost(p); }
-  };
-  std::unique_ptr<void, PinnedDeleter> pinned_;
-  std::size_t pinned_bytes_ = 0;
+  PinnedBuffer pinned_;
   PhaseTimer timer_;
 };
 

@@ -182,15 +182,10 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   total.reset();
   // The step's one synchronization: the logits, or (--device-sampling) only the samples, back.
   if (draws) {
-    if (pinned_bytes_ < n * 8) {
-      void* p = nullptr;
-      CUDA_CHECK(cudaMallocHost(&p, n * 8));
-      pinned_.reset(p);
-      pinned_bytes_ = n * 8;
-    }
+    pinned_.resize(n * 8);
     CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), n * 8, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const auto* tok = static_cast<const int*>(pinned_.get());
+    const auto* tok = pinned_.get<const int>();
     const auto* lp = reinterpret_cast<const float*>(tok + n);
     for (std::size_t i = 0; i < n; ++i) draws->out[i] = {tok[i], lp[i]};
   } else {

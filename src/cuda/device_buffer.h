@@ -54,4 +54,31 @@ class DeviceBuffer {
   std::size_t n_ = 0;
 };
 
+// Page-locked host memory (cudaMallocHost), for copies that run asynchronously; grows only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  // Grows (contents not kept) when smaller than `bytes`.
+  void resize(std::size_t bytes) {
+    if (bytes <= n_) return;
+    if (p_) CUDA_CHECK(cudaFreeHost(p_));
+    p_ = nullptr;
+    n_ = 0;
+    CUDA_CHECK(cudaMallocHost(&p_, bytes));
+    n_ = bytes;
+  }
+  template <typename T = void>
+  T* get() const { return static_cast<T*>(p_); }
+  std::size_t size() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 }  // namespace bestofn::cuda

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "cuda/cuda_check.h"
@@ -46,13 +45,7 @@ class StepArena {
     const std::size_t n = std::max<std::size_t>(host_.size(), 16);
     if (!copied_) CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous copy has left the pinned buffer
-    if (n > pinned_bytes_) {
-      void* p = nullptr;
-      const std::size_t bytes = std::max(n, 2 * pinned_bytes_);
-      CUDA_CHECK(cudaMallocHost(&p, bytes));
-      pinned_.reset(p);
-      pinned_bytes_ = bytes;
-    }
+    if (n > pinned_.size()) pinned_.resize(std::max(n, 2 * pinned_.size()));
     // Headroom: the paged block tables grow a little now and then, and each move of this buffer
     // is a new key for the graph cache.
     if (n > dev_.size()) dev_.resize(std::max({n + n / 2, 2 * dev_.size(), std::size_t{4096}}));
@@ -68,12 +61,8 @@ class StepArena {
   const void* device_base() const { return dev_.get(); }
 
  private:
-  struct PinnedDeleter {
-    void operator()(void* p) const { cudaFreeHost(p); }
-  };
   std::vector<char> host_;
-  std::unique_ptr<void, PinnedDeleter> pinned_;
-  std::size_t pinned_bytes_ = 0;
+  PinnedBuffer pinned_;
   DeviceBuffer dev_;
   cudaEvent_t copied_ = nullptr;
 };
