@@ -382,28 +382,38 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         for (std::size_t j = 0; j < Lp; ++j) sp[r].l += e[j];
       }
       cpu::prefix_values([&](std::size_t j, float* out) { PV.read(j, off, hd, out); }, Lp, hd, scores.data(), Rp, acc);
-      // Suffix, per slot, then the log-sum-exp merge into att.
-      std::vector<float> s_scores, o_s(hd);
-      for (std::size_t r = 0; r < R; ++r) {
-        const Slot& S = *batch[rows[r / group]];
+      // Suffix, per slot: its `group` query heads meet the slot's K and V rows in one pass (each
+      // query's sums keep their order, so the bits are those of one query at a time); then the
+      // log-sum-exp merge into att.
+      std::vector<float> s_scores, o_s(group * hd);
+      std::vector<Softmax> ss(group);
+      for (std::size_t b = 0; b < rows.size(); ++b) {
+        const Slot& S = *batch[rows[b]];
         const KvRows& SK = S.kv.k[static_cast<std::size_t>(layer)];
         const KvRows& SV = S.kv.v[static_cast<std::size_t>(layer)];
         const std::size_t Ls = SK.rows();
-        head_scores(SK, Ls, off, 1, [&](std::size_t) { return q_of(r); }, scale, kv, s_scores);
-        Softmax ss;
-        for (std::size_t j = 0; j < Ls; ++j) ss.m = std::max(ss.m, s_scores[j]);
+        head_scores(SK, Ls, off, group, [&](std::size_t g) { return q_of(b * group + g); }, scale, kv, s_scores);
+        std::fill(ss.begin(), ss.end(), Softmax{});
+        for (std::size_t g = 0; g < group; ++g)
+          for (std::size_t j = 0; j < Ls; ++j) ss[g].m = std::max(ss[g].m, s_scores[g * Ls + j]);
         std::fill(o_s.begin(), o_s.end(), 0.0f);
         for (std::size_t j = 0; j < Ls; ++j) {
-          const float e = cpu::exp_poly(s_scores[j] - ss.m);
-          ss.l += e;
           SV.read(j, off, hd, kv.data());
-          for (std::size_t i = 0; i < hd; ++i) o_s[i] += e * kv[i];
+          for (std::size_t g = 0; g < group; ++g) {
+            const float e = cpu::exp_poly(s_scores[g * Ls + j] - ss[g].m);
+            ss[g].l += e;
+            float* o = o_s.data() + g * hd;
+            for (std::size_t i = 0; i < hd; ++i) o[i] += e * kv[i];
+          }
         }
-        const float m = std::max(sp[r].m, ss.m);
-        const float a = std::exp(sp[r].m - m), b = std::exp(ss.m - m);
-        const float denom = sp[r].l * a + ss.l * b;
-        float* out = att_.data() + rows[r / group] * qd + (h * group + r % group) * hd;
-        for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hdp + i] * a + o_s[i] * b) / denom;
+        for (std::size_t g = 0; g < group; ++g) {
+          const std::size_t r = b * group + g;
+          const float m = std::max(sp[r].m, ss[g].m);
+          const float a = std::exp(sp[r].m - m), bw = std::exp(ss[g].m - m);
+          const float denom = sp[r].l * a + ss[g].l * bw;
+          float* out = att_.data() + rows[b] * qd + (h * group + g) * hd;
+          for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hdp + i] * a + o_s[g * hd + i] * bw) / denom;
+        }
       }
     }
   });

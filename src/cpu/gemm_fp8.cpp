@@ -194,21 +194,55 @@ BESTOFN_AVX512_BF16 void kernel_fused(const std::uint8_t* const* w, std::size_t 
     for (int k = 0; k < kRows; ++k) out[t][k] = tree_sum(acc[t][k]);
 }
 
-// kRows rows of a decoded panel (BF16, packed order) x TT tokens.
+// _mm512_shuffle_f32x4 through its masked form: GCC 12's plain form passes an "undefined" vector
+// that -Wuninitialized reports once inlined (a full mask gives the same instruction).
+template <int Imm>
+BESTOFN_AVX512_BF16 inline __m512 shuffle_quarters(__m512 a, __m512 b) {
+  return _mm512_mask_shuffle_f32x4(a, static_cast<__mmask16>(0xffff), a, b, Imm);
+}
+
+// The tree sums of 16 accumulators at once, in tree_sum's order: each step adds the same pairs
+// of partial sums that tree_sum adds, for 2, 4, 8 and then all 16 accumulators per instruction.
+// Lane 4q + j of the result holds the sum of a[4j + q].
+BESTOFN_AVX512_BF16 inline __m512 tree_sum16(const __m512* a) {
+  __m512 s[8], u[4], w[2];
+  for (int k = 0; k < 8; ++k)  // (j, j + 8): [a0 | a1] halves
+    s[k] = _mm512_add_ps(shuffle_quarters<0x44>(a[2 * k], a[2 * k + 1]), shuffle_quarters<0xee>(a[2 * k], a[2 * k + 1]));
+  for (int k = 0; k < 4; ++k)  // (j, j + 4) within each half: quarters
+    u[k] = _mm512_add_ps(shuffle_quarters<0x88>(s[2 * k], s[2 * k + 1]), shuffle_quarters<0xdd>(s[2 * k], s[2 * k + 1]));
+  for (int k = 0; k < 2; ++k)  // (j, j + 2) within each quarter
+    w[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0x44), _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0xee));
+  return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xdd));  // (0, 1)
+}
+
+// kRows rows of a decoded panel (BF16, packed order) x TT tokens. The rows at `next` (the next
+// block, contiguous codes) are prefetched a line per step, so that they arrive while this block
+// computes.
 template <int TT>
 BESTOFN_AVX512_BF16 void kernel_panel(const std::uint16_t* panel, std::size_t pad, const std::uint16_t* const* xs,
-                                      float (*out)[kRows]) {
+                                      const std::uint8_t* next, std::size_t next_bytes, float (*out)[kRows]) {
   __m512 acc[TT][kRows];
   for (auto& row : acc)
     for (auto& a : row) a = _mm512_setzero_ps();
+  std::size_t line = 0;
   for (std::size_t i = 0; i < pad; i += 32) {
+    for (int l = 0; l < 2 && line < next_bytes; ++l, line += 64)  // 4 rows x 64 codes per step: 2 lines
+      _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T0);
     __m512i w[kRows];
     for (int k = 0; k < kRows; ++k) w[k] = _mm512_loadu_si512(panel + static_cast<std::size_t>(k) * pad + i);
     for (int t = 0; t < TT; ++t)
       for (int k = 0; k < kRows; ++k) acc[t][k] = dot2(acc[t][k], w[k], xs[t] + i);
   }
-  for (int t = 0; t < TT; ++t)
-    for (int k = 0; k < kRows; ++k) out[t][k] = tree_sum(acc[t][k]);
+  if constexpr (TT == 4 && kRows == 4) {
+    // Lane 4k + t holds out[t][k]: transposed back on the way out.
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, tree_sum16(&acc[0][0]));
+    for (int t = 0; t < TT; ++t)
+      for (int k = 0; k < kRows; ++k) out[t][k] = lanes[4 * k + t];
+  } else {
+    for (int t = 0; t < TT; ++t)
+      for (int k = 0; k < kRows; ++k) out[t][k] = tree_sum(acc[t][k]);
+  }
 }
 
 BESTOFN_AVX512_BF16 void dot_rows_avx512(const std::uint8_t* w, std::size_t in, std::size_t r0, std::size_t r1,
@@ -238,11 +272,13 @@ BESTOFN_AVX512_BF16 void dot_rows_avx512(const std::uint8_t* w, std::size_t in, 
         for (std::size_t j = 0; j < tt; ++j) xs[j] = x + (t + j) * pad;
         float out[kRows][kRows];
         const std::uint8_t* next = w + std::min(r + kRows, r1 - 1) * in;
+        // Panel kernels: the next block's codes, spread over the first token group's calls.
+        const std::size_t nb = t == t0 && r + kRows < r1 ? std::min<std::size_t>(kRows, r1 - r - kRows) * in : 0;
         if (fused) tt == 1 ? kernel_fused<1>(wr, in, xs, tb, next, out) : kernel_fused<2>(wr, in, xs, tb, next, out);
-        else if (tt == 1) kernel_panel<1>(panel.data(), pad, xs, out);
-        else if (tt == 2) kernel_panel<2>(panel.data(), pad, xs, out);
-        else if (tt == 3) kernel_panel<3>(panel.data(), pad, xs, out);
-        else kernel_panel<4>(panel.data(), pad, xs, out);
+        else if (tt == 1) kernel_panel<1>(panel.data(), pad, xs, next, nb, out);
+        else if (tt == 2) kernel_panel<2>(panel.data(), pad, xs, next, nb, out);
+        else if (tt == 3) kernel_panel<3>(panel.data(), pad, xs, next, nb, out);
+        else kernel_panel<4>(panel.data(), pad, xs, next, nb, out);
         for (std::size_t j = 0; j < tt; ++j)
           for (std::size_t k = 0; k < rows; ++k) acc[(t + j) * stride + r + k] = out[j][k];
       }
@@ -259,7 +295,7 @@ bool cpu_has_avx512_bf16() {
 // Both paths on every pair of codes (all 256 x 256, signs and subnormals included) and on sums
 // long enough to round: the fast path is used only if it gives the generic path's bits here.
 bool self_check() {
-  constexpr std::size_t in = 256 + 40, rows = 256 + 3, T = 3;
+  constexpr std::size_t in = 256 + 40, rows = 256 + 3, T = 5;
   std::vector<std::uint8_t> w(rows * in);
   std::vector<float> x(T * in);
   std::uint32_t s = 12345;
@@ -275,7 +311,7 @@ bool self_check() {
   for (Path p : {Path::Generic, Path::Avx512Bf16}) {
     std::vector<std::uint16_t> packed(T * packed_size(p, in));
     pack_activations(p, x.data(), T, in, packed.data());
-    for (std::size_t t = 1; t <= T; ++t)  // fused and panel kernels
+    for (std::size_t t = 1; t <= T; ++t)  // fused and all panel kernels (4 + 1 tokens at T = 5)
       dot_rows(p, w.data(), in, 0, rows, packed.data(), t, (p == Path::Generic ? a : b).data(), rows);
   }
   return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
