@@ -246,13 +246,18 @@ TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
             for (std::size_t i = 0; i < hd; ++i) out[i] = bf16_to_float(kv[j * width + off + i]);
           };
         };
+        auto tile = [&](std::size_t j0, float* out) {  // keys j0.. transposed, zeros past L
+          for (std::size_t i = 0; i < hd; ++i)
+            for (std::size_t p = 0; p < cpu::kKeyTile; ++p)
+              out[i * cpu::kKeyTile + p] = j0 + p < L ? bf16_to_float(k[(j0 + p) * width + off + i]) : 0.0f;
+        };
         const std::size_t Rp = cpu::round_up(R, cpu::kPrefixRowBlock), hdp = cpu::round_up(hd, 16);
         std::vector<float> qt(hd * Rp, 0.0f);
         for (std::size_t r = 0; r < R; ++r)
           for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q[r * hd + i];
         const float scale = 0.125f;
         std::vector<float> scores, acc;
-        cpu::prefix_scores(row(k), L, hd, qt.data(), Rp, scale, scores);
+        cpu::prefix_scores(tile, L, hd, qt.data(), Rp, scale, scores);
         std::vector<float> p(Rp * L, 0.0f);
         int bad = 0;
         for (std::size_t r = 0; r < R; ++r)

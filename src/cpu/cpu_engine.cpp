@@ -22,17 +22,32 @@
 namespace bestofn {
 namespace {
 
-// K or V rows of one layer, (len, kv_dim), in F32 or BF16.
+// K or V of one layer, len rows of kv_dim values, in F32 or BF16. V is row-major (len, kv_dim).
+// K is kept in tiles of cpu::kKeyTile positions, each (kv_dim, kKeyTile) element-major: one
+// head's slice of a tile is then the transposed block that the score products read
+// (cpu::prefix_scores), contiguous, with zeros past the last row. Appending scatters a row into
+// its tile once; nothing is transposed per query.
 class KvRows {
  public:
-  KvRows(bool bf16, std::size_t width) : bf16_(bf16), width_(width) {}
+  static constexpr std::size_t kTile = cpu::kKeyTile;
+  KvRows(bool bf16, std::size_t width, bool tiled) : bf16_(bf16), tiled_(tiled), width_(width) {}
   void append(const float* row) {
-    if (bf16_)
-      for (std::size_t i = 0; i < width_; ++i) h_.push_back(bf16_from_float(row[i]));
-    else
-      f_.insert(f_.end(), row, row + width_);
+    if (!tiled_) {
+      if (bf16_)
+        for (std::size_t i = 0; i < width_; ++i) h_.push_back(bf16_from_float(row[i]));
+      else
+        f_.insert(f_.end(), row, row + width_);
+    } else {
+      const std::size_t lane = len_ % kTile, base = len_ / kTile * width_ * kTile + lane;
+      if (lane == 0) bf16_ ? h_.resize(h_.size() + width_ * kTile) : f_.resize(f_.size() + width_ * kTile);
+      if (bf16_)
+        for (std::size_t e = 0; e < width_; ++e) h_[base + e * kTile] = bf16_from_float(row[e]);
+      else
+        for (std::size_t e = 0; e < width_; ++e) f_[base + e * kTile] = row[e];
+    }
+    ++len_;
   }
-  // Elements [off, off + n) of row j, as floats.
+  // Elements [off, off + n) of row j, as floats (V only).
   void read(std::size_t j, std::size_t off, std::size_t n, float* out) const {
     const std::size_t base = j * width_ + off;
     if (bf16_)
@@ -40,11 +55,20 @@ class KvRows {
     else
       std::memcpy(out, f_.data() + base, n * sizeof(float));
   }
-  std::size_t rows() const { return (bf16_ ? h_.size() : f_.size()) / width_; }
+  // Elements [off, off + n) of the rows j0 .. j0 + kTile - 1, transposed, as floats:
+  // out[i * kTile + p] = row (j0 + p)[off + i], zero past the last row (K only; j0 % kTile == 0).
+  void read_tile(std::size_t j0, std::size_t off, std::size_t n, float* out) const {
+    const std::size_t base = j0 * width_ + off * kTile;  // j0 / kTile tiles of width * kTile
+    if (bf16_)
+      for (std::size_t i = 0; i < n * kTile; ++i) out[i] = bf16_to_float(h_[base + i]);
+    else
+      std::memcpy(out, f_.data() + base, n * kTile * sizeof(float));
+  }
+  std::size_t rows() const { return len_; }
 
  private:
-  bool bf16_;
-  std::size_t width_;
+  bool bf16_, tiled_;
+  std::size_t width_, len_ = 0;
   std::vector<float> f_;
   std::vector<std::uint16_t> h_;
 };
@@ -52,7 +76,7 @@ class KvRows {
 struct Cache {  // per layer K and V
   std::vector<KvRows> k, v;
   Cache(int layers, bool bf16, std::size_t width) {
-    for (int l = 0; l < layers; ++l) k.emplace_back(bf16, width), v.emplace_back(bf16, width);
+    for (int l = 0; l < layers; ++l) k.emplace_back(bf16, width, true), v.emplace_back(bf16, width, false);
   }
 };
 
@@ -240,32 +264,38 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
 // Causal attention over the prompt: row t sees positions 0..t of the prefix (from the cache, so
 // that prefill and decode read K and V at the same precision).
 void CpuEngine::attend_prefill(int layer, const Prefix& p, std::size_t T) {
-  const int hd = c_.head_dim, group = c_.n_heads / c_.n_kv_heads;
+  const auto hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
+  const auto group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const KvRows& K = p.kv.k[static_cast<std::size_t>(layer)];
   const KvRows& V = p.kv.v[static_cast<std::size_t>(layer)];
+  constexpr std::size_t kChunk = 32;  // queries whose scores are taken together (then masked)
   pool_.run(static_cast<std::size_t>(c_.n_heads), [&](std::size_t h0, std::size_t h1) {
-    std::vector<float> kv(static_cast<std::size_t>(hd)), scores(T);
+    std::vector<float> kv(hd), scores, qt;
     for (std::size_t h = h0; h < h1; ++h) {
-      const std::size_t off = (h / static_cast<std::size_t>(group)) * static_cast<std::size_t>(hd);
-      for (std::size_t t = 0; t < T; ++t) {
-        const float* q = q_.data() + t * static_cast<std::size_t>(c_.q_dim()) + h * static_cast<std::size_t>(hd);
-        float m = -INFINITY;
-        for (std::size_t j = 0; j <= t; ++j) {
-          K.read(j, off, static_cast<std::size_t>(hd), kv.data());
-          float s = 0.0f;
-          for (int i = 0; i < hd; ++i) s += q[i] * kv[static_cast<std::size_t>(i)];
-          scores[j] = s * scale;
-          m = std::max(m, scores[j]);
-        }
-        float sum = 0.0f;
-        for (std::size_t j = 0; j <= t; ++j) sum += scores[j] = std::exp(scores[j] - m);
-        float* out = att_.data() + t * static_cast<std::size_t>(c_.q_dim()) + h * static_cast<std::size_t>(hd);
-        std::fill_n(out, hd, 0.0f);
-        for (std::size_t j = 0; j <= t; ++j) {
-          V.read(j, off, static_cast<std::size_t>(hd), kv.data());
-          const float pj = scores[j] / sum;
-          for (int i = 0; i < hd; ++i) out[i] += pj * kv[static_cast<std::size_t>(i)];
+      const std::size_t off = (h / group) * hd;
+      for (std::size_t t0 = 0; t0 < T; t0 += kChunk) {
+        // Scores of queries t0..t1-1 over positions 0..t1-1 (row r, position j: q_{t0+r} . k_j,
+        // summed over i in order, times scale); query t then uses positions 0..t.
+        const std::size_t t1 = std::min(T, t0 + kChunk), R = t1 - t0, Rp = cpu::round_up(R, cpu::kPrefixRowBlock);
+        qt.assign(hd * Rp, 0.0f);
+        for (std::size_t r = 0; r < R; ++r)
+          for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_[(t0 + r) * qd + h * hd + i];
+        cpu::prefix_scores([&](std::size_t j0, float* out) { K.read_tile(j0, off, hd, out); }, t1, hd, qt.data(), Rp, scale,
+                           scores);
+        for (std::size_t t = t0; t < t1; ++t) {
+          float* st = scores.data() + (t - t0) * t1;
+          float m = -INFINITY;
+          for (std::size_t j = 0; j <= t; ++j) m = std::max(m, st[j]);
+          float sum = 0.0f;
+          for (std::size_t j = 0; j <= t; ++j) sum += st[j] = std::exp(st[j] - m);
+          float* out = att_.data() + t * qd + h * hd;
+          std::fill_n(out, hd, 0.0f);
+          for (std::size_t j = 0; j <= t; ++j) {
+            V.read(j, off, hd, kv.data());
+            const float pj = st[j] / sum;
+            for (std::size_t i = 0; i < hd; ++i) out[i] += pj * kv[i];
+          }
         }
       }
     }
@@ -316,40 +346,6 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   return groups;
 }
 
-// The suffix side: scores[r * L + j] = (q_r . K_j) * scale for R queries over L positions of one
-// KV head, each dot product summed over i = 0..hd-1 in order (the sums of the CPU twin). 16
-// positions go at once with their K transposed, so the innermost loop (over positions) vectorizes
-// whatever R is; each sum still adds its terms one by one in the same order.
-template <class QOf>
-void head_scores(const KvRows& K, std::size_t L, std::size_t off, std::size_t R, const QOf& q_of, float scale,
-                 std::vector<float>& kv, std::vector<float>& scores) {
-  constexpr std::size_t kPos = 16;
-  const std::size_t hd = kv.size();
-  thread_local std::vector<float> qt, kt, s;
-  qt.resize(hd * R), kt.resize(hd * kPos), s.resize(R * kPos);
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t i = 0; i < hd; ++i) qt[i * R + r] = q_of(r)[i];
-  scores.assign(R * L, 0.0f);
-  for (std::size_t j0 = 0; j0 < L; j0 += kPos) {
-    const std::size_t np = std::min(kPos, L - j0);
-    std::fill(kt.begin(), kt.end(), 0.0f);
-    for (std::size_t p = 0; p < np; ++p) {
-      K.read(j0 + p, off, hd, kv.data());
-      for (std::size_t i = 0; i < hd; ++i) kt[i * kPos + p] = kv[i];
-    }
-    std::fill(s.begin(), s.end(), 0.0f);
-    for (std::size_t i = 0; i < hd; ++i)
-      for (std::size_t r = 0; r < R; ++r) {
-        const float q = qt[i * R + r];
-        const float* k = kt.data() + i * kPos;
-        float* sr = s.data() + r * kPos;
-        for (std::size_t p = 0; p < kPos; ++p) sr[p] += q * k[p];
-      }
-    for (std::size_t r = 0; r < R; ++r)
-      for (std::size_t p = 0; p < np; ++p) scores[r * L + j0 + p] = s[r * kPos + p] * scale;
-  }
-}
-
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
@@ -373,7 +369,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       qt.assign(hd * Rp, 0.0f);
       for (std::size_t r = 0; r < R; ++r)
         for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_of(r)[i];
-      cpu::prefix_scores([&](std::size_t j, float* out) { PK.read(j, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
+      cpu::prefix_scores([&](std::size_t j0, float* out) { PK.read_tile(j0, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
       std::vector<Softmax> sp(R);
       for (std::size_t r = 0; r < R; ++r) {
         for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);
@@ -387,12 +383,17 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       // log-sum-exp merge into att.
       std::vector<float> s_scores, o_s(group * hd);
       std::vector<Softmax> ss(group);
+      const std::size_t Gp = cpu::round_up(group, cpu::kPrefixRowBlock);
       for (std::size_t b = 0; b < rows.size(); ++b) {
         const Slot& S = *batch[rows[b]];
         const KvRows& SK = S.kv.k[static_cast<std::size_t>(layer)];
         const KvRows& SV = S.kv.v[static_cast<std::size_t>(layer)];
         const std::size_t Ls = SK.rows();
-        head_scores(SK, Ls, off, group, [&](std::size_t g) { return q_of(b * group + g); }, scale, kv, s_scores);
+        qt.assign(hd * Gp, 0.0f);
+        for (std::size_t g = 0; g < group; ++g)
+          for (std::size_t i = 0; i < hd; ++i) qt[i * Gp + g] = q_of(b * group + g)[i];
+        cpu::prefix_scores([&](std::size_t j0, float* out) { SK.read_tile(j0, off, hd, out); }, Ls, hd, qt.data(), Gp, scale,
+                           s_scores);
         std::fill(ss.begin(), ss.end(), Softmax{});
         for (std::size_t g = 0; g < group; ++g)
           for (std::size_t j = 0; j < Ls; ++j) ss[g].m = std::max(ss[g].m, s_scores[g * Ls + j]);

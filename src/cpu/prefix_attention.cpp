@@ -18,25 +18,23 @@ constexpr std::size_t kValTile = 32;          // value positions widened at a ti
 
 }  // namespace
 
-void prefix_scores(const KvRowReader& k_row, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale,
+void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale,
                    std::vector<float>& scores) {
-  thread_local std::vector<float> kv, kt;
-  kv.resize(hd), kt.resize(hd * kPosTile);
+  static_assert(kKeyTile == kLanes, "one key tile per score vector");
+  thread_local std::vector<float> kt0, kt1;  // two tiles of keys: (hd, 16) each
+  kt0.resize(hd * kLanes), kt1.resize(hd * kLanes);
   scores.resize(Rp * L);
   for (std::size_t j0 = 0; j0 < L; j0 += kPosTile) {
     const std::size_t np = std::min(kPosTile, L - j0);
-    // K tile, transposed: kt[i * kPosTile + p] = k_{j0 + p}[i] (zeros past L).
-    std::fill(kt.begin(), kt.end(), 0.0f);
-    for (std::size_t p = 0; p < np; ++p) {
-      k_row(j0 + p, kv.data());
-      for (std::size_t i = 0; i < hd; ++i) kt[i * kPosTile + p] = kv[i];
-    }
+    k_tile(j0, kt0.data());
+    if (np > kLanes) k_tile(j0 + kLanes, kt1.data());
+    else std::fill(kt1.begin(), kt1.end(), 0.0f);
     for (std::size_t r0 = 0; r0 < Rp; r0 += kRows) {
       v16 a[kRows][2] = {};
       for (std::size_t i = 0; i < hd; ++i) {
         v16 k0, k1;
-        std::memcpy(&k0, kt.data() + i * kPosTile, sizeof k0);
-        std::memcpy(&k1, kt.data() + i * kPosTile + kLanes, sizeof k1);
+        std::memcpy(&k0, kt0.data() + i * kLanes, sizeof k0);
+        std::memcpy(&k1, kt1.data() + i * kLanes, sizeof k1);
         const float* q = qt + i * Rp + r0;
         for (std::size_t r = 0; r < kRows; ++r) {
           a[r][0] += q[r] * k0;

@@ -1,8 +1,8 @@
 #pragma once
 // The shared-prefix half of decode attention as two blocked matrix products (Hydragen, arXiv
 // 2402.05099): the R queries of every slot of a prefix (for one KV head) against the prefix's L
-// keys, S = Q K^T, and then O = P V. Each K/V row is widened from the cache once per call and used
-// by every query; sums stay in registers over a tile of 4 queries x 32 positions (scores) or 4
+// keys, S = Q K^T, and then O = P V. Each K tile / V row is widened from the cache once per call
+// and used by every query; sums stay in registers over a tile of 4 queries x 32 positions (scores) or 4
 // queries x 16 output elements (values).
 //
 // Summation order is fixed per query, whatever R is: score (r, j) adds q_r[i] k_j[i] for
@@ -22,12 +22,20 @@ constexpr std::size_t kPrefixRowBlock = 4;
 
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 
-// Writes the hd floats of K or V row j (one KV head's slice) into out.
+// Keys per tile: the engine keeps its K cache in tiles of this many positions (element-major, so
+// a tile's slice for one head is already the transposed block the score products read).
+constexpr std::size_t kKeyTile = 16;
+
+// Writes the hd floats of V row j (one KV head's slice) into out.
 using KvRowReader = std::function<void(std::size_t j, float* out)>;
+// Writes the keys j0 .. j0 + kKeyTile - 1 of one KV head, transposed: out[i * kKeyTile + p] =
+// k_{j0 + p}[i] (hd x kKeyTile floats), zeros for positions at or past the end. j0 is a multiple
+// of kKeyTile.
+using KeyTileReader = std::function<void(std::size_t j0, float* out)>;
 
 // scores (Rp, L) row-major = (Q K^T) * scale. qt (hd, Rp): the queries transposed, Rp a multiple
-// of kPrefixRowBlock; row j of K comes from k_row.
-void prefix_scores(const KvRowReader& k_row, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale,
+// of kPrefixRowBlock; the keys come in tiles from k_tile.
+void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale,
                    std::vector<float>& scores);
 
 // acc (Rp, hdp) row-major, hdp = round_up(hd, 16): acc[r, i] = sum_j p[r, j] v_j[i], p (Rp, L)
