@@ -31,7 +31,8 @@ inline float fp8_e4m3_round(float x) {
   b = (b + 0x7ffffu + ((b >> 20) & 1u)) & 0xfff00000u;  // keep 3 mantissa bits, ties to even
   const float normal = std::bit_cast<float>(b);
   const float subnormal = std::nearbyint(ax * 512.0f) * 0x1p-9f;  // multiples of 2^-9, ties to even
-  return std::copysign(std::fmin(ax < 0x1p-6f ? subnormal : normal, kFp8E4M3Max), x);
+  const float r = ax < 0x1p-6f ? subnormal : normal;
+  return std::copysign(r < kFp8E4M3Max ? r : kFp8E4M3Max, x);  // fmin's result, NaN included, inline
 }
 
 inline float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }

@@ -272,13 +272,16 @@ BESTOFN_AVX512_BF16 void dot_rows_avx512(const std::uint8_t* w, std::size_t in, 
         for (std::size_t j = 0; j < tt; ++j) xs[j] = x + (t + j) * pad;
         float out[kRows][kRows];
         const std::uint8_t* next = w + std::min(r + kRows, r1 - 1) * in;
-        // Panel kernels: the next block's codes, spread over the first token group's calls.
-        const std::size_t nb = t == t0 && r + kRows < r1 ? std::min<std::size_t>(kRows, r1 - r - kRows) * in : 0;
+        // Panel kernels: the next block's codes, a share per token group (a burst of prefetches
+        // would overrun the misses the core can keep in flight).
+        const std::size_t groups = (t1 - t0 + kRows - 1) / kRows, g = (t - t0) / kRows;
+        const std::size_t all = r + kRows < r1 ? std::min<std::size_t>(kRows, r1 - r - kRows) * in : 0;
+        const std::size_t lb = all * g / groups / 64 * 64, le = g + 1 == groups ? all : all * (g + 1) / groups / 64 * 64;
         if (fused) tt == 1 ? kernel_fused<1>(wr, in, xs, tb, next, out) : kernel_fused<2>(wr, in, xs, tb, next, out);
-        else if (tt == 1) kernel_panel<1>(panel.data(), pad, xs, next, nb, out);
-        else if (tt == 2) kernel_panel<2>(panel.data(), pad, xs, next, nb, out);
-        else if (tt == 3) kernel_panel<3>(panel.data(), pad, xs, next, nb, out);
-        else kernel_panel<4>(panel.data(), pad, xs, next, nb, out);
+        else if (tt == 1) kernel_panel<1>(panel.data(), pad, xs, next + lb, le - lb, out);
+        else if (tt == 2) kernel_panel<2>(panel.data(), pad, xs, next + lb, le - lb, out);
+        else if (tt == 3) kernel_panel<3>(panel.data(), pad, xs, next + lb, le - lb, out);
+        else kernel_panel<4>(panel.data(), pad, xs, next + lb, le - lb, out);
         for (std::size_t j = 0; j < tt; ++j)
           for (std::size_t k = 0; k < rows; ++k) acc[(t + j) * stride + r + k] = out[j][k];
       }

@@ -139,21 +139,33 @@ void kernel_4x4(const float* const* xs, const float* __restrict w0, const float*
     for (int k = 0; k < kRows; ++k) out[t][k] = finish_dot(*acc[t][k], xs[t], ws[k], i, n);
 }
 
-// The activations as the GEMM sees them: E4M3 values (as floats) and a scale per token.
-void quantize_activations(const Linear& l, const float* x, std::size_t T, std::size_t in, std::vector<float>& xq,
-                          std::vector<float>& sx) {
-  xq.resize(T * in);
-  sx.resize(T);
-  for (std::size_t t = 0; t < T; ++t) {
+// max(|x_i|) over n values, NaNs skipped (as std::max(amax, |x|) in order does): a max does not
+// depend on its order, so 16 lanes give the sequential loop's result.
+float abs_max(const float* x, std::size_t n) {
+  typedef float V16 __attribute__((vector_size(64)));
+  typedef std::uint32_t U16 __attribute__((vector_size(64)));
+  V16 m = {};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    U16 b;
+    std::memcpy(&b, x + i, sizeof b);
+    b &= 0x7fffffffu;
+    V16 a;
+    std::memcpy(&a, &b, sizeof a);
+    m = m < a ? a : m;
+  }
+  float amax = 0.0f;
+  for (int k = 0; k < 16; ++k) amax = std::max(amax, m[k]);
+  for (; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+// The activations as the GEMM sees them, rows t0..t1-1: E4M3 values (as floats, xq (T, in)) and a
+// scale per token (sx).
+void quantize_activations(const Linear& l, const float* x, std::size_t t0, std::size_t t1, std::size_t in, float* xq, float* sx) {
+  for (std::size_t t = t0; t < t1; ++t) {
     const float* row = x + t * in;
-    float scale = 0.0f;
-    if (l.input_scale) {
-      scale = *l.input_scale;
-    } else {
-      float amax = 0.0f;
-      for (std::size_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(row[i]));
-      scale = fp8_row_scale(amax);
-    }
+    const float scale = l.input_scale ? *l.input_scale : fp8_row_scale(abs_max(row, in));
     sx[t] = scale;
     for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_round(row[i] / scale);
   }
@@ -190,13 +202,21 @@ void linear_fp8(const Linear& l, const float* x, std::size_t T, float* y, Thread
   const fp8::Path path = fp8_path();
   thread_local std::vector<float> xq, sx;
   thread_local std::vector<std::uint16_t> packed;
-  quantize_activations(l, x, T, in, xq, sx);
-  packed.resize(T * fp8::packed_size(path, in));
-  fp8::pack_activations(path, xq.data(), T, in, packed.data());
-  // Plain pointers into this thread's buffers: inside the lambda, on a worker, the names of the
+  const std::size_t words = fp8::packed_size(path, in);
+  xq.resize(T * in), sx.resize(T), packed.resize(T * words);
+  // Plain pointers into this thread's buffers: inside the lambdas, on a worker, the names of the
   // thread_local vectors would mean the worker's own.
-  const std::uint16_t* xp = packed.data();
-  const float* sxp = sx.data();
+  float* xqp = xq.data();
+  float* sxw = sx.data();
+  std::uint16_t* xpw = packed.data();
+  auto prepare = [&](std::size_t t0, std::size_t t1) {  // rows are independent: split over the pool
+    quantize_activations(l, x, t0, t1, in, xqp, sxw);
+    fp8::pack_activations(path, xqp + t0 * in, t1 - t0, in, xpw + t0 * words);
+  };
+  if (T >= 4) pool.run(T, prepare);
+  else prepare(0, T);
+  const std::uint16_t* xp = xpw;
+  const float* sxp = sxw;
   const std::size_t blocks = (out + kRows - 1) / kRows;
   pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
     const std::size_t r0 = b0 * kRows, r1 = std::min(out, b1 * kRows);
