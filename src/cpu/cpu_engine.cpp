@@ -346,6 +346,18 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   return groups;
 }
 
+// Row softmax statistics and weights, in place: for each of R rows of L scores, m = max, the
+// scores become exp_poly(s - m) (a loop that vectorizes), l = their sum in order.
+void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
+  for (std::size_t r = 0; r < R; ++r) {
+    float* e = scores + r * L;
+    st[r] = Softmax{};
+    for (std::size_t j = 0; j < L; ++j) st[r].m = std::max(st[r].m, e[j]);
+    for (std::size_t j = 0; j < L; ++j) e[j] = cpu::exp_poly(e[j] - st[r].m);
+    for (std::size_t j = 0; j < L; ++j) st[r].l += e[j];
+  }
+}
+
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
@@ -354,7 +366,8 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
   const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
 
   pool_.run(items, [&](std::size_t i0, std::size_t i1) {
-    std::vector<float> kv(hd), scores, acc, qt;
+    std::vector<float> scores, acc, qt, s_scores, acc_s;
+    std::vector<Softmax> ss(group);
     for (std::size_t item = i0; item < i1; ++item) {
       const Prefix& P = *groups[item / static_cast<std::size_t>(c_.n_kv_heads)].prefix;
       const auto& rows = groups[item / static_cast<std::size_t>(c_.n_kv_heads)].rows;
@@ -371,18 +384,11 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_of(r)[i];
       cpu::prefix_scores([&](std::size_t j0, float* out) { PK.read_tile(j0, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
       std::vector<Softmax> sp(R);
-      for (std::size_t r = 0; r < R; ++r) {
-        for (std::size_t j = 0; j < Lp; ++j) sp[r].m = std::max(sp[r].m, scores[r * Lp + j]);
-        float* e = scores.data() + r * Lp;
-        for (std::size_t j = 0; j < Lp; ++j) e[j] = cpu::exp_poly(e[j] - sp[r].m);  // vectorizes
-        for (std::size_t j = 0; j < Lp; ++j) sp[r].l += e[j];
-      }
+      softmax_rows(scores.data(), R, Lp, sp.data());
       cpu::prefix_values([&](std::size_t j, float* out) { PV.read(j, off, hd, out); }, Lp, hd, scores.data(), Rp, acc);
-      // Suffix, per slot: its `group` query heads meet the slot's K and V rows in one pass (each
-      // query's sums keep their order, so the bits are those of one query at a time); then the
-      // log-sum-exp merge into att.
-      std::vector<float> s_scores, o_s(group * hd);
-      std::vector<Softmax> ss(group);
+      // Suffix, per slot: its `group` query heads against the slot's own K and V, the same two
+      // blocked products (every query's sums in the same order as alone); then the log-sum-exp
+      // merge into att.
       const std::size_t Gp = cpu::round_up(group, cpu::kPrefixRowBlock);
       for (std::size_t b = 0; b < rows.size(); ++b) {
         const Slot& S = *batch[rows[b]];
@@ -394,26 +400,16 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
           for (std::size_t i = 0; i < hd; ++i) qt[i * Gp + g] = q_of(b * group + g)[i];
         cpu::prefix_scores([&](std::size_t j0, float* out) { SK.read_tile(j0, off, hd, out); }, Ls, hd, qt.data(), Gp, scale,
                            s_scores);
-        std::fill(ss.begin(), ss.end(), Softmax{});
-        for (std::size_t g = 0; g < group; ++g)
-          for (std::size_t j = 0; j < Ls; ++j) ss[g].m = std::max(ss[g].m, s_scores[g * Ls + j]);
-        std::fill(o_s.begin(), o_s.end(), 0.0f);
-        for (std::size_t j = 0; j < Ls; ++j) {
-          SV.read(j, off, hd, kv.data());
-          for (std::size_t g = 0; g < group; ++g) {
-            const float e = cpu::exp_poly(s_scores[g * Ls + j] - ss[g].m);
-            ss[g].l += e;
-            float* o = o_s.data() + g * hd;
-            for (std::size_t i = 0; i < hd; ++i) o[i] += e * kv[i];
-          }
-        }
+        softmax_rows(s_scores.data(), group, Ls, ss.data());
+        std::fill(s_scores.begin() + static_cast<std::ptrdiff_t>(group * Ls), s_scores.end(), 0.0f);  // padding rows
+        cpu::prefix_values([&](std::size_t j, float* out) { SV.read(j, off, hd, out); }, Ls, hd, s_scores.data(), Gp, acc_s);
         for (std::size_t g = 0; g < group; ++g) {
           const std::size_t r = b * group + g;
           const float m = std::max(sp[r].m, ss[g].m);
           const float a = std::exp(sp[r].m - m), bw = std::exp(ss[g].m - m);
           const float denom = sp[r].l * a + ss[g].l * bw;
           float* out = att_.data() + rows[b] * qd + (h * group + g) * hd;
-          for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hdp + i] * a + o_s[g * hd + i] * bw) / denom;
+          for (std::size_t i = 0; i < hd; ++i) out[i] = (acc[r * hdp + i] * a + acc_s[g * hdp + i] * bw) / denom;
         }
       }
     }
