@@ -5,11 +5,14 @@
 // One block per (query row, query head); the block's warps share out the K/V positions (warp w
 // takes positions w, w + kWarps, ...), each lane holds hd / 32 elements of q and of the running
 // output. Each warp keeps an online softmax (Milakov & Gimelshein, arXiv 1805.02867); the warps'
-// states then merge by log-sum-exp in shared memory. K/V rows are BF16 (widening is exact).
+// states then merge by log-sum-exp in shared memory. K/V rows are BF16 (widening is exact) or FP8
+// with a scale per KV head (KvFormat).
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "cuda/kernels.h"
 
 namespace bestofn::cuda::attn {
 
@@ -32,6 +35,33 @@ struct Shared {
 };
 
 __device__ __forceinline__ float bf16_to_float(std::uint16_t h) { return __uint_as_float(static_cast<unsigned>(h) << 16); }
+
+// bestofn::fp8_e4m3_to_float_finite: the 7 magnitude bits at float bits 20..26 read as
+// value * 2^-120 (normal and subnormal codes alike), then an exact scale by 2^120.
+__device__ __forceinline__ float fp8_e4m3_to_float(std::uint8_t c) {
+  return __uint_as_float((static_cast<unsigned>(c & 0x80u) << 24) | (static_cast<unsigned>(c & 0x7fu) << 20)) * 0x1p120f;
+}
+
+// Reads the head slice [off, off + hd) of row r of a cache part based at `base`.
+template <KvFormat F>
+struct KvRow {
+  const void* row;
+  float scale;
+  __device__ __forceinline__ KvRow(const std::uint16_t* base, std::size_t r, std::size_t kv_dim, int off, int hd) {
+    const auto* b = reinterpret_cast<const unsigned char*>(base) + r * kv_row_bytes(F, kv_dim, hd);
+    if constexpr (F == KvFormat::FP8) {
+      row = b + off;
+      scale = reinterpret_cast<const float*>(b + kv_dim)[off / hd];
+    } else {
+      row = reinterpret_cast<const std::uint16_t*>(b) + off;
+      scale = 1.0f;
+    }
+  }
+  __device__ __forceinline__ float operator[](int i) const {
+    if constexpr (F == KvFormat::FP8) return fp8_e4m3_to_float(static_cast<const std::uint8_t*>(row)[i]) * scale;
+    else return bf16_to_float(static_cast<const std::uint16_t*>(row)[i]);
+  }
+};
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -71,6 +101,8 @@ __device__ __forceinline__ float merge_weight(float m, float M) { return m == -I
 // j % block. An empty range gives the empty state.
 // scores = q.k * scale. Writes the unnormalized output to out_o (hd, shared memory) and
 // returns (m, l); every thread of the block must call it, and every thread gets the same result.
+// F: the cache rows' format (KvFormat above; a row's address is r times its size in bytes).
+template <KvFormat F = KvFormat::BF16>
 __device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::uint16_t* K, const std::uint16_t* V, int begin,
                                       int end, std::size_t kv_dim, int off, int hd, float scale, Shared& sh, float* out_o,
                                       const int* table = nullptr, int block = 0) {
@@ -82,13 +114,12 @@ __device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::ui
     const std::size_t r = table ? static_cast<std::size_t>(table[j / block]) * static_cast<std::size_t>(block) +
                                       static_cast<std::size_t>(j % block)
                                 : static_cast<std::size_t>(j);
-    const std::uint16_t* k = K + r * kv_dim + off;
-    const std::uint16_t* v = V + r * kv_dim + off;
+    const KvRow<F> k(K, r, kv_dim, off, hd), v(V, r, kv_dim, off, hd);
     float d = 0.0f;
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
       const int i = lane + 32 * r;
-      if (i < hd) d += qr[r] * bf16_to_float(k[i]);
+      if (i < hd) d += qr[r] * k[i];
     }
     const float s = warp_sum(d) * scale;  // every lane holds the same score
     const float m_new = fmaxf(m, s);
@@ -97,7 +128,7 @@ __device__ inline RunState attend_run(const float (&qr)[kPerLane], const std::ui
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
       const int i = lane + 32 * r;
-      if (i < hd) o[r] = o[r] * corr + p * bf16_to_float(v[i]);
+      if (i < hd) o[r] = o[r] * corr + p * v[i];
     }
     m = m_new;
   }

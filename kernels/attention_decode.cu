@@ -19,14 +19,15 @@
 
 namespace bestofn::cuda {
 
-// q (T, n_heads, hd); k_prefix / v_prefix / k_suffix / v_suffix (T) pointers to (len, kv_dim)
-// BF16 rows; prefix_len / suffix_len (T); out (T, n_heads, hd). With suffix_table (--paged-kv),
+// q (T, n_heads, hd); k_prefix / v_prefix / k_suffix / v_suffix (T) pointers to len cache rows of
+// format F (kv_row_bytes each); prefix_len / suffix_len (T); out (T, n_heads, hd). With suffix_table (--paged-kv),
 // the suffix rows are blocks of a pool at k_suffix[t] / v_suffix[t], row t's block table at
 // suffix_table + suffix_table_start[t]. grid = (n_heads, T, splits), block = attn::kThreads.
 // splits == 1: the block attends over everything and writes out. splits > 1 (flash-decoding):
 // block z takes the z-th of `splits` contiguous chunks of the prefix and of the suffix and writes
 // its state (m, l, unnormalized o) to partial[(row * splits + z) * (hd + 2)]; kernel_decode_merge
 // finishes.
+template <KvFormat F>
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                             const int* prefix_len, const std::uint16_t* const* k_suffix,
@@ -46,8 +47,8 @@ __global__ void __launch_bounds__(attn::kThreads)
   attn::chunk_of(max(prefix_len[t], 0), z, splits, pb, pe);
   attn::chunk_of(max(suffix_len[t], 0), z, splits, sb, se);
   // prefix: (m_p, l_p, O_p); suffix: (m_s, l_s, O_s)
-  const attn::RunState sp = attn::attend_run(qr, k_prefix[t], v_prefix[t], pb, pe, kv_dim, off, hd, scale, sh, o_p);
-  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], sb, se, kv_dim, off, hd, scale, sh, o_s,
+  const attn::RunState sp = attn::attend_run<F>(qr, k_prefix[t], v_prefix[t], pb, pe, kv_dim, off, hd, scale, sh, o_p);
+  const attn::RunState ss = attn::attend_run<F>(qr, k_suffix[t], v_suffix[t], sb, se, kv_dim, off, hd, scale, sh, o_s,
                                              suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
 
   // o = (O_p a + O_s b) / (l_p a + l_s b), a = exp(m_p - m), b = exp(m_s - m); zeros when both
@@ -102,7 +103,7 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
                            const int* suffix_table, const int* suffix_table_start, int block_tokens, int splits,
-                           float* workspace) {
+                           float* workspace, KvFormat kv) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
     throw Error("decode_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
                                              std::to_string(hd));
@@ -121,11 +122,10 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
   // The same float scale as the CPU: 1 / sqrt(hd), each step rounded in fp32.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T), static_cast<unsigned>(splits));
-  kernel_decode_attention<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix,
-                                                               suffix_len, n_heads / n_kv, hd,
-                                                               static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd),
-                                                               scale, out, suffix_table, suffix_table_start,
-                                                               block_tokens, workspace);
+  const auto kernel = kv == KvFormat::FP8 ? kernel_decode_attention<KvFormat::FP8> : kernel_decode_attention<KvFormat::BF16>;
+  kernel<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix, suffix_len, n_heads / n_kv,
+                                              hd, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out,
+                                              suffix_table, suffix_table_start, block_tokens, workspace);
   CUDA_CHECK(cudaGetLastError());
   if (splits > 1) decode_merge_cuda(workspace, T, n_heads, hd, splits, out, stream);
 }

@@ -14,8 +14,9 @@
 
 namespace bestofn::cuda {
 
-// q (T, n_heads, hd); k, v (T, kv_dim) BF16; out (T, n_heads, hd). grid = (n_heads, T),
+// q (T, n_heads, hd); k, v T cache rows of format F; out (T, n_heads, hd). grid = (n_heads, T),
 // block = attn::kThreads.
+template <KvFormat F>
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_prefill_attention(const float* q, const std::uint16_t* k, const std::uint16_t* v, int group, int hd,
                              std::size_t kv_dim, float scale, float* out) {
@@ -27,13 +28,13 @@ __global__ void __launch_bounds__(attn::kThreads)
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
 
   // softmax(q.k * scale) over positions 0..t, then o / l
-  const attn::RunState st = attn::attend_run(qr, k, v, 0, t + 1, kv_dim, (h / group) * hd, hd, scale, sh, o_run);
+  const attn::RunState st = attn::attend_run<F>(qr, k, v, 0, t + 1, kv_dim, (h / group) * hd, hd, scale, sh, o_run);
   float* o = out + row * static_cast<std::size_t>(hd);
   for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads) o[i] = o_run[i] / st.l;
 }
 
 void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv, int hd,
-                            float* out, cudaStream_t stream) {
+                            float* out, cudaStream_t stream, KvFormat kv) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
     throw Error("prefill_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
                                               std::to_string(hd));
@@ -45,8 +46,9 @@ void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::u
   if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU computes it
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));
-  kernel_prefill_attention<<<grid, attn::kThreads, 0, stream>>>(
-      q, k, v, n_heads / n_kv, hd, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out);
+  const auto kernel = kv == KvFormat::FP8 ? kernel_prefill_attention<KvFormat::FP8> : kernel_prefill_attention<KvFormat::BF16>;
+  kernel<<<grid, attn::kThreads, 0, stream>>>(q, k, v, n_heads / n_kv, hd,
+                                              static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -300,6 +300,10 @@ TEST(CliGenerate, DoneWhenCommandIsReproducibleWhateverBatchAndThreads) {
   EXPECT_EQ(with({"--batch", "1", "--threads", "1"}), a.out);
   EXPECT_EQ(with({"--batch", "3", "--threads", "2"}), a.out);
   EXPECT_NE(with({"--seed", "2"}), a.out);
+  // An FP8 KV cache: the same reproducibility whatever --batch and --threads.
+  const std::string fp8 = with({"--kv-cache", "fp8"});
+  EXPECT_EQ(jsonl(fp8).size(), 8u);
+  EXPECT_EQ(with({"--kv-cache", "fp8", "--batch", "3", "--threads", "1"}), fp8);
 }
 
 TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
@@ -339,6 +343,7 @@ TEST(CliGenerate, BadInvocations) {
   expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "0"}, 2, {"-n"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--kv-cache", "int4"}, 2, {"--kv-cache"});
   expect_failure({"generate", "--model", m, "--prompts", (dir / "none.jsonl").string()}, 1, {"none.jsonl"});
   expect_failure({"generate", "--model", bestofn::test::require_shared("models/llama-260k").string(), "--prompt", "x"}, 1,
                  {"tokenizer.json"});
@@ -353,8 +358,15 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   const auto rows = jsonl(r.out);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1]["n"], 3);
-  for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command"})
+  for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command", "kv_cache"})
     EXPECT_TRUE(rows[0].contains(key)) << key;
+  // --kv-cache fp8: a byte per value and a scale per KV head, not BF16's two bytes per value.
+  const auto f = run_cli({"bench", "--synthetic", "tiny", "--n", "1", "--prompt-len", "8", "--steps", "2", "--json", "--kv-cache", "fp8"});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const auto frow = jsonl(f.out);
+  ASSERT_EQ(frow.size(), 1u);
+  EXPECT_EQ(frow[0]["kv_cache"], "fp8");
+  EXPECT_LT(frow[0]["bytes_per_step"].get<double>(), rows[0]["bytes_per_step"].get<double>());
   EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
   expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 1, {"--n", "'x'"});
   expect_failure({"bench", "--n", "1"}, 2, {"--model"});

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <span>
@@ -16,6 +17,7 @@
 
 #include "bestofn/model_config.h"
 #include "bestofn/numeric.h"
+#include "bestofn/quantize.h"
 #include "bestofn/rng.h"
 #include "bestofn/sampler.h"
 #include "cpu/attention.h"
@@ -361,6 +363,157 @@ TEST(GpuPrefillAttention, MatchesCpuTwin) {
     sync();
     EXPECT_EQ(compare(d_out.download(), ref, kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
   }
+}
+
+// ---- FP8 KV cache rows (--kv-cache fp8) --------------------------------------------------
+//
+// The kernels read an FP8 row as fp8_e4m3_to_float(code) * scale (one multiply per value) and then
+// sum exactly as for BF16. So with values that both formats hold exactly (random finite codes
+// times a power-of-two scale per row and KV head) the FP8 kernels must give the BF16 kernels'
+// outputs bit for bit: any wrong byte offset, row stride or scale index breaks that.
+struct Fp8Rows {
+  std::vector<std::uint8_t> fp8;    // rows of kv_row_bytes(FP8): codes, then a scale per KV head
+  std::vector<std::uint16_t> bf16;  // the same values, rows of kv_dim BF16
+};
+Fp8Rows fp8_rows(std::size_t rows, int n_kv, int hd, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto kvd = static_cast<std::size_t>(n_kv * hd);
+  const std::size_t rb = cuda::kv_row_bytes(cuda::KvFormat::FP8, kvd, hd);
+  Fp8Rows out{std::vector<std::uint8_t>(rows * rb), std::vector<std::uint16_t>(rows * kvd)};
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t h = 0; h < static_cast<std::size_t>(n_kv); ++h) {
+      const float scale = std::ldexp(1.0f, -5 - static_cast<int>(rng() % 8));
+      std::memcpy(&out.fp8[r * rb + kvd + 4 * h], &scale, 4);
+      for (std::size_t i = 0; i < static_cast<std::size_t>(hd); ++i) {
+        auto code = static_cast<std::uint8_t>(rng());
+        if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes
+        const std::size_t e = h * static_cast<std::size_t>(hd) + i;
+        out.fp8[r * rb + e] = code;
+        out.bf16[r * kvd + e] = bf16_from_float(fp8_e4m3_to_float(code) * scale);  // exact: 4 significant bits
+      }
+    }
+  return out;
+}
+
+TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 2800;
+  for (int T : {1, 5, 33})
+    for (const HeadShape& s : kHeadShapes)
+      for (int splits : {1, 4}) {
+        SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", splits " + std::to_string(splits) + ", seed " + std::to_string(seed));
+        DecodeBatch b(T, s, seed, 300, 40);
+        const auto kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+        const std::size_t rows = b.k_pool.size() / kvd, rb = cuda::kv_row_bytes(cuda::KvFormat::FP8, kvd, s.hd);
+        const Fp8Rows K = fp8_rows(rows, s.n_kv, s.hd, seed + 5), V = fp8_rows(rows, s.n_kv, s.hd, seed + 6);
+        seed += 10;
+        b.k_pool = K.bf16, b.v_pool = V.bf16;
+        const std::vector<float> want = b.gpu(splits);
+        // The FP8 pools, with each row pointer moved from a BF16 element offset to its FP8 row.
+        DeviceArray<std::uint8_t> dk(K.fp8), dv(V.fp8);
+        auto rows_at = [&](const DeviceArray<std::uint8_t>& pool, const std::vector<std::size_t>& off) {
+          std::vector<const std::uint16_t*> out;
+          for (std::size_t o : off) out.push_back(reinterpret_cast<const std::uint16_t*>(pool.get() + o / kvd * rb));
+          return out;
+        };
+        DeviceArray<const std::uint16_t*> kp(rows_at(dk, b.prefix_off)), vp(rows_at(dv, b.prefix_off)),
+            ks(rows_at(dk, b.suffix_off)), vs(rows_at(dv, b.suffix_off));
+        DeviceArray<int> plen(b.prefix_len), slen(b.suffix_len);
+        DeviceArray<float> q(b.q), out(b.q.size()),
+            work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(T, s.n_heads, s.hd, splits), 1));
+        cuda::decode_attention_cuda(q.get(), kp.get(), vp.get(), plen.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads, s.n_kv,
+                                    s.hd, out.get(), nullptr, nullptr, nullptr, 0, splits, splits > 1 ? work.get() : nullptr,
+                                    cuda::KvFormat::FP8);
+        sync();
+        const std::vector<float> got = out.download();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "FP8 rows differ from BF16 rows of the same values";
+        EXPECT_EQ(compare(got, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");  // and both near the twin
+      }
+}
+
+TEST(GpuPrefillAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 4800;
+  for (int T : {1, 33, 257})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      const auto N = static_cast<std::size_t>(T);
+      const std::vector<float> q = test::random_floats(N * static_cast<std::size_t>(s.n_heads * s.hd), seed, 2.0f);
+      const Fp8Rows K = fp8_rows(N, s.n_kv, s.hd, seed + 1), V = fp8_rows(N, s.n_kv, s.hd, seed + 2);
+      seed += 10;
+      DeviceArray<float> d_q(q), bf16_out(q.size()), fp8_out(q.size());
+      DeviceArray<std::uint16_t> kb(K.bf16), vb(V.bf16);
+      DeviceArray<std::uint8_t> k8(K.fp8), v8(V.fp8);
+      cuda::prefill_attention_cuda(d_q.get(), kb.get(), vb.get(), T, s.n_heads, s.n_kv, s.hd, bf16_out.get(), nullptr);
+      cuda::prefill_attention_cuda(d_q.get(), reinterpret_cast<const std::uint16_t*>(k8.get()),
+                                   reinterpret_cast<const std::uint16_t*>(v8.get()), T, s.n_heads, s.n_kv, s.hd, fp8_out.get(), nullptr,
+                                   cuda::KvFormat::FP8);
+      sync();
+      const std::vector<float> a = bf16_out.download(), b = fp8_out.download();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "FP8 rows differ from BF16 rows of the same values";
+    }
+}
+
+// rope_kv_write_cuda into FP8 rows against cpu::rope + cpu::quantize_fp8_rows over each row's KV
+// heads. v: the same floats in, so the same codes and scales bit for bit (the quantizer is the
+// activation quantizer's, GpuQuantize). k: the rotation may differ in its last fp32 bits where
+// cosf / sinf do (GpuRopeKv above), which can move a value across an E4M3 rounding boundary or
+// change a head's amax by an ulp: each dequantized k within one E4M3 step (2^-3 relative, plus the
+// smallest step of its row) of the CPU's, and at most 1% of them not bit-identical.
+TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 150;
+  for (int T : {1, 5, 33})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      ModelConfig c;
+      c.head_dim = s.hd, c.rope_theta = 500000.0;
+      const std::vector<float> inv_freq = cpu::rope_inv_freq(c);
+      const auto qd = static_cast<std::size_t>(s.n_heads * s.hd), kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+      const auto N = static_cast<std::size_t>(T), heads = static_cast<std::size_t>(s.n_kv);
+      const std::size_t rb = cuda::kv_row_bytes(cuda::KvFormat::FP8, kvd, s.hd);
+      std::vector<float> q = test::random_floats(N * qd, seed + 1), k = test::random_floats(N * kvd, seed + 2),
+                         v = test::random_floats(N * kvd, seed + 3);
+      std::vector<int> pos(N);
+      for (std::size_t t = 0; t < N; ++t) pos[t] = static_cast<int>(t * 97 % 4096);
+      seed += 10;
+      DeviceArray<float> d_q(q), d_k(k), d_v(v), d_freq(inv_freq);
+      DeviceArray<int> d_pos(pos);
+      DeviceArray<std::uint8_t> kc(std::vector<std::uint8_t>(N * rb, 0xAA)), vc(std::vector<std::uint8_t>(N * rb, 0xAA));
+      std::vector<std::uint16_t*> k_rows(N), v_rows(N);
+      for (std::size_t t = 0; t < N; ++t)  // rows in reverse order: the kernel must follow the pointers
+        k_rows[t] = reinterpret_cast<std::uint16_t*>(kc.get() + (N - 1 - t) * rb), v_rows[t] = reinterpret_cast<std::uint16_t*>(vc.get() + (N - 1 - t) * rb);
+      DeviceArray<std::uint16_t*> d_k_rows(k_rows), d_v_rows(v_rows);
+      cuda::rope_kv_write_cuda(d_q.get(), d_k.get(), d_v.get(), d_pos.get(), d_freq.get(), T, s.n_heads, s.n_kv, s.hd,
+                               d_k_rows.get(), d_v_rows.get(), nullptr, cuda::KvFormat::FP8);
+      sync();
+      const std::vector<std::uint8_t> kg = kc.download(), vg = vc.download();
+      std::size_t k_off = 0, bad = 0;
+      for (std::size_t t = 0; t < N; ++t) {
+        cpu::rope(k.data() + t * kvd, s.n_kv, s.hd, pos[t], inv_freq);
+        std::vector<std::uint8_t> kq(kvd), vq(kvd);
+        std::vector<float> ks(heads), vs(heads);
+        cpu::quantize_fp8_rows(k.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), kq.data(), ks.data());
+        cpu::quantize_fp8_rows(v.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), vq.data(), vs.data());
+        const std::uint8_t* krow = kg.data() + (N - 1 - t) * rb;
+        const std::uint8_t* vrow = vg.data() + (N - 1 - t) * rb;
+        float kscale[64], vscale[64];
+        std::memcpy(kscale, krow + kvd, 4 * heads), std::memcpy(vscale, vrow + kvd, 4 * heads);
+        for (std::size_t h = 0; h < heads; ++h) {
+          if (std::memcmp(&vscale[h], &vs[h], 4) != 0 && bad++ < 8) ADD_FAILURE() << "v scale t " << t << " head " << h;
+          for (std::size_t i = 0; i < static_cast<std::size_t>(s.hd); ++i) {
+            const std::size_t e = h * static_cast<std::size_t>(s.hd) + i;
+            if (vrow[e] != vq[e] && bad++ < 8) ADD_FAILURE() << "v code t " << t << " e " << e << ": " << int(vrow[e]) << " vs " << int(vq[e]);
+            const double kgv = fp8_e4m3_to_float(krow[e]) * kscale[h], kcv = fp8_e4m3_to_float(kq[e]) * ks[h];
+            if (krow[e] != kq[e] || kscale[h] != ks[h]) ++k_off;
+            if (std::fabs(kgv - kcv) > 0x1p-3 * std::fabs(kcv) + 0x1p-9 * ks[h] * 1.01 && bad++ < 8)
+              ADD_FAILURE() << "k t " << t << " e " << e << ": gpu " << kgv << " cpu " << kcv;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0u);
+      EXPECT_LE(k_off, N * kvd / 100) << k_off << " k values not bit-identical";
+    }
 }
 
 // ---- sample_cuda ----------------------------------------------------------------------------

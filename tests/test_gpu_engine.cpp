@@ -117,7 +117,7 @@ Deviation deviation(const Trace& a, const Trace& b) {
 // relative `eps` (each output channel's weight scale times 1 + eps z, z standard normal, per-tensor
 // scales spread per channel first), fed the same tokens as `cpu`: the largest max and mean over
 // three draws.
-Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& cpu, double eps) {
+Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& cpu, double eps, const EngineOptions& options = bf16_kv()) {
   Deviation worst;
   for (std::uint64_t seed = 0; seed < 3; ++seed) {
     auto moved = std::make_shared<Weights>(*w);
@@ -128,7 +128,7 @@ Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& 
         if (l->weight_scale.size() == 1) l->weight_scale.assign(static_cast<std::size_t>(l->out_features()), l->weight_scale[0]);
         for (float& s : l->weight_scale) s = static_cast<float>(s * (1.0 + eps * z(rng)));
       }
-    auto e = make_cpu_engine(moved, bf16_kv());
+    auto e = make_cpu_engine(moved, options);
     const Deviation d = deviation(trace(*e, 4, 32, &cpu), cpu);
     worst.max = std::max(worst.max, d.max), worst.mean = std::max(worst.mean, d.mean);
   }
@@ -243,6 +243,35 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
     const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14);
     std::printf("[ sensitivity] %s: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", scheme, sens.max, sens.mean);
     compare(gpu, cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f, scheme, 1.5 * sens.mean);
+  }
+}
+
+// --kv-cache fp8 on both engines: one cache contract (E4M3 codes with a scale per position and KV
+// head, EngineOptions::Kv; kernels tested against it in test_gpu_attention), so the GPU against
+// the CPU engine, both with FP8 caches, under the contract of SyntheticFp8ModelsMatchTheCpuEngine
+// with the sensitivity measured on the CPU with its FP8 cache too (a cache code flipped by the
+// GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv and --cuda-graphs; the
+// engine refuses --cuda-prefix-gemm and --split-attention with FP8 (BF16-only kernels).
+TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto w = synthetic_tiny(dir, "fp8", "channel", 21);
+  EngineOptions cpu_fp8;
+  cpu_fp8.kv = EngineOptions::Kv::FP8;
+  const Trace cpu = trace(*make_cpu_engine(w, cpu_fp8), 4, 32, nullptr);
+  const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, cpu_fp8);
+  std::printf("[ sensitivity] fp8 kv: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", sens.max, sens.mean);
+  for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, true, true, false, true}}) {
+    EngineOptions o = paths.options();
+    o.kv = EngineOptions::Kv::FP8;
+    auto gpu_e = cuda::make_cuda_engine(w, o);
+    compare(trace(*gpu_e, 4, 32, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f,
+            "fp8 kv" + paths.name(), 1.5 * sens.mean);
+  }
+  for (const Paths& refused : {Paths{true, false, false}, Paths{false, false, false, true}}) {
+    EngineOptions o = refused.options();
+    o.kv = EngineOptions::Kv::FP8;
+    EXPECT_THROW(cuda::make_cuda_engine(w, o), Error) << refused.name();
   }
 }
 

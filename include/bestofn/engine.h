@@ -24,8 +24,14 @@ struct EngineOptions {
   int device_index = 0;
   // KV cache precision. CPU engine, Auto: F32 for an F32 checkpoint (the reference, exact against
   // llama2.c and HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
-  // CUDA engine: BF16 always (Auto and BF16; F32 is refused). Parity tests set BF16 on the CPU.
-  enum class Kv { Auto, F32, BF16 } kv = Kv::Auto;
+  // CUDA engine: Auto is BF16; F32 is refused. Parity tests set BF16 (or FP8) on the CPU.
+  // FP8 (--kv-cache fp8, half the bytes of BF16): each cache row (one position's K or V, after
+  // RoPE for K, from the F32 values) is stored per KV head as E4M3 codes with one F32 scale,
+  // cpu::quantize_fp8_rows over the row's heads (scale = amax / 448, code = RNE(x / scale),
+  // saturating); attention reads fp8_e4m3_to_float(code) * scale, one rounded multiply, and
+  // sums as for BF16. Both engines follow this; the GPU's codes and scales equal the CPU's for
+  // equal inputs.
+  enum class Kv { Auto, F32, BF16, FP8 } kv = Kv::Auto;
   // CUDA engine, part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
   bool cuda_prefix_gemm = false;  // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
   bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)

@@ -19,6 +19,7 @@
 #include "bestofn/weights.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 
 namespace bestofn::cli {
 namespace {
@@ -31,6 +32,7 @@ struct BenchOptions {
   int prompt_len = 256, steps = 16, threads = 0;
   bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false,
        split_attention = false, cuda_graphs = false, quantize_lm_head = false;
+  std::string kv_cache = "auto";
   std::string command;
 };
 
@@ -123,6 +125,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--device-sampling", o->device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
   sub->add_flag("--split-attention", o->split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
+  add_kv_cache_flag(sub, o->kv_cache);
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -152,15 +155,20 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     eo.device_sampling = o->device_sampling;
     eo.split_attention = o->split_attention;
     eo.cuda_graphs = o->cuda_graphs;
+    eo.kv = kv_cache_kind(o->kv_cache);
     auto engine = make_engine(w, o->device, eo);
     const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
     std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
     for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
     const std::size_t V = static_cast<std::size_t>(c.vocab_size);
-    // The CPU engine keeps an F32 KV cache for F32 checkpoints; otherwise (and on CUDA) BF16.
-    const std::size_t kv_elem = engine->name() == "cpu" && w->token_embedding.dtype == DType::F32 ? 4 : 2;
-    const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * static_cast<std::size_t>(c.kv_dim()) * kv_elem;
+    // KV bytes per position (K and V, all layers): --kv-cache auto is F32 for an F32 checkpoint on
+    // the CPU and BF16 otherwise; FP8 is a byte per value plus a 4-byte scale per KV head.
+    const bool f32_kv = eo.kv == EngineOptions::Kv::F32 ||
+                        (eo.kv == EngineOptions::Kv::Auto && engine->name() == "cpu" && w->token_embedding.dtype == DType::F32);
+    const std::size_t kv_dim = static_cast<std::size_t>(c.kv_dim()), heads = static_cast<std::size_t>(c.n_kv_heads);
+    const std::size_t kv_row_layer = eo.kv == EngineOptions::Kv::FP8 ? kv_dim + 4 * heads : kv_dim * (f32_kv ? 4 : 2);
+    const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * kv_row_layer;
     if (!o->json)
       std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
     for (int n : ns) {
@@ -212,6 +220,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", prefill_ms},
                   {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
+                  {"kv_cache", eo.kv == EngineOptions::Kv::FP8 ? "fp8" : f32_kv ? "f32" : "bf16"},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;

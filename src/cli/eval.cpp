@@ -120,7 +120,9 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"stop_on_pass", o.stop_on_pass},
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"tasks", ids}};
-  if (o.m.quantize_lm_head) run["quantize_lm_head"] = true;  // only when on: manifests from before it still match
+  // Only when set: manifests from before these flags still match.
+  if (o.m.quantize_lm_head) run["quantize_lm_head"] = true;
+  if (o.m.kv_cache != "auto") run["kv_cache"] = o.m.kv_cache;
   return run;
 }
 

@@ -5,6 +5,21 @@
 
 namespace bestofn::cli {
 
+void add_kv_cache_flag(CLI::App* sub, std::string& value) {
+  sub->add_option("--kv-cache", value,
+                  "KV cache precision: auto (F32 for an F32 model on the CPU, else BF16), f32 (CPU only), bf16, or fp8 "
+                  "(E4M3 with a scale per position and KV head: half the memory of bf16)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
+      ->default_str("auto");
+}
+
+EngineOptions::Kv kv_cache_kind(const std::string& value) {
+  if (value == "f32") return EngineOptions::Kv::F32;
+  if (value == "bf16") return EngineOptions::Kv::BF16;
+  if (value == "fp8") return EngineOptions::Kv::FP8;
+  return EngineOptions::Kv::Auto;
+}
+
 void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--model", f.model, "Hugging Face model directory")->required();
   sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)");
@@ -24,6 +39,7 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--split-attention", f.split_attention,
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
+  add_kv_cache_flag(sub, f.kv_cache);
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
@@ -61,6 +77,7 @@ LoadedModel load_model_flags(const ModelFlags& f) {
   eo.device_sampling = f.device_sampling;
   eo.split_attention = f.split_attention;
   eo.cuda_graphs = f.cuda_graphs;
+  eo.kv = kv_cache_kind(f.kv_cache);
   m.engine = make_engine(m.weights, f.device, eo);
   return m;
 }

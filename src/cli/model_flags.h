@@ -27,10 +27,15 @@ struct ModelFlags {
   bool cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false, split_attention = false, quantize_lm_head = false,
        cuda_graphs = false;
   int kv_blocks = 0;
+  std::string kv_cache = "auto";  // --kv-cache
 };
 
+// --kv-cache auto|f32|bf16|fp8 into `value` (checked by CLI11); kv_cache_kind reads it.
+void add_kv_cache_flag(CLI::App* sub, std::string& value);
+EngineOptions::Kv kv_cache_kind(const std::string& value);
+
 // --model --tokenizer --quantize --device --threads --batch --cuda-prefix-gemm --fused-qkv
-// --gemm-autotune --paged-kv --kv-blocks --device-sampling
+// --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --kv-cache
 void add_model_flags(CLI::App* sub, ModelFlags& f);
 // --max-new-tokens --temperature --top-p --top-k --min-p --seed --stop --chat --chat-format --system
 // (the --max-new-tokens default shown is f.max_new_tokens as given)

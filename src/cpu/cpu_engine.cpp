@@ -12,6 +12,7 @@
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
 #include "bestofn/parallel.h"
+#include "bestofn/quantize.h"
 #include "bestofn/weights.h"
 #include "handle_table.h"
 #include "cpu/exp_poly.h"
@@ -22,61 +23,102 @@
 namespace bestofn {
 namespace {
 
-// K or V of one layer, len rows of kv_dim values, in F32 or BF16. V is row-major (len, kv_dim).
-// K is kept in tiles of cpu::kKeyTile positions, each (kv_dim, kKeyTile) element-major: one
-// head's slice of a tile is then the transposed block that the score products read
-// (cpu::prefix_scores), contiguous, with zeros past the last row. Appending scatters a row into
-// its tile once; nothing is transposed per query.
+// K or V of one layer, len rows of kv_dim values, in F32, BF16 or FP8 (EngineOptions::Kv: E4M3
+// codes with one scale per row and KV head, cpu::quantize_fp8_rows over the row's heads; read as
+// fp8_e4m3_to_float(code) * scale). V is row-major (len, kv_dim). K is kept in tiles of
+// cpu::kKeyTile positions, each (kv_dim, kKeyTile) element-major: one head's slice of a tile is
+// then the transposed block that the score products read (cpu::prefix_scores), contiguous, with
+// zeros past the last row. Appending scatters a row into its tile once; nothing is transposed per
+// query.
 class KvRows {
  public:
+  using Kv = EngineOptions::Kv;
   static constexpr std::size_t kTile = cpu::kKeyTile;
-  KvRows(bool bf16, std::size_t width, bool tiled) : bf16_(bf16), tiled_(tiled), width_(width) {}
+  KvRows(Kv kind, std::size_t width, std::size_t head_dim, bool tiled)
+      : kind_(kind), tiled_(tiled), width_(width), hd_(head_dim), heads_(width / head_dim) {}
   void append(const float* row) {
-    if (!tiled_) {
-      if (bf16_)
-        for (std::size_t i = 0; i < width_; ++i) h_.push_back(bf16_from_float(row[i]));
-      else
-        f_.insert(f_.end(), row, row + width_);
-    } else {
-      const std::size_t lane = len_ % kTile, base = len_ / kTile * width_ * kTile + lane;
-      if (lane == 0) bf16_ ? h_.resize(h_.size() + width_ * kTile) : f_.resize(f_.size() + width_ * kTile);
-      if (bf16_)
-        for (std::size_t e = 0; e < width_; ++e) h_[base + e * kTile] = bf16_from_float(row[e]);
-      else
-        for (std::size_t e = 0; e < width_; ++e) f_[base + e * kTile] = row[e];
+    const std::size_t j = len_++;
+    const std::size_t lane = j % kTile;
+    if (tiled_ && lane == 0) grow(width_ * kTile, heads_ * kTile);
+    if (!tiled_) grow(width_, heads_);
+    // Element e of row j is at at(e): row-major, or in its tile's lane.
+    const std::size_t base = tiled_ ? j / kTile * width_ * kTile + lane : j * width_, stride = tiled_ ? kTile : 1;
+    switch (kind_) {
+      case Kv::BF16:
+        for (std::size_t e = 0; e < width_; ++e) h_[base + e * stride] = bf16_from_float(row[e]);
+        break;
+      case Kv::FP8: {
+        thread_local std::vector<std::uint8_t> codes;
+        codes.resize(width_);
+        cpu::quantize_fp8_rows(row, heads_, hd_, codes.data(), s_.data() + j * heads_);
+        for (std::size_t e = 0; e < width_; ++e) c_[base + e * stride] = codes[e];
+        break;
+      }
+      default:
+        for (std::size_t e = 0; e < width_; ++e) f_[base + e * stride] = row[e];
     }
-    ++len_;
   }
-  // Elements [off, off + n) of row j, as floats (V only).
+  // Elements [off, off + n) of row j (one head's slice, off a multiple of the head size for FP8),
+  // as floats (V only).
   void read(std::size_t j, std::size_t off, std::size_t n, float* out) const {
     const std::size_t base = j * width_ + off;
-    if (bf16_)
-      for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
-    else
-      std::memcpy(out, f_.data() + base, n * sizeof(float));
+    switch (kind_) {
+      case Kv::BF16:
+        for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
+        break;
+      case Kv::FP8: {
+        const float scale = s_[j * heads_ + off / hd_];
+        for (std::size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_float_finite(c_[base + i]) * scale;
+        break;
+      }
+      default:
+        std::memcpy(out, f_.data() + base, n * sizeof(float));
+    }
   }
-  // Elements [off, off + n) of the rows j0 .. j0 + kTile - 1, transposed, as floats:
-  // out[i * kTile + p] = row (j0 + p)[off + i], zero past the last row (K only; j0 % kTile == 0).
+  // Elements [off, off + n) (one head's slice) of the rows j0 .. j0 + kTile - 1, transposed, as
+  // floats: out[i * kTile + p] = row (j0 + p)[off + i], zero past the last row (K only;
+  // j0 % kTile == 0).
   void read_tile(std::size_t j0, std::size_t off, std::size_t n, float* out) const {
     const std::size_t base = j0 * width_ + off * kTile;  // j0 / kTile tiles of width * kTile
-    if (bf16_)
-      for (std::size_t i = 0; i < n * kTile; ++i) out[i] = bf16_to_float(h_[base + i]);
-    else
-      std::memcpy(out, f_.data() + base, n * kTile * sizeof(float));
+    switch (kind_) {
+      case Kv::BF16:
+        for (std::size_t i = 0; i < n * kTile; ++i) out[i] = bf16_to_float(h_[base + i]);
+        break;
+      case Kv::FP8: {
+        float scale[kTile];  // zero past the last row, as the codes are
+        for (std::size_t p = 0; p < kTile; ++p) scale[p] = s_[(j0 + p) * heads_ + off / hd_];
+        for (std::size_t i = 0; i < n; ++i)
+          for (std::size_t p = 0; p < kTile; ++p) out[i * kTile + p] = fp8_e4m3_to_float_finite(c_[base + i * kTile + p]) * scale[p];
+        break;
+      }
+      default:
+        std::memcpy(out, f_.data() + base, n * kTile * sizeof(float));
+    }
   }
   std::size_t rows() const { return len_; }
 
  private:
-  bool bf16_, tiled_;
-  std::size_t width_, len_ = 0;
+  // Room for `values` more elements (zeros) and, for FP8, `scales` more scales.
+  void grow(std::size_t values, std::size_t scales) {
+    switch (kind_) {
+      case Kv::BF16: h_.resize(h_.size() + values); break;
+      case Kv::FP8: c_.resize(c_.size() + values), s_.resize(s_.size() + scales); break;
+      default: f_.resize(f_.size() + values);
+    }
+  }
+  Kv kind_;
+  bool tiled_;
+  std::size_t width_, hd_, heads_, len_ = 0;
   std::vector<float> f_;
   std::vector<std::uint16_t> h_;
+  std::vector<std::uint8_t> c_;
+  std::vector<float> s_;  // FP8: (rows, heads), in tile granularity for K
 };
 
 struct Cache {  // per layer K and V
   std::vector<KvRows> k, v;
-  Cache(int layers, bool bf16, std::size_t width) {
-    for (int l = 0; l < layers; ++l) k.emplace_back(bf16, width, true), v.emplace_back(bf16, width, false);
+  Cache(int layers, EngineOptions::Kv kind, std::size_t width, std::size_t head_dim) {
+    for (int l = 0; l < layers; ++l) k.emplace_back(kind, width, head_dim, true), v.emplace_back(kind, width, head_dim, false);
   }
 };
 
@@ -102,7 +144,8 @@ class CpuEngine final : public Engine {
       : w_(std::move(w)), c_(w_->config), pool_(opt.threads > 0 ? opt.threads : default_threads()),
         inv_freq_(cpu::rope_inv_freq(c_)) {
     const bool f32 = w_->token_embedding.dtype == DType::F32;
-    bf16_kv_ = opt.kv == EngineOptions::Kv::BF16 || (opt.kv == EngineOptions::Kv::Auto && !f32);
+    kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
+    if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
   }
 
   const ModelConfig& config() const override { return c_; }
@@ -115,7 +158,7 @@ class CpuEngine final : public Engine {
   }
   int add_slot(int p) override {
     prefix_at(p).slots++;
-    auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
+    auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))});
     return slots_.put(std::move(s));
   }
   void release_slot(int s) override {
@@ -163,7 +206,7 @@ class CpuEngine final : public Engine {
   const ModelConfig& c_;
   cpu::ThreadPool pool_;
   std::vector<float> inv_freq_;
-  bool bf16_kv_ = false;
+  EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};
   bool timing_ = false;  // inside decode: linear and attention time go to times_
@@ -250,7 +293,7 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
   if (T > static_cast<std::size_t>(c_.max_position_embeddings))
     throw Error("prompt of " + std::to_string(T) + " tokens is longer than the context (" + std::to_string(c_.max_position_embeddings) + ")");
   if (last_logits.size() != static_cast<std::size_t>(c_.vocab_size)) throw Error("prefill: logits buffer has the wrong size");
-  auto p = std::make_unique<Prefix>(Prefix{static_cast<int>(T), 0, Cache(c_.n_layers, bf16_kv_, static_cast<std::size_t>(c_.kv_dim()))});
+  auto p = std::make_unique<Prefix>(Prefix{static_cast<int>(T), 0, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))});
   resize(T);
   embed(tokens);
   std::vector<int> pos(T);

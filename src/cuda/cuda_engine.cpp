@@ -1,6 +1,7 @@
 // The CUDA engine: the same forward as src/cpu/cpu_engine.cpp, step comment for step comment, on
 // the device. Weights are uploaded once; linear layers are cuBLASLt GEMMs (FP8 E4M3 with the
-// activation/weight scales applied in an epilogue, or BF16 / F32); the KV cache is BF16.
+// activation/weight scales applied in an epilogue, or BF16 / F32); the KV cache is BF16, or FP8
+// with a scale per position and KV head (--kv-cache fp8).
 // The class is in cuda_engine.h; a decode step is in cuda_step.cpp.
 #include "cuda/cuda_engine.h"
 
@@ -17,7 +18,17 @@
 namespace bestofn::cuda {
 
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
-  if (opt.kv == EngineOptions::Kv::F32) throw Error("--device cuda: the CUDA engine keeps its KV cache in BF16 only");
+  if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
+  if (opt.kv == EngineOptions::Kv::FP8) {
+    // The part-1 decode and prefill kernels (and --paged-kv's blocks) read FP8 rows; the prefix
+    // GEMMs and the tiled kernel read BF16 only so far.
+    if (opt.cuda_prefix_gemm) throw Error("--kv-cache fp8: not with --cuda-prefix-gemm yet (its prefix K/V are widened from BF16)");
+    if (opt.split_attention) throw Error("--kv-cache fp8: not with --split-attention yet (the tiled kernel reads BF16 rows)");
+    if (c_.kv_dim() % 4 != 0)
+      throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes), got " +
+                  std::to_string(c_.kv_dim()));
+    kv_ = KvFormat::FP8;
+  }
   std::string why;
   const std::size_t visible = list_devices(&why).size();
   if (visible == 0) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
@@ -138,7 +149,7 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
     linear(L.wv, xn_.get<float>(), T, v_.get<float>());
   }
   rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
-                     c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_);
+                     c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
   {
     const auto phase = timer_.scope(PhaseTimer::Attention);
     attend(l);
@@ -192,14 +203,14 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   scratch(T);
   logits_.resize(static_cast<std::size_t>(c_.vocab_size) * 4);
   // The index arrays: ids, positions, then per layer the cache rows of each position.
-  const auto n = static_cast<std::size_t>(T), kd = static_cast<std::size_t>(c_.kv_dim());
+  const auto n = static_cast<std::size_t>(T);
   std::vector<int> pos(n);
   for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t;
   std::vector<std::uint16_t*> rows(2 * n * static_cast<std::size_t>(c_.n_layers));  // layer l: k rows at 2 l T, v rows after
   for (std::size_t l = 0; l < static_cast<std::size_t>(c_.n_layers); ++l)
     for (std::size_t t = 0; t < n; ++t) {
-      rows[2 * l * n + t] = p->kv.k[l].get<std::uint16_t>() + t * kd;
-      rows[(2 * l + 1) * n + t] = p->kv.v[l].get<std::uint16_t>() + t * kd;
+      rows[2 * l * n + t] = kv_row(p->kv.k[l], t);
+      rows[(2 * l + 1) * n + t] = kv_row(p->kv.v[l], t);
     }
   arena_.clear();
   const std::size_t o_tokens = arena_.add(tokens.data(), n), o_pos = arena_.add(pos), o_rows = arena_.add(rows);
@@ -211,7 +222,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
     const auto li = static_cast<std::size_t>(l);
     layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&](int) {
       prefill_attention_cuda(q_.get<float>(), p->kv.k[li].get<std::uint16_t>(), p->kv.v[li].get<std::uint16_t>(), T, c_.n_heads,
-                             c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_);
+                             c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
     });
   }
   p->kv.len = T;

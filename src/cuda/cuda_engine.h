@@ -19,6 +19,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
 #include "cuda/graph_cache.h"
+#include "cuda/kernels.h"
 #include "cuda/paged_kv.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
@@ -30,7 +31,8 @@ namespace bestofn::cuda {
 // --cuda-prefix-gemm: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
 constexpr int kMinPrefixGemmRows = 2;
 
-// K and V of one sequence part (a prefix, or a slot's suffix): per layer, rows of kv_dim BF16.
+// K and V of one sequence part (a prefix, or a slot's suffix): per layer, cache rows in the
+// engine's KvFormat (kv_row_bytes() each).
 struct KvPart {
   std::vector<DeviceBuffer> k, v;
   int len = 0, capacity = 0;
@@ -125,7 +127,11 @@ class CudaEngine final : public Engine {
   void use_device() const { CUDA_CHECK(cudaSetDevice(device_)); }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
-  std::size_t kv_row_bytes() const { return static_cast<std::size_t>(c_.kv_dim()) * 2; }
+  std::size_t kv_row_bytes() const { return cuda::kv_row_bytes(kv_, static_cast<std::size_t>(c_.kv_dim()), c_.head_dim); }
+  // Row r of a cache part's layer buffer (either format: rows of kv_row_bytes()).
+  std::uint16_t* kv_row(const DeviceBuffer& part, std::size_t r) const {
+    return reinterpret_cast<std::uint16_t*>(part.get<std::uint8_t>() + r * kv_row_bytes());
+  }
   void reserve(KvPart& part, int rows);
   void scratch(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
@@ -176,6 +182,7 @@ class CudaEngine final : public Engine {
   StepArena arena_;                                                   // a step's index arrays, one upload
   DeviceBuffer fused_;                                                // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden)
   DeviceBuffer attn_work_;                                            // --split-attention: the chunk states
+  KvFormat kv_ = KvFormat::BF16;  // --kv-cache
   int scratch_T_ = 0;
   int sm_count_ = 1;
   bool split_attention_ = false;

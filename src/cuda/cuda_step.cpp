@@ -87,7 +87,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   }
   // Per layer: the cache rows this step writes (k, then v), and k_prefix, v_prefix, k_suffix,
   // v_suffix per row: the suffix is a slot's own rows (part 1) or the layer's block pools (--paged-kv).
-  const auto L = static_cast<std::size_t>(c_.n_layers), kd = static_cast<std::size_t>(c_.kv_dim());
+  const auto L = static_cast<std::size_t>(c_.n_layers);
   std::vector<std::uint16_t*> rows(2 * L * n);
   std::vector<const std::uint16_t*> ptrs(4 * L * n);
   for (std::size_t l = 0; l < L; ++l)
@@ -96,9 +96,9 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
       const Prefix& pre = prefixes_.at(s.prefix);
       std::uint16_t* ks = paged_ ? paged_->k(static_cast<int>(l)) : s.kv.k[l].get<std::uint16_t>();
       std::uint16_t* vs = paged_ ? paged_->v(static_cast<int>(l)) : s.kv.v[l].get<std::uint16_t>();
-      const std::size_t row = paged_ ? paged_->row(s.paged, s.kv.len) : static_cast<std::size_t>(s.kv.len);
-      rows[2 * l * n + i] = ks + row * kd;
-      rows[(2 * l + 1) * n + i] = vs + row * kd;
+      const std::size_t row = (paged_ ? paged_->row(s.paged, s.kv.len) : static_cast<std::size_t>(s.kv.len)) * kv_row_bytes();
+      rows[2 * l * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(ks) + row);
+      rows[(2 * l + 1) * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(vs) + row);
       const std::size_t at = 4 * l * n;
       ptrs[at + i] = pre.kv.k[l].get<std::uint16_t>();
       ptrs[at + n + i] = pre.kv.v[l].get<std::uint16_t>();
@@ -157,7 +157,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
           return;
         }
         decode_attention_cuda(q_.get<float>(), d, d + n, d_lens, d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                              c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block, splits, partial);
+                              c_.head_dim, att_.get<float>(), stream_, d_tables, d_starts, block, splits, partial, kv_);
       });
     }
     logits(0, T);

@@ -58,16 +58,31 @@ void argmax_cuda(const float* logits, int T, int V, int* out, cudaStream_t strea
 
 // --- attention and sampling (kernels/rope_kv.cu, attention_decode.cu, attention_prefill.cu, sample.cu) ---
 
+// The KV cache's row formats (EngineOptions::Kv). A row holds one position's K or V, all KV heads:
+//   BF16: kv_dim values, 2 bytes each;
+//   FP8:  kv_dim E4M3 codes, then one F32 scale per KV head: kv_dim + 4 (kv_dim / hd) bytes; a
+//         value reads as fp8_e4m3_to_float(code) * scale (one rounded multiply).
+// Row addresses travel as `std::uint16_t*` in both formats; an FP8 row's is a byte address.
+enum class KvFormat { BF16, FP8 };
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline std::size_t kv_row_bytes(KvFormat f, std::size_t kv_dim, int hd) {
+  return f == KvFormat::FP8 ? kv_dim + 4 * (kv_dim / static_cast<std::size_t>(hd)) : 2 * kv_dim;
+}
+
 // RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
-// in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) rounded to BF16 and written to the
-// cache rows k_rows[t], v_rows[t] (each kv_dim BF16). inv_freq: (hd / 2). Twin: cpu::rope +
-// bf16_from_float.
+// in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) written to the cache rows
+// k_rows[t], v_rows[t] in format kv: rounded to BF16, or (FP8) quantized per KV head as
+// cpu::quantize_fp8_rows does (amax / 448, RNE saturating), codes then scales. inv_freq: (hd / 2).
+// Twin: cpu::rope + bf16_from_float, or + cpu::quantize_fp8_rows over the row's heads.
 void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int T, int n_heads,
-                        int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, cudaStream_t stream);
+                        int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, cudaStream_t stream,
+                        KvFormat kv = KvFormat::BF16);
 
 // Decode attention for T query rows (one per slot): q (T, n_heads, hd); for row t the prefix K/V
 // are prefix_len[t] rows starting at k_prefix[t] / v_prefix[t], the slot's suffix suffix_len[t]
-// rows at k_suffix[t] / v_suffix[t]; rows are kv_dim = n_kv * hd BF16 values; GQA: query head h
+// rows at k_suffix[t] / v_suffix[t]; rows are kv_dim = n_kv * hd values in format kv; GQA: query head h
 // reads KV head h / (n_heads / n_kv). Softmax(q.k / sqrt(hd)) over prefix and suffix separately,
 // merged by log-sum-exp. out (T, n_heads, hd) fp32. Twin: cpu::decode_attention.
 // --paged-kv: with suffix_table, k_suffix[t] / v_suffix[t] are the layer's block pools and suffix
@@ -81,7 +96,7 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
                            const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0,
-                           int splits = 1, float* workspace = nullptr);
+                           int splits = 1, float* workspace = nullptr, KvFormat kv = KvFormat::BF16);
 // The splits that give about two blocks per SM for T rows of `blocks_per_row` blocks each (query
 // heads for decode_attention_cuda, KV heads for the tiled kernel), 1 when T rows already do, at
 // most kMaxDecodeSplits; and the workspace they need (per query head and chunk: m, l, o).
@@ -138,10 +153,10 @@ void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, co
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
                        const int* suffix_table_start = nullptr, int block_tokens = 0);
 
-// Causal attention over a prompt: q (T, n_heads, hd), k/v (T, n_kv * hd) BF16 (the prefix's cache
-// rows); row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.
+// Causal attention over a prompt: q (T, n_heads, hd), k/v T cache rows of format kv (the prefix's);
+// row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.
 void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv, int hd,
-                            float* out, cudaStream_t stream);
+                            float* out, cudaStream_t stream, KvFormat kv = KvFormat::BF16);
 
 // Sampling per row of logits (T, V) with the rule and RNG of bestofn::sample_token (the twin):
 // row t draws with (params.seed, prompt[t], candidate[t], step[t]). tokens (T), logprobs (T).
