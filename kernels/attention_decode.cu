@@ -118,6 +118,9 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
   if (splits < 1 || splits > kMaxDecodeSplits || (splits > 1 && !workspace))
     throw Error("decode_attention_cuda", "expected 1 <= splits <= " + std::to_string(kMaxDecodeSplits) +
                                              " (and a workspace when > 1), got " + std::to_string(splits));
+  if (kv == KvFormat::FP8 && (static_cast<long long>(n_kv) * hd) % 4 != 0)
+    throw Error("decode_attention_cuda", "FP8 rows need n_kv_heads x head_dim a multiple of 4 (4-byte aligned scales), got " +
+                            std::to_string(n_kv * hd));
   if (T == 0) return;
   // The same float scale as the CPU: 1 / sqrt(hd), each step rounded in fp32.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

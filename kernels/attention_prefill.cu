@@ -43,6 +43,9 @@ void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::u
                                               " and " + std::to_string(n_kv));
   if (T < 0 || T > 65535)  // the grid's y dimension
     throw Error("prefill_attention_cuda", "expected 0 <= T <= 65535 positions, got " + std::to_string(T));
+  if (kv == KvFormat::FP8 && (static_cast<long long>(n_kv) * hd) % 4 != 0)
+    throw Error("prefill_attention_cuda", "FP8 rows need n_kv_heads x head_dim a multiple of 4 (4-byte aligned scales), got " +
+                            std::to_string(n_kv * hd));
   if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU computes it
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(T));

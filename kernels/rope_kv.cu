@@ -102,10 +102,13 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
     throw Error("rope_kv_write_cuda", "expected positive head counts, got n_heads " + std::to_string(n_heads) +
                                           ", n_kv_heads " + std::to_string(n_kv));
   if (T < 0) throw Error("rope_kv_write_cuda", "expected T >= 0, got " + std::to_string(T));
-  // FP8: the rotated k row in shared memory, within the default 48 KB.
+  // FP8: the rotated k row in dynamic shared memory; with the quantizer's static block_max array
+  // it must fit the default 48 KB (rope_kv_fp8_fits). The scales follow the codes: 4-byte aligned
+  // rows need kv_dim % 4 == 0.
   const std::size_t shared = kv == KvFormat::FP8 ? static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd) * 4 : 0;
-  if (shared > 48 * 1024)
-    throw Error("rope_kv_write_cuda", "an FP8 KV cache takes at most 12288 values per row, got " + std::to_string(n_kv * hd));
+  if (kv == KvFormat::FP8 && !rope_kv_fp8_fits(n_kv, hd))
+    throw Error("rope_kv_write_cuda", "an FP8 KV cache row needs n_kv_heads x head_dim a multiple of 4 and at most " +
+                                          std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(n_kv * hd));
   if (T == 0) return;
   const auto kernel = kv == KvFormat::FP8 ? kernel_rope_kv_write<KvFormat::FP8> : kernel_rope_kv_write<KvFormat::BF16>;
   kernel<<<static_cast<unsigned>(T), kBlock, shared, stream>>>(q, k, v, pos, inv_freq, n_heads, n_kv, hd, k_rows, v_rows);

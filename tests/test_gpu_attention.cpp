@@ -457,9 +457,11 @@ TEST(GpuPrefillAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
 // rope_kv_write_cuda into FP8 rows against cpu::rope + cpu::quantize_fp8_rows over each row's KV
 // heads. v: the same floats in, so the same codes and scales bit for bit (the quantizer is the
 // activation quantizer's, GpuQuantize). k: the rotation may differ in its last fp32 bits where
-// cosf / sinf do (GpuRopeKv above), which can move a value across an E4M3 rounding boundary or
-// change a head's amax by an ulp: each dequantized k within one E4M3 step (2^-3 relative, plus the
-// smallest step of its row) of the CPU's, and at most 1% of them not bit-identical.
+// cosf / sinf do (GpuRopeKv above: ~10% of rotated values differ in the last bit), which can move
+// a value across an E4M3 rounding boundary or change a head's amax, and so its scale, by an ulp.
+// So: each dequantized k within one E4M3 step (2^-3 relative, plus the smallest step of its row)
+// of the CPU's; in heads whose scale agrees, at most 1% of the codes differ; and at most a quarter
+// of the heads have a scale an ulp or so off (one rotated value in 64-128 decides it).
 TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 150;
@@ -488,7 +490,7 @@ TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
                                d_k_rows.get(), d_v_rows.get(), nullptr, cuda::KvFormat::FP8);
       sync();
       const std::vector<std::uint8_t> kg = kc.download(), vg = vc.download();
-      std::size_t k_off = 0, bad = 0;
+      std::size_t k_off = 0, scale_off = 0, bad = 0;
       for (std::size_t t = 0; t < N; ++t) {
         cpu::rope(k.data() + t * kvd, s.n_kv, s.hd, pos[t], inv_freq);
         std::vector<std::uint8_t> kq(kvd), vq(kvd);
@@ -501,18 +503,23 @@ TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
         std::memcpy(kscale, krow + kvd, 4 * heads), std::memcpy(vscale, vrow + kvd, 4 * heads);
         for (std::size_t h = 0; h < heads; ++h) {
           if (std::memcmp(&vscale[h], &vs[h], 4) != 0 && bad++ < 8) ADD_FAILURE() << "v scale t " << t << " head " << h;
+          const bool same_scale = kscale[h] == ks[h];
+          scale_off += !same_scale;
+          if (!same_scale && std::fabs(kscale[h] - ks[h]) > 1e-6 * ks[h] && bad++ < 8)
+            ADD_FAILURE() << "k scale t " << t << " head " << h << ": gpu " << kscale[h] << " cpu " << ks[h];
           for (std::size_t i = 0; i < static_cast<std::size_t>(s.hd); ++i) {
             const std::size_t e = h * static_cast<std::size_t>(s.hd) + i;
             if (vrow[e] != vq[e] && bad++ < 8) ADD_FAILURE() << "v code t " << t << " e " << e << ": " << int(vrow[e]) << " vs " << int(vq[e]);
             const double kgv = fp8_e4m3_to_float(krow[e]) * kscale[h], kcv = fp8_e4m3_to_float(kq[e]) * ks[h];
-            if (krow[e] != kq[e] || kscale[h] != ks[h]) ++k_off;
+            if (same_scale && krow[e] != kq[e]) ++k_off;
             if (std::fabs(kgv - kcv) > 0x1p-3 * std::fabs(kcv) + 0x1p-9 * ks[h] * 1.01 && bad++ < 8)
               ADD_FAILURE() << "k t " << t << " e " << e << ": gpu " << kgv << " cpu " << kcv;
           }
         }
       }
       EXPECT_EQ(bad, 0u);
-      EXPECT_LE(k_off, N * kvd / 100) << k_off << " k values not bit-identical";
+      EXPECT_LE(k_off, N * kvd / 100) << k_off << " k codes differ under an equal scale";
+      EXPECT_LE(scale_off, N * heads / 4) << scale_off << " k heads with another scale";
     }
 }
 

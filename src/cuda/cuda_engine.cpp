@@ -24,9 +24,9 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     // GEMMs and the tiled kernel read BF16 only so far.
     if (opt.cuda_prefix_gemm) throw Error("--kv-cache fp8: not with --cuda-prefix-gemm yet (its prefix K/V are widened from BF16)");
     if (opt.split_attention) throw Error("--kv-cache fp8: not with --split-attention yet (the tiled kernel reads BF16 rows)");
-    if (c_.kv_dim() % 4 != 0)
-      throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes), got " +
-                  std::to_string(c_.kv_dim()));
+    if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
+      throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
+                  std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));
     kv_ = KvFormat::FP8;
   }
   std::string why;

@@ -71,6 +71,14 @@ inline std::size_t kv_row_bytes(KvFormat f, std::size_t kv_dim, int hd) {
   return f == KvFormat::FP8 ? kv_dim + 4 * (kv_dim / static_cast<std::size_t>(hd)) : 2 * kv_dim;
 }
 
+// The FP8 rows rope_kv_write_cuda can write: kv_dim a multiple of 4 (the scales' alignment) and
+// its rotated k row (kv_dim floats) plus the quantizer's 32 bytes within 48 KB of shared memory.
+constexpr int kMaxFp8KvDim = (48 * 1024 - 64) / 4;
+inline bool rope_kv_fp8_fits(int n_kv, int hd) {
+  const long long kv_dim = static_cast<long long>(n_kv) * hd;
+  return kv_dim > 0 && kv_dim % 4 == 0 && kv_dim <= kMaxFp8KvDim;
+}
+
 // RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
 // in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) written to the cache rows
 // k_rows[t], v_rows[t] in format kv: rounded to BF16, or (FP8) quantized per KV head as
