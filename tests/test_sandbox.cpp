@@ -83,6 +83,11 @@ TEST(Sandbox, HonestProgramsPassAndWrongOnesFail) {
   const Verdict syntax = box().run("def sq(x) return x\n" + kCheck + "check(sq)");
   EXPECT_EQ(syntax.status, Verdict::Status::Failed);
   EXPECT_NE(syntax.result.find("SyntaxError"), std::string::npos) << syntax.result;
+  // The verdict names the exception that escaped: the last of a chain, a group by its own line.
+  const Verdict chained = box().run("try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('bad key')\n");
+  EXPECT_EQ(chained.result, "failed: ValueError: bad key");
+  const Verdict group = box().run("raise ExceptionGroup('two', [ValueError('a'), TypeError('b')])\n");
+  EXPECT_EQ(group.result, "failed: ExceptionGroup: two (2 sub-exceptions)");
 }
 
 TEST(Sandbox, ExitingEarlyIsNeverAPass) {

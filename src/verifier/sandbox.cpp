@@ -95,9 +95,12 @@ def _run(src, token):
             except BaseException:
                 pass
             status = 1
-    except BaseException:
+    except BaseException as e:
+        # The exception's own lines, without the stack: bestofn reads only the last line, and
+        # extracting the stack reads and parses prog.py again (a third of a failing candidate's
+        # cost). For an exception group the last line is then the group's, not its tree's border.
         try:
-            traceback.print_exc()
+            sys.stderr.write('\n' + ''.join(traceback.format_exception_only(type(e), e)))  # on a line of its own
         except BaseException:
             pass
         status = 1
