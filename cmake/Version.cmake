@@ -1,14 +1,10 @@
-# The version and the commit, for `bestofn --version`, summaries and benchmark JSON.
-find_package(Git QUIET)
-set(BESTOFN_COMMIT "unknown")
-if(DEFINED ENV{BESTOFN_COMMIT})  # set by benchmarks/device_check.sh, where the tree may have no .git of its own
-  set(BESTOFN_COMMIT $ENV{BESTOFN_COMMIT})
-elseif(GIT_FOUND)
-  execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --short=12 HEAD
-    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} OUTPUT_VARIABLE _commit
-    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _rc)
-  if(_rc EQUAL 0 AND _commit)
-    set(BESTOFN_COMMIT ${_commit})
-  endif()
-endif()
-configure_file(${CMAKE_SOURCE_DIR}/cmake/version.h.in ${CMAKE_BINARY_DIR}/generated/bestofn_version.h @ONLY)
+# The version and the commit, for `bestofn --version`, summaries and benchmark JSON:
+# generated/bestofn_version.h, written by cmake/WriteVersion.cmake at configure time and again
+# before every build (target bestofn_version), so that it follows commits made after configuring.
+set(_bestofn_version_h ${CMAKE_BINARY_DIR}/generated/bestofn_version.h)
+set(_bestofn_version_args -DSRC_DIR=${CMAKE_SOURCE_DIR} -DOUT=${_bestofn_version_h} -DVERSION=${PROJECT_VERSION})
+execute_process(COMMAND ${CMAKE_COMMAND} ${_bestofn_version_args} -P ${CMAKE_SOURCE_DIR}/cmake/WriteVersion.cmake)
+add_custom_target(bestofn_version ALL
+  COMMAND ${CMAKE_COMMAND} ${_bestofn_version_args} -P ${CMAKE_SOURCE_DIR}/cmake/WriteVersion.cmake
+  BYPRODUCTS ${_bestofn_version_h}
+  COMMENT "bestofn_version.h: the commit being built")
