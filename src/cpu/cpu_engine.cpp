@@ -391,14 +391,35 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
 
 // Row softmax statistics and weights, in place: for each of R rows of L scores, m = max, the
 // scores become exp_poly(s - m) (a loop that vectorizes), l = their sum in order.
+// The max in 16 lanes (a max does not depend on its order; NaNs are skipped as std::max(m, s) in
+// order skips them); the sums in order, four rows at a time so that four chains of adds overlap.
 void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
+  typedef float V16 __attribute__((vector_size(64)));
   for (std::size_t r = 0; r < R; ++r) {
     float* e = scores + r * L;
-    st[r] = Softmax{};
-    for (std::size_t j = 0; j < L; ++j) st[r].m = std::max(st[r].m, e[j]);
-    for (std::size_t j = 0; j < L; ++j) e[j] = cpu::exp_poly(e[j] - st[r].m);
-    for (std::size_t j = 0; j < L; ++j) st[r].l += e[j];
+    V16 mv = {};
+    mv -= INFINITY;
+    std::size_t j = 0;
+    for (; j + 16 <= L; j += 16) {
+      V16 v;
+      std::memcpy(&v, e + j, sizeof v);
+      mv = mv < v ? v : mv;
+    }
+    float m = -INFINITY;
+    for (int k = 0; k < 16; ++k) m = std::max(m, mv[k]);
+    for (; j < L; ++j) m = std::max(m, e[j]);
+    st[r] = Softmax{m, 0.0f};
+    for (j = 0; j < L; ++j) e[j] = cpu::exp_poly(e[j] - m);
   }
+  std::size_t r = 0;
+  for (; r + 4 <= R; r += 4) {
+    const float *e0 = scores + r * L, *e1 = e0 + L, *e2 = e1 + L, *e3 = e2 + L;
+    float l0 = 0.0f, l1 = 0.0f, l2 = 0.0f, l3 = 0.0f;
+    for (std::size_t j = 0; j < L; ++j) l0 += e0[j], l1 += e1[j], l2 += e2[j], l3 += e3[j];
+    st[r].l = l0, st[r + 1].l = l1, st[r + 2].l = l2, st[r + 3].l = l3;
+  }
+  for (; r < R; ++r)
+    for (std::size_t j = 0; j < L; ++j) st[r].l += scores[r * L + j];
 }
 
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
