@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <iostream>
 #include <random>
@@ -157,6 +158,43 @@ float bf16_reference(const float* x, const std::uint16_t* w, std::size_t in) {
   for (float l : lanes) a += l;
   for (std::size_t i = body; i < in; ++i) a = std::fma(x[i], bf16_to_float(w[i]), a);
   return a;
+}
+
+// cpu::linear_many: each output bit for bit what cpu::linear gives it alone, on the shared path
+// (FP8 layers quantizing x alike: one quantization, one pool loop over every layer's rows, the
+// layers of different heights so that blocks straddle layer boundaries) and on the fallback (a
+// layer with its own static input scale).
+TEST(CpuGemm, LinearManyGivesEachLayersOwnNumbers) {
+  std::mt19937 rng(11);
+  const std::size_t in = 264, T = 6;
+  const std::size_t outs[] = {130, 36, 37};
+  std::vector<std::vector<std::uint8_t>> codes;
+  std::vector<Linear> ls(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (std::size_t i = 0; i < 3; ++i) {
+    codes.push_back(weight_codes(outs[i], in, rng));
+    ls[i].weight = Tensor{"w", DType::F8_E4M3, {static_cast<std::int64_t>(outs[i]), static_cast<std::int64_t>(in)}, codes[i].data(), codes[i].size()};
+    ls[i].weight_scale = {std::fabs(u(rng)) * 1e-3f + 1e-4f};
+  }
+  std::vector<float> x(T * in);
+  for (auto& v : x) v = u(rng);
+  for (bool static_scale : {false, true}) {
+    if (static_scale) ls[2].input_scale = 0.01f;  // not shared: the fallback, one layer at a time
+    for (int threads : {1, 2}) {
+      cpu::ThreadPool pool(threads);
+      std::vector<std::vector<float>> alone(3), many(3);
+      for (std::size_t i = 0; i < 3; ++i) {
+        alone[i].resize(T * outs[i]), many[i].resize(T * outs[i], NAN);
+        cpu::linear(ls[i], x.data(), T, alone[i].data(), pool);
+      }
+      const Linear* lp[] = {&ls[0], &ls[1], &ls[2]};
+      float* yp[] = {many[0].data(), many[1].data(), many[2].data()};
+      cpu::linear_many(lp, x.data(), T, yp, pool);
+      for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(std::memcmp(alone[i].data(), many[i].data(), alone[i].size() * 4), 0)
+            << "layer " << i << ", threads " << threads << (static_scale ? ", static scale on layer 2" : "");
+    }
+  }
 }
 
 TEST(CpuGemm, Bf16KernelFollowsTheStatedOrderBitForBit) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <utility>
 
@@ -184,6 +185,11 @@ class CpuEngine final : public Engine {
     cpu::linear(w, x, T, y, pool_);
     add_since(t0, &PhaseTimes::gemm_ms);
   }
+  void linear_many(std::initializer_list<const Linear*> ws, const float* x, std::size_t T, std::initializer_list<float*> ys) {
+    const auto t0 = Clock::now();
+    cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_);
+    add_since(t0, &PhaseTimes::gemm_ms);
+  }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
 
@@ -250,9 +256,7 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-  linear(L.wq, xn_.data(), T, q_.data());
-  linear(L.wk, xn_.data(), T, k_.data());
-  linear(L.wv, xn_.data(), T, v_.data());
+  linear_many({&L.wq, &L.wk, &L.wv}, xn_.data(), T, {q_.data(), k_.data(), v_.data()});
   for (std::size_t t = 0; t < T; ++t) {
     cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
     cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
@@ -273,8 +277,7 @@ void CpuEngine::ffn(int layer, std::size_t T) {
   const auto d = static_cast<std::size_t>(c_.dim);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
   cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
-  linear(L.w_gate, xn_.data(), T, gate_.data());
-  linear(L.w_up, xn_.data(), T, up_.data());
+  linear_many({&L.w_gate, &L.w_up}, xn_.data(), T, {gate_.data(), up_.data()});
   cpu::silu_mul(gate_.data(), up_.data(), T * static_cast<std::size_t>(c_.hidden_dim));
   linear(L.w_down, gate_.data(), T, o_.data());
   for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];

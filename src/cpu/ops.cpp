@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
@@ -197,8 +199,12 @@ fp8::Path fp8_path() {
   return p;
 }
 
-void linear_fp8(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
-  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+// FP8 linears that share their input x and its quantization (the same static input_scale, or
+// none): x is quantized and packed once, then one pool loop covers every layer's row blocks.
+// Each y[t, o] is what linear_fp8 alone computes.
+void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool) {
+  const Linear& first = *ls[0];
+  const auto in = static_cast<std::size_t>(first.in_features());
   const fp8::Path path = fp8_path();
   thread_local std::vector<float> xq, sx;
   thread_local std::vector<std::uint16_t> packed;
@@ -210,27 +216,58 @@ void linear_fp8(const Linear& l, const float* x, std::size_t T, float* y, Thread
   float* sxw = sx.data();
   std::uint16_t* xpw = packed.data();
   auto prepare = [&](std::size_t t0, std::size_t t1) {  // rows are independent: split over the pool
-    quantize_activations(l, x, t0, t1, in, xqp, sxw);
+    quantize_activations(first, x, t0, t1, in, xqp, sxw);
     fp8::pack_activations(path, xqp + t0 * in, t1 - t0, in, xpw + t0 * words);
   };
   if (T >= 4) pool.run(T, prepare);
   else prepare(0, T);
   const std::uint16_t* xp = xpw;
   const float* sxp = sxw;
-  const std::size_t blocks = (out + kRows - 1) / kRows;
-  pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
-    const std::size_t r0 = b0 * kRows, r1 = std::min(out, b1 * kRows);
-    fp8::dot_rows(path, l.weight.data, in, r0, r1, xp, T, y, out);
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t o = r0; o < r1; ++o) y[t * out + o] = y[t * out + o] * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+  // Row blocks of all the layers, one after the other: block b is layer i's block b - start[i].
+  std::vector<std::size_t> start(ls.size() + 1, 0);
+  for (std::size_t i = 0; i < ls.size(); ++i)
+    start[i + 1] = start[i] + (static_cast<std::size_t>(ls[i]->out_features()) + kRows - 1) / kRows;
+  pool.run(start.back(), [&](std::size_t b0, std::size_t b1) {
+    for (std::size_t i = 0; i < ls.size(); ++i) {
+      const std::size_t lo = std::max(b0, start[i]), hi = std::min(b1, start[i + 1]);
+      if (lo >= hi) continue;
+      const Linear& l = *ls[i];
+      float* y = ys[i];
+      const auto out = static_cast<std::size_t>(l.out_features());
+      const std::size_t r0 = (lo - start[i]) * kRows, r1 = std::min(out, (hi - start[i]) * kRows);
+      fp8::dot_rows(path, l.weight.data, in, r0, r1, xp, T, y, out);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t o = r0; o < r1; ++o) y[t * out + o] = y[t * out + o] * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+    }
   });
+}
+
+// Whether the layers can share one quantized input (linear_fp8_many).
+bool share_fp8_input(std::span<const Linear* const> ls) {
+  for (const Linear* l : ls)
+    if (!l->is_fp8() || l->in_features() != ls[0]->in_features() || l->input_scale.has_value() != ls[0]->input_scale.has_value() ||
+        (l->input_scale && *l->input_scale != *ls[0]->input_scale))
+      return false;
+  return true;
 }
 
 }  // namespace
 
+void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool) {
+  if (ls.size() != ys.size()) throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(ys.size()) + " outputs");
+  if (ls.empty()) return;
+  if (share_fp8_input(ls)) {
+    linear_fp8_many(ls, x, T, ys, pool);
+    return;
+  }
+  for (std::size_t i = 0; i < ls.size(); ++i) linear(*ls[i], x, T, ys[i], pool);
+}
+
 void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
   if (l.is_fp8()) {
-    linear_fp8(l, x, T, y, pool);
+    const Linear* one[] = {&l};
+    float* out[] = {y};
+    linear_fp8_many(one, x, T, out, pool);
     return;
   }
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());

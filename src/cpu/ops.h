@@ -4,6 +4,7 @@
 // per weight per step.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "bestofn/model_config.h"
@@ -26,6 +27,9 @@ void tensor_row(const Tensor& t, std::int64_t r, float* out);
 // Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
 // a candidate's numbers never depend on the batch around it.
 void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool);
+// ys[i] = linear(*ls[i], x): the same numbers, but FP8 layers that quantize x alike (q/k/v,
+// gate/up) quantize it once and share one pass of the thread pool.
+void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool);
 
 // RoPE inverse frequencies (head_dim / 2), with llama3 or linear scaling, in fp32 as HF computes them.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
