@@ -34,14 +34,14 @@ constexpr int kPvBatch = 8;
 struct Shared {
   float q[kMaxTiledGroup * attn::kMaxHeadDim];  // the group's queries
   float p[kMaxTiledGroup][kTile];               // scores, then exp(s - m)
-  const std::uint16_t* k[kTile];
+  const std::uint16_t* k[kTile];  // the head slice of each row (a byte address for FP8 rows)
   const std::uint16_t* v[kTile];
+  float ks[kTile], vs[kTile];       // FP8 rows: their scales for this KV head
   float m[kMaxTiledGroup], l[kMaxTiledGroup], corr[kMaxTiledGroup];
 };
 
-// q . k over hd elements: four partial sums (element i goes to sum (i / 2) % 4), so that four
-// chains of FMAs and several loads are in flight at once; then (s0 + s1) + (s2 + s3).
-__device__ __forceinline__ float dot_row(const float* q, const std::uint16_t* k, int hd) {
+// q . k for BF16 rows (dot_row below).
+__device__ __forceinline__ float dot_row_bf16(const float* q, const std::uint16_t* k, int hd) {
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (hd % 8 == 0 && (reinterpret_cast<std::uintptr_t>(k) & 15) == 0) {
 #pragma unroll 4
@@ -60,8 +60,27 @@ __device__ __forceinline__ float dot_row(const float* q, const std::uint16_t* k,
   return (d[0] + d[1]) + (d[2] + d[3]);
 }
 
+// q . k over hd elements: four partial sums (element i goes to sum (i / 2) % 4), so that four
+// chains of FMAs and several loads are in flight at once; then (s0 + s1) + (s2 + s3).
+// FP8 rows: k_i = fp8(code_i) * scale, into the same partial sums in the same order.
+template <KvFormat F>
+__device__ __forceinline__ float dot_row(const float* q, const std::uint16_t* k, float scale, int hd) {
+  if constexpr (F == KvFormat::FP8) {
+    const auto* c = reinterpret_cast<const std::uint8_t*>(k);
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+    for (int i = 0; i < hd; ++i) d[(i / 2) % 4] += q[i] * (attn::fp8_e4m3_to_float(c[i]) * scale);
+    return (d[0] + d[1]) + (d[2] + d[3]);
+  } else {
+    (void)scale;
+    return dot_row_bf16(q, k, hd);
+  }
+}
+
+
 // Attends the block's query heads over positions [b, e) of one run (K/V with optional block
 // table), updating the running state in sh (m, l) and acc (this thread's dimensions).
+template <KvFormat F>
 __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledGroup][kDimsPerThread], const std::uint16_t* K,
                              const std::uint16_t* V, int b, int e, std::size_t kv_dim, int off, int group, int hd, float scale,
                              const int* table, int block) {
@@ -73,13 +92,14 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
       const std::size_t r = table ? static_cast<std::size_t>(table[j / block]) * static_cast<std::size_t>(block) +
                                         static_cast<std::size_t>(j % block)
                                   : static_cast<std::size_t>(j);
-      sh.k[tid] = K + r * kv_dim + off;
-      sh.v[tid] = V + r * kv_dim + off;
+      const attn::KvRow<F> kr(K, r, kv_dim, off, hd), vr(V, r, kv_dim, off, hd);
+      sh.k[tid] = static_cast<const std::uint16_t*>(kr.row), sh.ks[tid] = kr.scale;
+      sh.v[tid] = static_cast<const std::uint16_t*>(vr.row), sh.vs[tid] = vr.scale;
     }
     __syncthreads();
     for (int idx = tid; idx < group * cnt; idx += kTiledThreads) {
       const int h = idx / cnt, j = idx % cnt;
-      sh.p[h][j] = dot_row(sh.q + h * hd, sh.k[j], hd) * scale;
+      sh.p[h][j] = dot_row<F>(sh.q + h * hd, sh.k[j], sh.ks[j], hd) * scale;
     }
     __syncthreads();
     for (int h = warp; h < group; h += kTiledWarps) {
@@ -117,7 +137,11 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
 #pragma unroll
         for (int u = 0; u < kDimsPerThread; ++u) {
           const int d = tid + u * kTiledThreads;
-          x[jj][u] = j0 + jj < cnt && d < hd ? attn::bf16_to_float(sh.v[j0 + jj][d]) : 0.0f;
+          if (j0 + jj >= cnt || d >= hd) x[jj][u] = 0.0f;
+          else if constexpr (F == KvFormat::FP8)
+            x[jj][u] = attn::fp8_e4m3_to_float(reinterpret_cast<const std::uint8_t*>(sh.v[j0 + jj])[d]) * sh.vs[j0 + jj];
+          else
+            x[jj][u] = attn::bf16_to_float(sh.v[j0 + jj][d]);
         }
 #pragma unroll
       for (int jj = 0; jj < kPvBatch; ++jj) {
@@ -136,6 +160,7 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
 }
 
 // grid (n_kv, T, splits), block kTiledThreads.
+template <KvFormat F>
 __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(TiledAttentionArgs a, int group, std::size_t kv_dim,
                                                                                 float scale) {
   __shared__ Shared sh;
@@ -172,10 +197,10 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
   int b = 0, e = 0;
   if (!a.prefix_m) {
     attn::chunk_of(max(a.prefix_len[t], 0), z, splits, b, e);
-    attend_tiles(sh, acc, a.k_prefix[t], a.v_prefix[t], b, e, kv_dim, off, group, hd, scale, nullptr, 0);
+    attend_tiles<F>(sh, acc, a.k_prefix[t], a.v_prefix[t], b, e, kv_dim, off, group, hd, scale, nullptr, 0);
   }
   attn::chunk_of(max(a.suffix_len[t], 0), z, splits, b, e);
-  attend_tiles(sh, acc, a.k_suffix[t], a.v_suffix[t], b, e, kv_dim, off, group, hd, scale,
+  attend_tiles<F>(sh, acc, a.k_suffix[t], a.v_suffix[t], b, e, kv_dim, off, group, hd, scale,
                a.suffix_table ? a.suffix_table + a.suffix_table_start[t] : nullptr, a.block_tokens);
 #pragma unroll
   for (int h = 0; h < kMaxTiledGroup; ++h) {
@@ -220,11 +245,14 @@ void decode_attention_tiled_cuda(const TiledAttentionArgs& a, cudaStream_t strea
     throw Error("decode_attention_tiled_cuda", "a suffix block table needs its row starts and block_tokens >= 1");
   if (a.prefix_m && (!a.prefix_l || !a.prefix_o || !a.prefix_map))
     throw Error("decode_attention_tiled_cuda", "a prefix state needs its map, m, l and o");
+  if (a.kv == KvFormat::FP8 && (static_cast<long long>(a.n_kv) * a.hd) % 4 != 0)
+    throw Error("decode_attention_tiled_cuda", "FP8 rows need n_kv_heads x head_dim a multiple of 4 (4-byte aligned scales), got " +
+                                                   std::to_string(a.n_kv * a.hd));
   if (a.T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.hd));  // as the CPU: each step rounded in fp32
   const dim3 grid(static_cast<unsigned>(a.n_kv), static_cast<unsigned>(a.T), static_cast<unsigned>(a.splits));
-  kernel_decode_attention_tiled<<<grid, kTiledThreads, 0, stream>>>(a, a.n_heads / a.n_kv,
-                                                                    static_cast<std::size_t>(a.n_kv) * static_cast<std::size_t>(a.hd), scale);
+  const auto kernel = a.kv == KvFormat::FP8 ? kernel_decode_attention_tiled<KvFormat::FP8> : kernel_decode_attention_tiled<KvFormat::BF16>;
+  kernel<<<grid, kTiledThreads, 0, stream>>>(a, a.n_heads / a.n_kv, static_cast<std::size_t>(a.n_kv) * static_cast<std::size_t>(a.hd), scale);
   CUDA_CHECK(cudaGetLastError());
   if (a.splits > 1) decode_merge_cuda(a.partial, a.T, a.n_heads, a.hd, a.splits, a.out, stream);
 }

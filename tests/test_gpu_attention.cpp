@@ -428,6 +428,18 @@ TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
         const std::vector<float> got = out.download();
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "FP8 rows differ from BF16 rows of the same values";
         EXPECT_EQ(compare(got, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");  // and both near the twin
+        // The tiled kernel (--split-attention), the same way.
+        if (cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd)) {
+          cuda::TiledAttentionArgs a;
+          a.q = q.get(), a.k_prefix = kp.get(), a.v_prefix = vp.get(), a.prefix_len = plen.get();
+          a.k_suffix = ks.get(), a.v_suffix = vs.get(), a.suffix_len = slen.get();
+          a.T = T, a.n_heads = s.n_heads, a.n_kv = s.n_kv, a.hd = s.hd, a.out = out.get();
+          a.splits = splits, a.partial = splits > 1 ? work.get() : nullptr, a.kv = cuda::KvFormat::FP8;
+          cuda::decode_attention_tiled_cuda(a, nullptr);
+          sync();
+          const std::vector<float> tiled = out.download(), tiled_want = b.gpu_tiled(splits);
+          EXPECT_EQ(std::memcmp(tiled.data(), tiled_want.data(), tiled.size() * 4), 0) << "tiled: FP8 rows differ from BF16 rows";
+        }
       }
 }
 

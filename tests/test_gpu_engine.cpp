@@ -250,8 +250,9 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
 // head, EngineOptions::Kv; kernels tested against it in test_gpu_attention), so the GPU against
 // the CPU engine, both with FP8 caches, under the contract of SyntheticFp8ModelsMatchTheCpuEngine
 // with the sensitivity measured on the CPU with its FP8 cache too (a cache code flipped by the
-// GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv and --cuda-graphs; the
-// engine refuses --cuda-prefix-gemm and --split-attention with FP8 (BF16-only kernels).
+// GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv, --split-attention and all
+// of them with --fused-qkv --cuda-graphs; the engine refuses --cuda-prefix-gemm with FP8 (its
+// prefix GEMMs read BF16 rows widened to F32).
 TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
@@ -261,18 +262,17 @@ TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   const Trace cpu = trace(*make_cpu_engine(w, cpu_fp8), 4, 32, nullptr);
   const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, cpu_fp8);
   std::printf("[ sensitivity] fp8 kv: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", sens.max, sens.mean);
-  for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, true, true, false, true}}) {
+  for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, false, true},
+                             Paths{false, true, true, true, true}}) {
     EngineOptions o = paths.options();
     o.kv = EngineOptions::Kv::FP8;
     auto gpu_e = cuda::make_cuda_engine(w, o);
     compare(trace(*gpu_e, 4, 32, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f,
             "fp8 kv" + paths.name(), 1.5 * sens.mean);
   }
-  for (const Paths& refused : {Paths{true, false, false}, Paths{false, false, false, true}}) {
-    EngineOptions o = refused.options();
-    o.kv = EngineOptions::Kv::FP8;
-    EXPECT_THROW(cuda::make_cuda_engine(w, o), Error) << refused.name();
-  }
+  EngineOptions refused = Paths{true, false, false}.options();
+  refused.kv = EngineOptions::Kv::FP8;
+  EXPECT_THROW(cuda::make_cuda_engine(w, refused), Error) << "--cuda-prefix-gemm";
 }
 
 // The part-2 paths on FP8 models against the part-1 GPU path, which runs the same FP8 GEMMs: on

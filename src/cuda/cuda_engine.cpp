@@ -20,10 +20,9 @@ namespace bestofn::cuda {
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
-    // The part-1 decode and prefill kernels (and --paged-kv's blocks) read FP8 rows; the prefix
-    // GEMMs and the tiled kernel read BF16 only so far.
+    // The decode kernels (part 1, split, tiled), prefill and --paged-kv's blocks read FP8 rows;
+    // the prefix GEMMs read BF16 rows widened to F32 only so far.
     if (opt.cuda_prefix_gemm) throw Error("--kv-cache fp8: not with --cuda-prefix-gemm yet (its prefix K/V are widened from BF16)");
-    if (opt.split_attention) throw Error("--kv-cache fp8: not with --split-attention yet (the tiled kernel reads BF16 rows)");
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
       throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
                   std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));

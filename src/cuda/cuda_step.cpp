@@ -152,7 +152,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
           a.k_suffix = d + 2 * n, a.v_suffix = d + 3 * n, a.suffix_len = d_lens + T;
           a.T = T, a.n_heads = c_.n_heads, a.n_kv = c_.n_kv_heads, a.hd = c_.head_dim, a.out = att_.get<float>();
           a.suffix_table = d_tables, a.suffix_table_start = d_starts, a.block_tokens = block;
-          a.splits = splits, a.partial = partial;
+          a.splits = splits, a.partial = partial, a.kv = kv_;
           decode_attention_tiled_cuda(a, stream_);
           return;
         }

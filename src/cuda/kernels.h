@@ -134,6 +134,7 @@ struct TiledAttentionArgs {
   int block_tokens = 0;
   int splits = 1;
   float* partial = nullptr;  // splits > 1: decode_attention_workspace_floats(T, n_heads, hd, splits)
+  KvFormat kv = KvFormat::BF16;  // the cache rows' format
   const int* prefix_map = nullptr;
   const float* prefix_m = nullptr;
   const float* prefix_l = nullptr;
