@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) kernel_prefix_softmax(float* 
 
 // The suffix of each (t, h) by attn::attend_run, merged with the prefix state (m, l, unnormalized
 // O) at state_row(t, h). grid (n_heads, T), block attn::kThreads.
+template <KvFormat F>
 __global__ void __launch_bounds__(attn::kThreads)
     kernel_prefix_merge(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                         const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(attn::kThreads)
   const std::size_t row = static_cast<std::size_t>(t) * gridDim.x + static_cast<std::size_t>(h);
   float qr[attn::kPerLane];
   attn::load_query(q + row * static_cast<std::size_t>(hd), hd, qr);
-  const attn::RunState ss = attn::attend_run(qr, k_suffix[t], v_suffix[t], 0, max(suffix_len[t], 0), kv_dim, (h / group) * hd,
+  const attn::RunState ss = attn::attend_run<F>(qr, k_suffix[t], v_suffix[t], 0, max(suffix_len[t], 0), kv_dim, (h / group) * hd,
                                              hd, scale, sh, o_s,
                                              suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
   const std::size_t sr = attn::state_row(map, T, t, h, group);
@@ -115,13 +116,16 @@ void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStre
 void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table,
-                       const int* suffix_table_start, int block_tokens) {
+                       const int* suffix_table_start, int block_tokens, KvFormat kv) {
   check_heads("prefix_merge_cuda", T, n_heads, n_kv, hd);
+  if (kv == KvFormat::FP8 && (static_cast<long long>(n_kv) * hd) % 4 != 0)
+    throw Error("prefix_merge_cuda", "FP8 rows need n_kv_heads x head_dim a multiple of 4, got " + std::to_string(n_kv * hd));
   if (suffix_table && (!suffix_table_start || block_tokens < 1))
     throw Error("prefix_merge_cuda", "a suffix block table needs its row starts and block_tokens >= 1");
   if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU: each step rounded in fp32
-  kernel_prefix_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), attn::kThreads, 0, stream>>>(
+  const auto kernel = kv == KvFormat::FP8 ? kernel_prefix_merge<KvFormat::FP8> : kernel_prefix_merge<KvFormat::BF16>;
+  kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), attn::kThreads, 0, stream>>>(
       q, map, prefix_m, prefix_l, prefix_o, k_suffix, v_suffix, suffix_len, T, n_heads / n_kv, hd,
       static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out, suffix_table, suffix_table_start, block_tokens);
   CUDA_CHECK(cudaGetLastError());

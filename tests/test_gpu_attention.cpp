@@ -443,6 +443,24 @@ TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
       }
 }
 
+// --cuda-prefix-gemm's prefix K/V from FP8 rows: each value exactly fp8(code) * scale, the BF16
+// twin's value (fp8_rows: both formats hold it exactly).
+TEST(GpuConvert, Fp8RowsWidenToTheirValues) {
+  SKIP_WITHOUT_GPU();
+  for (const HeadShape& s : kHeadShapes) {
+    const std::size_t rows = 37, kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+    const Fp8Rows r = fp8_rows(rows, s.n_kv, s.hd, 4900 + static_cast<std::uint64_t>(s.hd));
+    DeviceArray<std::uint8_t> d(r.fp8);
+    DeviceArray<float> out(rows * kvd);
+    cuda::fp8_rows_to_f32_cuda(reinterpret_cast<const std::uint16_t*>(d.get()), rows, s.n_kv, s.hd, out.get(), nullptr);
+    sync();
+    const std::vector<float> got = out.download();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) bad += got[i] != bf16_to_float(r.bf16[i]);
+    EXPECT_EQ(bad, 0u) << shape_name(0, s.n_heads, s.n_kv, s.hd);
+  }
+}
+
 TEST(GpuPrefillAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 4800;

@@ -250,9 +250,8 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
 // head, EngineOptions::Kv; kernels tested against it in test_gpu_attention), so the GPU against
 // the CPU engine, both with FP8 caches, under the contract of SyntheticFp8ModelsMatchTheCpuEngine
 // with the sensitivity measured on the CPU with its FP8 cache too (a cache code flipped by the
-// GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv, --split-attention and all
-// of them with --fused-qkv --cuda-graphs; the engine refuses --cuda-prefix-gemm with FP8 (its
-// prefix GEMMs read BF16 rows widened to F32).
+// GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv, --split-attention,
+// --cuda-prefix-gemm (prefix K/V widened from the FP8 rows), and all of them together.
 TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
@@ -263,16 +262,13 @@ TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, cpu_fp8);
   std::printf("[ sensitivity] fp8 kv: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", sens.max, sens.mean);
   for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, false, true},
-                             Paths{false, true, true, true, true}}) {
+                             Paths{true, false, false}, Paths{true, true, true, true, true}}) {
     EngineOptions o = paths.options();
     o.kv = EngineOptions::Kv::FP8;
     auto gpu_e = cuda::make_cuda_engine(w, o);
     compare(trace(*gpu_e, 4, 32, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f,
             "fp8 kv" + paths.name(), 1.5 * sens.mean);
   }
-  EngineOptions refused = Paths{true, false, false}.options();
-  refused.kv = EngineOptions::Kv::FP8;
-  EXPECT_THROW(cuda::make_cuda_engine(w, refused), Error) << "--cuda-prefix-gemm";
 }
 
 // The part-2 paths on FP8 models against the part-1 GPU path, which runs the same FP8 GEMMs: on

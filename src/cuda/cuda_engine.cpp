@@ -20,9 +20,8 @@ namespace bestofn::cuda {
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
-    // The decode kernels (part 1, split, tiled), prefill and --paged-kv's blocks read FP8 rows;
-    // the prefix GEMMs read BF16 rows widened to F32 only so far.
-    if (opt.cuda_prefix_gemm) throw Error("--kv-cache fp8: not with --cuda-prefix-gemm yet (its prefix K/V are widened from BF16)");
+    // Every path reads FP8 rows: the decode kernels (part 1, split, tiled), prefill, --paged-kv's
+    // blocks, and the prefix GEMMs (their K/V widened to F32 from the FP8 rows).
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
       throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
                   std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));
@@ -232,15 +231,22 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   return prefixes_.put(std::move(p));
 }
 
-// The BF16 cache rows of a prompt widened to F32 once, for the prefix GEMMs (exact).
+// The cache rows of a prompt widened to F32 once, for the prefix GEMMs (BF16: exact; FP8: the
+// values the kernels read, code times scale).
 void CudaEngine::widen_prefix(Prefix& p) {
   const std::size_t n = static_cast<std::size_t>(p.kv.len) * static_cast<std::size_t>(c_.kv_dim());
   p.kf.resize(static_cast<std::size_t>(c_.n_layers));
   p.vf.resize(static_cast<std::size_t>(c_.n_layers));
   for (std::size_t l = 0; l < p.kf.size(); ++l) {
     p.kf[l].resize(n * 4), p.vf[l].resize(n * 4);
-    bf16_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), n, p.kf[l].get<float>(), stream_);
-    bf16_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), n, p.vf[l].get<float>(), stream_);
+    if (kv_ == KvFormat::FP8) {
+      const auto rows = static_cast<std::size_t>(p.kv.len);
+      fp8_rows_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), rows, c_.n_kv_heads, c_.head_dim, p.kf[l].get<float>(), stream_);
+      fp8_rows_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), rows, c_.n_kv_heads, c_.head_dim, p.vf[l].get<float>(), stream_);
+    } else {
+      bf16_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), n, p.kf[l].get<float>(), stream_);
+      bf16_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), n, p.vf[l].get<float>(), stream_);
+    }
   }
 }
 

@@ -143,7 +143,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
       layer(static_cast<int>(l), T, d_pos, d_rows + 2 * l * n, d_rows + (2 * l + 1) * n, [&](int) {
         if (use_prefix) {
           prefix_attn_->run(q_.get<float>(), plan, d_map, groups[l], d + 2 * n, d + 3 * n, d_lens + T, T, c_.n_heads, c_.n_kv_heads,
-                            c_.head_dim, att_.get<float>(), d_tables, d_starts, block, tiled ? splits : 0, partial);
+                            c_.head_dim, att_.get<float>(), d_tables, d_starts, block, tiled ? splits : 0, partial, kv_);
           return;
         }
         if (tiled) {

@@ -79,6 +79,10 @@ inline bool rope_kv_fp8_fits(int n_kv, int hd) {
   return kv_dim > 0 && kv_dim % 4 == 0 && kv_dim <= kMaxFp8KvDim;
 }
 
+// FP8 cache rows widened to F32 (rows, kv_dim): out[r, e] = fp8(code) * scale[r, e / hd], the value
+// every attention kernel reads (--cuda-prefix-gemm's prefix K/V). Twin: the CPU engine's KV read.
+void fp8_rows_to_f32_cuda(const std::uint16_t* rows_base, std::size_t rows, int n_kv, int hd, float* out, cudaStream_t stream);
+
 // RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
 // in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) written to the cache rows
 // k_rows[t], v_rows[t] in format kv: rounded to BF16, or (FP8) quantized per KV head as
@@ -160,7 +164,7 @@ void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStre
 void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
-                       const int* suffix_table_start = nullptr, int block_tokens = 0);
+                       const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k/v T cache rows of format kv (the prefix's);
 // row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.

@@ -49,7 +49,7 @@ PrefixAttention::~PrefixAttention() {
 void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
                           const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
                           int T, int n_heads, int n_kv, int hd, float* out, const int* suffix_table,
-                          const int* suffix_table_start, int block_tokens, int tiled_splits, float* partial) {
+                          const int* suffix_table_start, int block_tokens, int tiled_splits, float* partial, KvFormat kv) {
   reserve(plan, groups, n_kv, hd);
   const auto D = static_cast<std::size_t>(hd);
   gather_prefix_queries_cuda(q, d_map, T, n_heads, n_kv, hd, qg_.get<float>(), stream_);
@@ -72,13 +72,13 @@ void PrefixAttention::run(const float* q, const PrefixStateMap& plan, const int*
     a.q = q, a.k_suffix = k_suffix, a.v_suffix = v_suffix, a.suffix_len = suffix_len;
     a.T = T, a.n_heads = n_heads, a.n_kv = n_kv, a.hd = hd, a.out = out;
     a.suffix_table = suffix_table, a.suffix_table_start = suffix_table_start, a.block_tokens = block_tokens;
-    a.splits = tiled_splits, a.partial = partial;
+    a.splits = tiled_splits, a.partial = partial, a.kv = kv;
     a.prefix_map = d_map, a.prefix_m = m_.get<float>(), a.prefix_l = l_.get<float>(), a.prefix_o = o_.get<float>();
     decode_attention_tiled_cuda(a, stream_);
     return;
   }
   prefix_merge_cuda(q, d_map, m_.get<float>(), l_.get<float>(), o_.get<float>(), k_suffix, v_suffix, suffix_len, T, n_heads,
-                    n_kv, hd, out, stream_, suffix_table, suffix_table_start, block_tokens);
+                    n_kv, hd, out, stream_, suffix_table, suffix_table_start, block_tokens, kv);
 }
 
 void PrefixAttention::reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd) {

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/kernels.h"
+
 #include "cuda/device_buffer.h"
 #include "cuda/graph_cache.h"
 #include "cuda/plan.h"
@@ -41,7 +43,7 @@ class PrefixAttention {
   void run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
            const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
            int n_heads, int n_kv, int hd, float* out, const int* suffix_table = nullptr, const int* suffix_table_start = nullptr,
-           int block_tokens = 0, int tiled_splits = 0, float* partial = nullptr);
+           int block_tokens = 0, int tiled_splits = 0, float* partial = nullptr, KvFormat kv = KvFormat::BF16);
   // Sizes the scratch buffers for plan and groups (run does it too); then add_to_key appends
   // their addresses (--cuda-graphs: a captured run must find them where they were).
   void reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd);
