@@ -115,6 +115,10 @@ full() {
   step bench_8b_graphs_256 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \
     --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
+  # --kv-cache fp8 on the best configuration: the attention should read about half the bytes.
+  step bench_8b_fp8kv 90 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
+    --model /tmp/bestofn-synth-8b --device cuda --n 1,64,256 --prompt-len 512 --steps 256 --cuda-prefix-gemm --fused-qkv \
+    --gemm-autotune --paged-kv --device-sampling --cuda-graphs --split-attention --kv-cache fp8 --json >> $OUT/bench_cuda_8b.jsonl"
   # Issue 7's throughput target: the 164 HumanEval prompts, batched across problems (8 candidates
   # each, all 1312 in one batch, 64 tokens; the log line gives tok/s).
   step humaneval_gen 90 bash -c "build-device/bestofn -v generate --model /tmp/bestofn-synth-8b --device cuda \
@@ -133,7 +137,7 @@ full() {
   step memcheck 90 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
     --gtest_filter='GpuEngine.GraphsReplay*:GpuEngine.DeviceSampling*' > $OUT/memcheck.log 2>&1 && \
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_attention \
-    --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*' >> $OUT/memcheck.log 2>&1"
+    --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*:*Fp8Rows*' >> $OUT/memcheck.log 2>&1"
   step build_all 120 cmake --build build-device -j 16
 }
 
@@ -142,7 +146,7 @@ full() {
 quick() {
   step build_quick 150 cmake --build build-device -j 16 --target bestofn test_gpu_attention test_gpu_engine
   step tests_quick 60 bash -c "build-device/tests/test_gpu_attention && build-device/tests/test_gpu_engine \
-    --gtest_filter='GpuEngine.Llama260k*:GpuEngine.GraphsReplay*:GpuEngine.Synthetic*:GpuEngine.Part2*'"
+    --gtest_filter='GpuEngine.Llama260k*:GpuEngine.GraphsReplay*:GpuEngine.Synthetic*:GpuEngine.Part2*:GpuEngine.Fp8Kv*'"
   step synth_8b 60 build-device/bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /tmp/bestofn-synth-8b
   step bench_8b_graphs 60 bash -c "build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64,256 \
     --prompt-len 512 --steps 64 --split-attention --fused-qkv --device-sampling --cuda-graphs --json > $OUT/bench_cuda_8b.jsonl"
