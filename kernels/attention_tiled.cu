@@ -2,8 +2,8 @@
 // kernels/attention_decode.cu, but one block per (row t, KV head, chunk of positions) serves all
 // the query heads of that KV head (GQA), so each K/V row is read once per KV head instead of once
 // per query head, and positions go in tiles of kTile:
-//   1. each thread computes whole dot products q_h . k_j (one cache row, 16-byte loads, four
-//      partial sums);
+//   1. each thread computes whole dot products q_h . k_j (one cache row, 16-byte loads: 8 BF16
+//      values or 16 FP8 codes, four partial sums);
 //   2. one warp per query head takes the tile's max, rescales its running state (online softmax,
 //      Milakov & Gimelshein) and turns the scores into exp(s - m);
 //   3. each thread owns output dimensions and accumulates p_j v_j over the tile (coalesced rows).
@@ -68,8 +68,21 @@ __device__ __forceinline__ float dot_row(const float* q, const std::uint16_t* k,
   if constexpr (F == KvFormat::FP8) {
     const auto* c = reinterpret_cast<const std::uint8_t*>(k);
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-    for (int i = 0; i < hd; ++i) d[(i / 2) % 4] += q[i] * (attn::fp8_e4m3_to_float(c[i]) * scale);
+    if (hd % 16 == 0 && (reinterpret_cast<std::uintptr_t>(c) & 15) == 0) {
+      // 16 codes per load; code i + b goes to sum (b / 2) % 4, the order of the loop below.
+#pragma unroll 2
+      for (int i = 0; i < hd; i += 16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(c + i);
+        const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int b = 0; b < 16; ++b) {
+          const auto code = static_cast<std::uint8_t>(w[b / 4] >> (8 * (b % 4)));
+          d[(b / 2) % 4] += q[i + b] * (attn::fp8_e4m3_to_float(code) * scale);
+        }
+      }
+    } else {
+      for (int i = 0; i < hd; ++i) d[(i / 2) % 4] += q[i] * (attn::fp8_e4m3_to_float(c[i]) * scale);
+    }
     return (d[0] + d[1]) + (d[2] + d[3]);
   } else {
     (void)scale;

@@ -398,8 +398,13 @@ Fp8Rows fp8_rows(std::size_t rows, int n_kv, int hd, std::uint64_t seed) {
 TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 2800;
+  // kHeadShapes, plus a head size that is not a multiple of 16 (the tiled kernel's byte-wise FP8
+  // dot product) and a GQA group of 8.
+  std::vector<HeadShape> shapes(std::begin(kHeadShapes), std::end(kHeadShapes));
+  shapes.push_back({6, 3, 12});
+  shapes.push_back({16, 2, 128});
   for (int T : {1, 5, 33})
-    for (const HeadShape& s : kHeadShapes)
+    for (const HeadShape& s : shapes)
       for (int splits : {1, 4}) {
         SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", splits " + std::to_string(splits) + ", seed " + std::to_string(seed));
         DecodeBatch b(T, s, seed, 300, 40);
@@ -429,7 +434,8 @@ TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "FP8 rows differ from BF16 rows of the same values";
         EXPECT_EQ(compare(got, b.cpu(), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");  // and both near the twin
         // The tiled kernel (--split-attention), the same way.
-        if (cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd)) {
+        ASSERT_TRUE(cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd));
+        {
           cuda::TiledAttentionArgs a;
           a.q = q.get(), a.k_prefix = kp.get(), a.v_prefix = vp.get(), a.prefix_len = plen.get();
           a.k_suffix = ks.get(), a.v_suffix = vs.get(), a.suffix_len = slen.get();

@@ -251,7 +251,8 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
 // the CPU engine, both with FP8 caches, under the contract of SyntheticFp8ModelsMatchTheCpuEngine
 // with the sensitivity measured on the CPU with its FP8 cache too (a cache code flipped by the
 // GPU's GEMM rounding is part of what it measures). Part 1, --paged-kv, --split-attention,
-// --cuda-prefix-gemm (prefix K/V widened from the FP8 rows), and all of them together.
+// --cuda-prefix-gemm (prefix K/V widened from the FP8 rows), graphs over part 1 and over the tiled
+// kernel, and everything together.
 TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
@@ -262,7 +263,8 @@ TEST(GpuEngine, Fp8KvCacheMatchesTheCpuEngine) {
   const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, cpu_fp8);
   std::printf("[ sensitivity] fp8 kv: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", sens.max, sens.mean);
   for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, false, true},
-                             Paths{true, false, false}, Paths{true, true, true, true, true}}) {
+                             Paths{true, false, false}, Paths{false, true, true, false, true}, Paths{false, true, true, true, true},
+                             Paths{true, true, true, true, true}}) {
     EngineOptions o = paths.options();
     o.kv = EngineOptions::Kv::FP8;
     auto gpu_e = cuda::make_cuda_engine(w, o);
