@@ -25,6 +25,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "cuda/plan.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -447,6 +448,69 @@ TEST(GpuDecodeAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
           EXPECT_EQ(std::memcmp(tiled.data(), tiled_want.data(), tiled.size() * 4), 0) << "tiled: FP8 rows differ from BF16 rows";
         }
       }
+}
+
+// --cuda-prefix-gemm's suffix side: the prefix state (m, l, unnormalized O per state row, here
+// random) merged with each row's suffix, by prefix_merge_cuda and by the tiled kernel starting
+// from that state; FP8 suffix rows against BF16 rows of the same values, bit for bit.
+TEST(GpuPrefixMerge, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 5100;
+  for (int T : {1, 6, 33})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      DecodeBatch b(T, s, seed, 8, 40);  // its suffixes (rows) and queries; its prefixes unused
+      const auto kvd = static_cast<std::size_t>(s.n_kv * s.hd);
+      const std::size_t rows = b.k_pool.size() / kvd, rb = cuda::kv_row_bytes(cuda::KvFormat::FP8, kvd, s.hd);
+      const Fp8Rows K = fp8_rows(rows, s.n_kv, s.hd, seed + 5), V = fp8_rows(rows, s.n_kv, s.hd, seed + 6);
+      // Rows in prefix groups of up to 4 batch rows, and a random prefix state per state row.
+      std::vector<std::vector<int>> groups;
+      for (int t = 0; t < T; ++t) {
+        if (t % 4 == 0) groups.emplace_back();
+        groups.back().push_back(t);
+      }
+      const cuda::PrefixStateMap plan = cuda::prefix_state_map(groups, T, s.n_heads, s.n_kv);
+      const auto state_rows = static_cast<std::size_t>(plan.rows);
+      std::vector<float> m = test::random_floats(state_rows, seed + 7, 2.0f), l = test::random_floats(state_rows, seed + 8, 1.0f);
+      for (auto& x : l) x = std::fabs(x) + 0.5f;
+      const std::vector<float> o = test::random_floats(state_rows * static_cast<std::size_t>(s.hd), seed + 9, 1.0f);
+      seed += 10;
+      DeviceArray<int> map(plan.map), slen(b.suffix_len);
+      DeviceArray<float> q(b.q), dm(m), dl(l), dout(o), out_bf16(b.q.size()), out_fp8(b.q.size());
+      DeviceArray<std::uint16_t> kb(K.bf16), vb(V.bf16);
+      DeviceArray<std::uint8_t> k8(K.fp8), v8(V.fp8);
+      auto at_bf16 = [&](const DeviceArray<std::uint16_t>& pool) {
+        std::vector<const std::uint16_t*> out;
+        for (std::size_t off : b.suffix_off) out.push_back(pool.get() + off);
+        return out;
+      };
+      auto at_fp8 = [&](const DeviceArray<std::uint8_t>& pool) {
+        std::vector<const std::uint16_t*> out;
+        for (std::size_t off : b.suffix_off) out.push_back(reinterpret_cast<const std::uint16_t*>(pool.get() + off / kvd * rb));
+        return out;
+      };
+      DeviceArray<const std::uint16_t*> ksb(at_bf16(kb)), vsb(at_bf16(vb)), ks8(at_fp8(k8)), vs8(at_fp8(v8));
+      cuda::prefix_merge_cuda(q.get(), map.get(), dm.get(), dl.get(), dout.get(), ksb.get(), vsb.get(), slen.get(), T, s.n_heads,
+                              s.n_kv, s.hd, out_bf16.get(), nullptr);
+      cuda::prefix_merge_cuda(q.get(), map.get(), dm.get(), dl.get(), dout.get(), ks8.get(), vs8.get(), slen.get(), T, s.n_heads,
+                              s.n_kv, s.hd, out_fp8.get(), nullptr, nullptr, nullptr, 0, cuda::KvFormat::FP8);
+      sync();
+      std::vector<float> a = out_bf16.download(), c = out_fp8.download();
+      EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0) << "prefix merge: FP8 rows differ from BF16 rows";
+      // The tiled kernel from the same prefix state.
+      ASSERT_TRUE(cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd));
+      for (cuda::KvFormat f : {cuda::KvFormat::BF16, cuda::KvFormat::FP8}) {
+        cuda::TiledAttentionArgs t;
+        t.q = q.get(), t.suffix_len = slen.get(), t.T = T, t.n_heads = s.n_heads, t.n_kv = s.n_kv, t.hd = s.hd;
+        t.k_suffix = f == cuda::KvFormat::FP8 ? ks8.get() : ksb.get(), t.v_suffix = f == cuda::KvFormat::FP8 ? vs8.get() : vsb.get();
+        t.out = f == cuda::KvFormat::FP8 ? out_fp8.get() : out_bf16.get(), t.kv = f;
+        t.prefix_map = map.get(), t.prefix_m = dm.get(), t.prefix_l = dl.get(), t.prefix_o = dout.get();
+        cuda::decode_attention_tiled_cuda(t, nullptr);
+      }
+      sync();
+      a = out_bf16.download(), c = out_fp8.download();
+      EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0) << "tiled with a prefix state: FP8 rows differ from BF16 rows";
+    }
 }
 
 // --cuda-prefix-gemm's prefix K/V from FP8 rows: each value exactly fp8(code) * scale, the BF16
