@@ -185,6 +185,14 @@ class CpuEngine final : public Engine {
     cpu::linear(w, x, T, y, pool_);
     add_since(t0, &PhaseTimes::gemm_ms);
   }
+  // xn_ = rmsnorm(x_) for T rows, the rows split over the pool (each computed as alone).
+  void norm_rows(const Tensor& w, std::size_t T) {
+    const auto d = static_cast<std::size_t>(c_.dim);
+    const auto eps = static_cast<float>(c_.rms_norm_eps);
+    float* out = xn_.data();
+    const float* x = x_.data();
+    pool_.run(T, [&](std::size_t t0, std::size_t t1) { cpu::rmsnorm(out + t0 * d, x + t0 * d, w, t1 - t0, d, eps); });
+  }
   void linear_many(std::initializer_list<const Linear*> ws, const float* x, std::size_t T, std::initializer_list<float*> ys) {
     const auto t0 = Clock::now();
     cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_);
@@ -255,7 +263,7 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   const std::size_t T = pos.size();
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
-  cpu::rmsnorm(xn_.data(), x_.data(), L.attn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+  norm_rows(L.attn_norm, T);
   linear_many({&L.wq, &L.wk, &L.wv}, xn_.data(), T, {q_.data(), k_.data(), v_.data()});
   for (std::size_t t = 0; t < T; ++t) {
     cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
@@ -276,9 +284,14 @@ void CpuEngine::ffn(int layer, std::size_t T) {
   const LayerWeights& L = w_->layers[static_cast<std::size_t>(layer)];
   const auto d = static_cast<std::size_t>(c_.dim);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
-  cpu::rmsnorm(xn_.data(), x_.data(), L.ffn_norm, T, d, static_cast<float>(c_.rms_norm_eps));
+  norm_rows(L.ffn_norm, T);
   linear_many({&L.w_gate, &L.w_up}, xn_.data(), T, {gate_.data(), up_.data()});
-  cpu::silu_mul(gate_.data(), up_.data(), T * static_cast<std::size_t>(c_.hidden_dim));
+  {  // elementwise, rows split over the pool (each element computed as alone)
+    const auto h = static_cast<std::size_t>(c_.hidden_dim);
+    float* g = gate_.data();
+    const float* u = up_.data();
+    pool_.run(T, [&](std::size_t t0, std::size_t t1) { cpu::silu_mul(g + t0 * h, u + t0 * h, (t1 - t0) * h); });
+  }
   linear(L.w_down, gate_.data(), T, o_.data());
   for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
 }
