@@ -155,6 +155,7 @@ class RoomLimitedEngine final : public Engine {
   RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : e_(std::move(e)), room_(room) {}
   const ModelConfig& config() const override { return e_->config(); }
   std::string name() const override { return "limited"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
   int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
   void release_prefix(int p) override { e_->release_prefix(p); }
   int add_slot(int p) override { return e_->add_slot(p); }
@@ -205,6 +206,7 @@ class SelfSamplingEngine final : public Engine {
   explicit SelfSamplingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
   const ModelConfig& config() const override { return e_->config(); }
   std::string name() const override { return "self-sampling"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
   int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
   void release_prefix(int p) override { e_->release_prefix(p); }
   int add_slot(int p) override { return e_->add_slot(p); }

@@ -3,6 +3,7 @@
 // a slot is one candidate, referencing its prefix and owning its suffix KV; one decode step takes
 // a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
 // ids and positions, never strings. CPU and CUDA engines implement it; src/backends.cpp picks one.
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,8 +15,6 @@
 namespace bestofn {
 
 struct Weights;
-
-enum class KvDtype { F32, BF16 };
 
 struct EngineOptions {
   int threads = 0;          // CPU threads (0: default_threads())
@@ -105,7 +104,17 @@ class Engine {
     std::string disabled;
   };
   virtual GraphStats graph_stats() const { return {}; }
+  // The KV cache's precision as resolved from EngineOptions::kv (never Auto).
+  virtual EngineOptions::Kv kv_cache() const = 0;
 };
+
+// Bytes of K and V one position takes in every layer, for a resolved cache kind (not Auto): F32 4
+// and BF16 2 bytes per value; FP8 one byte per value and a 4-byte scale per KV head.
+inline std::size_t kv_bytes_per_position(const ModelConfig& c, EngineOptions::Kv kind) {
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim()), heads = static_cast<std::size_t>(c.n_kv_heads);
+  const std::size_t row = kind == EngineOptions::Kv::FP8 ? kv_dim + 4 * heads : kv_dim * (kind == EngineOptions::Kv::F32 ? 4 : 2);
+  return 2 * static_cast<std::size_t>(c.n_layers) * row;
+}
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);
 

@@ -162,13 +162,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
     for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
     const std::size_t V = static_cast<std::size_t>(c.vocab_size);
-    // KV bytes per position (K and V, all layers): --kv-cache auto is F32 for an F32 checkpoint on
-    // the CPU and BF16 otherwise; FP8 is a byte per value plus a 4-byte scale per KV head.
-    const bool f32_kv = eo.kv == EngineOptions::Kv::F32 ||
-                        (eo.kv == EngineOptions::Kv::Auto && engine->name() == "cpu" && w->token_embedding.dtype == DType::F32);
-    const std::size_t kv_dim = static_cast<std::size_t>(c.kv_dim()), heads = static_cast<std::size_t>(c.n_kv_heads);
-    const std::size_t kv_row_layer = eo.kv == EngineOptions::Kv::FP8 ? kv_dim + 4 * heads : kv_dim * (f32_kv ? 4 : 2);
-    const std::size_t kv_row = 2 * static_cast<std::size_t>(c.n_layers) * kv_row_layer;
+    // KV bytes per position (K and V, all layers), in the precision the engine resolved.
+    const std::size_t kv_row = kv_bytes_per_position(c, engine->kv_cache());
     if (!o->json)
       std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
     for (int n : ns) {
@@ -220,7 +215,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", prefill_ms},
                   {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
-                  {"kv_cache", eo.kv == EngineOptions::Kv::FP8 ? "fp8" : f32_kv ? "f32" : "bf16"},
+                  {"kv_cache", kv_cache_name(engine->kv_cache())},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;

@@ -20,6 +20,14 @@ EngineOptions::Kv kv_cache_kind(const std::string& value) {
   return EngineOptions::Kv::Auto;
 }
 
+const char* kv_cache_name(EngineOptions::Kv kind) {
+  switch (kind) {
+    case EngineOptions::Kv::F32: return "f32";
+    case EngineOptions::Kv::FP8: return "fp8";
+    default: return "bf16";
+  }
+}
+
 void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_option("--model", f.model, "Hugging Face model directory")->required();
   sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)");

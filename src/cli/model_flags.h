@@ -33,6 +33,8 @@ struct ModelFlags {
 // --kv-cache auto|f32|bf16|fp8 into `value` (checked by CLI11); kv_cache_kind reads it.
 void add_kv_cache_flag(CLI::App* sub, std::string& value);
 EngineOptions::Kv kv_cache_kind(const std::string& value);
+// The --kv-cache name of a resolved kind: "f32", "bf16" or "fp8".
+const char* kv_cache_name(EngineOptions::Kv kind);
 
 // --model --tokenizer --quantize --device --threads --batch --cuda-prefix-gemm --fused-qkv
 // --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --kv-cache

@@ -151,6 +151,7 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cpu"; }
+  EngineOptions::Kv kv_cache() const override { return kv_; }
 
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   void release_prefix(int p) override {

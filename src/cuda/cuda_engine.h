@@ -59,6 +59,7 @@ class CudaEngine final : public Engine {
   }
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cuda"; }
+  EngineOptions::Kv kv_cache() const override { return kv_ == KvFormat::FP8 ? EngineOptions::Kv::FP8 : EngineOptions::Kv::BF16; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   void release_prefix(int p) override {
     use_device();
