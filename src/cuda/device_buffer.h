@@ -1,5 +1,5 @@
 #pragma once
-// Device memory owned by value: cudaMalloc'd (never managed memory), freed on destruction.
+// Device and pinned host memory owned by value, grow-only, freed on destruction.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -9,31 +9,56 @@
 
 namespace bestofn::cuda {
 
-class DeviceBuffer {
+// A grow-only buffer owned by value, from the allocator Alloc (device or pinned host memory),
+// freed on destruction.
+template <class Alloc>
+class BasicBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) { resize(bytes); }
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
+  BasicBuffer() = default;
+  explicit BasicBuffer(std::size_t bytes) { resize(bytes); }
+  ~BasicBuffer() {
+    if (p_) Alloc::release(p_);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  BasicBuffer(BasicBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  BasicBuffer& operator=(BasicBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  BasicBuffer(const BasicBuffer&) = delete;
+  BasicBuffer& operator=(const BasicBuffer&) = delete;
 
   // Grows (contents not kept) when smaller than `bytes`.
   void resize(std::size_t bytes) {
     if (bytes <= n_) return;
-    if (p_) CUDA_CHECK(cudaFree(p_));
+    if (p_) CUDA_CHECK(Alloc::release(p_));
     p_ = nullptr;
     n_ = 0;
-    CUDA_CHECK(cudaMalloc(&p_, bytes));
+    CUDA_CHECK(Alloc::allocate(&p_, bytes));
     n_ = bytes;
   }
+  template <typename T = void>
+  T* get() const { return static_cast<T*>(p_); }
+  std::size_t size() const { return n_; }
+
+ protected:
+  void* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+struct DeviceAlloc {  // cudaMalloc'd, never managed memory
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFree(p); }
+};
+struct PinnedAlloc {  // page-locked host memory, for copies that run asynchronously
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFreeHost(p); }
+};
+
+// Device memory, with a growth that keeps contents and host uploads.
+class DeviceBuffer : public BasicBuffer<DeviceAlloc> {
+ public:
+  using BasicBuffer::BasicBuffer;
   // Grows keeping the first `keep` bytes (stream-ordered copy).
   void grow(std::size_t bytes, std::size_t keep, cudaStream_t stream) {
     if (bytes <= n_) return;
@@ -45,40 +70,8 @@ class DeviceBuffer {
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0) {
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(p_) + offset, host, bytes, cudaMemcpyHostToDevice));
   }
-  template <typename T = void>
-  T* get() const { return static_cast<T*>(p_); }
-  std::size_t size() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  std::size_t n_ = 0;
 };
 
-// Page-locked host memory (cudaMallocHost), for copies that run asynchronously; grows only.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (p_) cudaFreeHost(p_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  // Grows (contents not kept) when smaller than `bytes`.
-  void resize(std::size_t bytes) {
-    if (bytes <= n_) return;
-    if (p_) CUDA_CHECK(cudaFreeHost(p_));
-    p_ = nullptr;
-    n_ = 0;
-    CUDA_CHECK(cudaMallocHost(&p_, bytes));
-    n_ = bytes;
-  }
-  template <typename T = void>
-  T* get() const { return static_cast<T*>(p_); }
-  std::size_t size() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  std::size_t n_ = 0;
-};
+using PinnedBuffer = BasicBuffer<PinnedAlloc>;
 
 }  // namespace bestofn::cuda
