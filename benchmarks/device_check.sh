@@ -73,10 +73,10 @@ device_info() {
   return "$rc"
 }
 
-# ctest of the gpu label. On the GPU machine a skipped test means the device was not seen: a failure.
+# ctest of the gpu label (and cuda-host: the cuBLAS loader). On the GPU machine a skipped test means the device was not seen: a failure.
 # shellcheck disable=SC2317  # run through `bash -c` by step
 ctest_gpu() {
-  ctest --test-dir build-device -L gpu --output-on-failure --output-junit "$OUT/ctest_gpu.xml"
+  ctest --test-dir build-device -L 'gpu|cuda-host' --output-on-failure --output-junit "$OUT/ctest_gpu.xml"
   local rc=$?
   if grep -qE 'skipped="[1-9]' "$OUT/ctest_gpu.xml" 2>/dev/null; then
     echo "ctest_gpu: gpu tests were skipped (no device seen): counted as a failure"

@@ -58,11 +58,21 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/dev_weights.cpp
     src/cuda/paged_kv.cpp
     src/cuda/graph_cache.cpp
+    src/cuda/cublas_loader.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
   # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA
   # engine): CMake repeats the two static libraries on the link line.
-  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt bestofn_core)
+  # cuBLAS and cuBLASLt are not linked: src/cuda/cublas_loader.cpp loads them when a CUDA engine
+  # starts (libcublasLt's load-time relocations cost every bestofn process ~40 ms otherwise). Their
+  # headers come with CUDA::cudart; the directory CMake found the libraries in is the fallback.
+  if(CUDA_cublasLt_LIBRARY)
+    get_filename_component(BESTOFN_CUBLAS_DIR "${CUDA_cublasLt_LIBRARY}" DIRECTORY)
+  else()
+    set(BESTOFN_CUBLAS_DIR "${CUDAToolkit_LIBRARY_DIR}")
+  endif()
+  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart bestofn_core ${CMAKE_DL_LIBS})
+  set_source_files_properties(src/cuda/cublas_loader.cpp PROPERTIES COMPILE_DEFINITIONS "BESTOFN_CUBLAS_DIR=\"${BESTOFN_CUBLAS_DIR}\"")
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)
 endif()

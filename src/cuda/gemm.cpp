@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bestofn/error.h"
+#include "cuda/cublas_loader.h"
 #include "cuda/cuda_check.h"
 #include "cuda/event_pair.h"
 
@@ -24,6 +25,7 @@ const char* name(GemmInput t) { return t == GemmInput::FP8 ? "FP8 E4M3" : t == G
 }  // namespace
 
 Gemm::Gemm(cudaStream_t stream, GemmAlgoCache* tune) : stream_(stream), tune_(tune) {
+  require_cublas();  // loaded on first use: a missing library is a one-line error
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, kGemmWorkspaceBytes));
   if (tune_) {

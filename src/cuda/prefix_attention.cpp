@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "bestofn/error.h"
+#include "cuda/cublas_loader.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 
@@ -34,6 +35,7 @@ void run_gemm(cublasHandle_t h, const StridedGemm& g, float alpha, const float* 
 }  // namespace
 
 PrefixAttention::PrefixAttention(cudaStream_t stream) : stream_(stream) {
+  require_cublas();  // loaded on first use: a missing library is a one-line error
   CUBLAS_CHECK(cublasCreate(&handle_));
   CUBLAS_CHECK(cublasSetStream(handle_, stream_));
   // Pedantic: no TF32 and no reduced-precision reductions, whatever the environment says.
