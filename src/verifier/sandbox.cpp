@@ -67,6 +67,8 @@ import os, sys, socket, select, resource, ctypes, traceback
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
 import heapq, itertools, json, math, operator, random, re, statistics, string, typing
 libc = ctypes.CDLL(None, use_errno=True)
+# Looked up here, once: a lookup in the child would build the function objects again per candidate.
+c_close_range, c_unshare, c_mount, c_prctl = libc.close_range, libc.unshare, libc.mount, libc.prctl
 if os.getpid() != 1:
     os.write(4, b'zygote: not the init of a PID namespace')
     os._exit(2)
@@ -125,14 +127,14 @@ def _child(nums, token, fds):
         src = b''.join(chunks)
         for i, fd in enumerate((out_w, err_w, tok_w, st_w), 1):
             os.dup2(fd, i)
-        if libc.close_range(5, ctypes.c_uint(0xffffffff), 0) != 0:
+        if c_close_range(5, ctypes.c_uint(0xffffffff), 0) != 0:
             os.closerange(5, 1 << 16)
-        if libc.unshare(0x00020000 | 0x08000000) != 0:
+        if c_unshare(0x00020000 | 0x08000000) != 0:
             _fail('unshare mount/ipc: errno %d' % ctypes.get_errno())
         opts = b'size=%d,mode=1777' % tmpfs
-        if libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 6, opts) != 0:
+        if c_mount(b'tmpfs', b'/tmp', b'tmpfs', 6, opts) != 0:
             _fail('mount /tmp: errno %d' % ctypes.get_errno())
-        libc.mount(b'tmpfs', b'/dev/shm', b'tmpfs', 6, opts)
+        c_mount(b'tmpfs', b'/dev/shm', b'tmpfs', 6, opts)
         os.mkdir('/tmp/work', 0o700)
         with open('/tmp/work/prog.py', 'wb') as p:
             p.write(src)
@@ -146,7 +148,7 @@ def _child(nums, token, fds):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-        if libc.prctl(38, 1, 0, 0, 0) != 0:
+        if c_prctl(38, 1, 0, 0, 0) != 0:
             _fail('no_new_privs: errno %d' % ctypes.get_errno())
         os.close(4)
     except BaseException as e:
@@ -361,7 +363,6 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
       break;
     }
   if (python_.empty()) throw Error("verifier: no python3 interpreter in /usr/bin, /usr/local/bin or /bin");
-  baseline_as_ = interpreter_baseline(python_);
   drop_uid_ = geteuid() == 0;
   // Probe the namespaces with a child that exits at once.
   ChildArgs probe;
@@ -482,6 +483,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
   // One uid per worker: RLIMIT_NPROC counts a uid's processes machine-wide, and kills by uid
   // must not reach another worker's candidate.
   a.uid = static_cast<uid_t>(limits_.uid - static_cast<unsigned>(worker));
+  std::call_once(baseline_once_, [this] { baseline_as_ = interpreter_baseline(python_); });
   a.as = baseline_as_ + limits_.memory_bytes;
   a.cpu = static_cast<rlim_t>(std::ceil(timeout_s)) + 1;
   a.fsize = limits_.file_bytes;
