@@ -258,6 +258,61 @@ TEST(SandboxZygote, APassingProgramsDetachedChildIsKilledAtOnce) {
   EXPECT_EQ(sandbox_processes(), 0);
 }
 
+// The zygote writes a failing candidate's exception without the traceback module in the common
+// case: its text must be exactly what traceback.format_exception_only writes, which the
+// reference (the same program run under a wrapper that catches and formats with it) gives.
+TEST(SandboxZygote, ExceptionTextIsTracebacksOwn) {
+  REQUIRE_ISOLATION();
+  ASSERT_TRUE(box().uses_zygote());
+  const std::vector<std::string> programs = {
+      "assert 1 == 2\n",
+      "assert False, 'the message \u00fc'\n",
+      "{}['k']\n",
+      "class E(Exception):\n    pass\nraise E()\n",
+      "class Outer:\n    class Inner(Exception):\n        pass\nraise Outer.Inner('x')\n",
+      "class M(Exception):\n    pass\nM.__module__ = 'mymod'\nraise M('y')\n",
+      "class N(Exception):\n    pass\nN.__module__ = 5\nraise N('z')\n",
+      "class S(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise S()\n",
+      "class Empty(Exception):\n    def __str__(self):\n        return ''\nraise Empty('hidden')\n",
+      "e = ValueError('v')\ne.add_note('note one\\nnote two')\nraise e\n",
+      "def f(:\n    pass\n",
+      "raise ExceptionGroup('g', [ValueError('a')])\n",
+      "import json\njson.loads('{')\n",
+      "def r():\n    r()\nr()\n",
+      "raise KeyboardInterrupt\n",
+      "1 / 0\n",
+  };
+  const auto hex = [](const std::string& text) {
+    std::string h;
+    char b[3];
+    for (unsigned char c : text) {
+      std::snprintf(b, sizeof b, "%02x", c);
+      h += b;
+    }
+    return h;
+  };
+  for (const std::string& program : programs) {
+    const Verdict got = box().run(program);
+    const std::string reference =
+        "import sys, traceback\n"
+        "src = bytes.fromhex('" + hex(program) + "').decode()\n"
+        "import os\n"
+        "os.remove('prog.py')\n"  // root's copy of this wrapper; the directory is the candidate's
+        "with open('prog.py', 'w') as f:\n"  // where a SyntaxError's line is looked up, as for the candidate
+        "    f.write(src)\n"
+        "try:\n"
+        "    exec(compile(src, 'prog.py', 'exec'), {})\n"
+        "except BaseException as e:\n"
+        "    sys.stderr.write('\\n' + ''.join(traceback.format_exception_only(type(e), e)))\n"
+        "    sys.exit(1)\n";
+    const Verdict want = box().run(reference);
+    EXPECT_EQ(got.status, Verdict::Status::Failed) << program;
+    ASSERT_EQ(want.status, Verdict::Status::Failed) << want.err;
+    EXPECT_EQ(got.err, want.err) << program;
+    EXPECT_EQ(got.result, want.result) << program;
+  }
+}
+
 TEST(SandboxZygote, AKilledZygoteIsRestarted) {
   REQUIRE_ISOLATION();
   SandboxLimits l;
