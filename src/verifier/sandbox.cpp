@@ -63,12 +63,16 @@ constexpr const char* kBootstrap =
 // program in /tmp/work/prog.py, rlimits (address space relative to the zygote's own size), the
 // worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh path.
 constexpr const char* kZygote = R"PY(
-import os, sys, socket, select, resource, ctypes, traceback
+import os, sys, socket, select, resource, ctypes, traceback, errno
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
 import heapq, itertools, json, math, operator, random, re, statistics, string, typing
 libc = ctypes.CDLL(None, use_errno=True)
 # Looked up here, once: a lookup in the child would build the function objects again per candidate.
-c_close_range, c_unshare, c_mount, c_prctl = libc.close_range, libc.unshare, libc.mount, libc.prctl
+c_close_range, c_unshare, c_mount, c_prctl, c_kill, c_waitpid = libc.close_range, libc.unshare, libc.mount, libc.prctl, libc.kill, libc.waitpid
+# The address space limit is this interpreter's own size (measured once: the loop below hardly
+# grows it) plus the memory limit.
+with open('/proc/self/statm') as m:
+    vm_size = int(m.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
 if os.getpid() != 1:
     os.write(4, b'zygote: not the init of a PID namespace')
     os._exit(2)
@@ -154,14 +158,15 @@ def _child(nums, token, fds):
             _fail('mount /tmp: errno %d' % ctypes.get_errno())
         c_mount(b'tmpfs', b'/dev/shm', b'tmpfs', 6, opts)
         os.mkdir('/tmp/work', 0o700)
-        with open('/tmp/work/prog.py', 'wb') as p:
-            p.write(src)
+        p = os.open('/tmp/work/prog.py', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # no file objects: each costs page faults
+        view = memoryview(src)
+        while view:
+            view = view[os.write(p, view):]
+        os.close(p)
         os.chown('/tmp/work', uid, uid)
         os.chdir('/tmp/work')
-        with open('/proc/self/statm') as m:
-            size = int(m.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
         for r, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile),
-                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, size + as_extra), (resource.RLIMIT_NPROC, nproc)):
+                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, vm_size + as_extra), (resource.RLIMIT_NPROC, nproc)):
             resource.setrlimit(r, (v, v))
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -174,17 +179,12 @@ def _child(nums, token, fds):
     _run(src, token)
 
 def _kill_all():
+    # Through libc: os.kill and os.waitpid would raise (and build) an exception per candidate for
+    # the usual "nothing left" (ESRCH, ECHILD).
     while True:
-        try:
-            os.kill(-1, 9)
-        except OSError:
-            pass
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
+        c_kill(-1, 9)
+        if c_waitpid(-1, None, 0) < 0 and ctypes.get_errno() == errno.ECHILD:  # every process is reaped
             return
-        except OSError:
-            pass
 
 sock.send(b'ready')
 while True:
