@@ -5,6 +5,7 @@
 #include "bestofn/error.h"
 
 #if BESTOFN_HAVE_CUDA
+#include "cuda/cublas_loader.h"
 #include "cuda/cuda_api.h"
 #endif
 
@@ -26,7 +27,11 @@ std::unique_ptr<Engine> make_engine(std::shared_ptr<const Weights> weights, cons
   if (device == "cuda") return cuda::make_cuda_engine(std::move(weights), options);
   if (device == "auto") {
     std::string why;
-    if (!cuda::list_devices(&why).empty()) return cuda::make_cuda_engine(std::move(weights), options);
+    if (!cuda::list_devices(&why).empty()) {
+      if (cuda::load_cublas(&why)) return cuda::make_cuda_engine(std::move(weights), options);
+      spdlog::warn("--device auto: a CUDA device is visible but {}; using the CPU engine", why);
+      return make_cpu_engine(std::move(weights), options);
+    }
     spdlog::info("--device auto: no CUDA device ({}), using the CPU engine", why);
     return make_cpu_engine(std::move(weights), options);
   }

@@ -48,6 +48,17 @@ TEST(CublasLoader, LoadsOnFirstUseAndForwardsToTheLibrary) {
   EXPECT_EQ(cublasLtMatmulPreferenceDestroy(pref), CUBLAS_STATUS_SUCCESS);
 }
 
+// A library that cannot be loaded is a message naming it (and the fallback directory tried),
+// appended to what earlier libraries said, never an exception from inside the loader.
+TEST(CublasLoader, AMissingLibraryIsNamed) {
+  std::string error;
+  EXPECT_EQ(open_library("libbestofn-no-such-cublas.so.99", "/nonexistent-dir", error), nullptr);
+  EXPECT_NE(error.find("cannot load libbestofn-no-such-cublas.so.99 ("), std::string::npos) << error;
+  EXPECT_NE(error.find("/nonexistent-dir/libbestofn-no-such-cublas.so.99"), std::string::npos) << error;
+  EXPECT_EQ(open_library("libbestofn-no-such-cublasLt.so.99", "", error), nullptr);
+  EXPECT_NE(error.find("; cannot load libbestofn-no-such-cublasLt.so.99 ("), std::string::npos) << error;
+}
+
 // The executable does not need the cuBLAS libraries to start: the dynamic loader, asked to say
 // what it loads, loads the CUDA runtime (the control) and not cuBLAS.
 TEST(CublasLoader, TheBinaryStartsWithoutLoadingCublas) {

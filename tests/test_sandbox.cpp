@@ -126,6 +126,30 @@ TEST(Sandbox, MemoryHogFailsInsteadOfTakingTheMachine) {
   EXPECT_NE(v.result.find("MemoryError"), std::string::npos) << v.result;
 }
 
+// The memory limit is the candidate's own: address space above what the interpreter (with the
+// program read in) already holds. Most of it must be usable and a little more must not, on both
+// paths, whatever the program's size (a 3 MB program is read and written in several pieces).
+TEST(Sandbox, TheMemoryLimitIsTheCandidatesAndBigProgramsRunWhole) {
+  REQUIRE_ISOLATION();
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    SandboxLimits l;
+    l.timeout_s = 5.0;
+    l.uid = 64995;
+    l.zygote = zygote;
+    l.memory_bytes = 256ull << 20;
+    const Sandbox s(l);
+    EXPECT_EQ(s.uses_zygote(), zygote);
+    const std::string padding = "# " + std::string(3u << 20, 'x') + "\n";
+    const std::string fits = padding + "x = bytearray(200 << 20)\nassert len(open('prog.py').read()) > (3 << 20)\n";
+    const Verdict ok = s.run(fits);
+    EXPECT_TRUE(ok.passed()) << ok.result;
+    const Verdict over = s.run(padding + "x = bytearray(300 << 20)\n");
+    EXPECT_EQ(over.status, Verdict::Status::Failed) << over.result;
+    EXPECT_NE(over.result.find("MemoryError"), std::string::npos) << over.result;
+  }
+}
+
 TEST(Sandbox, EnvironmentIsScrubbed) {
   setenv("BESTOFN_TEST_SECRET", "hunter2", 1);
   const Verdict v = box().run("import os\nprint(sorted(os.environ.items()))\n");
@@ -281,6 +305,16 @@ TEST(SandboxZygote, ExceptionTextIsTracebacksOwn) {
       "def r():\n    r()\nr()\n",
       "raise KeyboardInterrupt\n",
       "1 / 0\n",
+      "[][3]\n",
+      "int('x')\n",
+      "undefined_name\n",
+      "(1).nosuchattribute\n",
+      "raise ValueError(42)\n",
+      "class Odd:\n    def __str__(self):\n        return ''\nraise ValueError(Odd())\n",
+      "class Boom:\n    def __str__(self):\n        raise RuntimeError\nraise ValueError(Boom())\n",
+      "class Text(str):\n    def __str__(self):\n        return 'other'\nclass Obj:\n    def __str__(self):\n        return Text('mine')\n"
+      "raise TypeError(Obj())\n",
+      "try:\n    1 / 0\nexcept ZeroDivisionError:\n    assert False\n",
   };
   const auto hex = [](const std::string& text) {
     std::string h;

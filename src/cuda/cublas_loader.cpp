@@ -29,10 +29,12 @@ struct Libraries {
   std::string error;  // empty when both loaded
 };
 
-void* open_one(const char* soname, std::string& error) {
+}  // namespace
+
+void* open_library(const char* soname, const std::string& dir, std::string& error) {
   if (void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return h;
-  std::string why = dlerror() ? dlerror() : "";  // the first dlerror() is the one that matters
-  const std::string dir = BESTOFN_CUBLAS_DIR;
+  const char* first = dlerror();  // dlerror() clears itself: read it once
+  std::string why = first ? first : "not loadable";
   if (!dir.empty()) {
     const std::string full = dir + "/" + soname;
     if (void* h = dlopen(full.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
@@ -44,11 +46,13 @@ void* open_one(const char* soname, std::string& error) {
   return nullptr;
 }
 
+namespace {
+
 const Libraries& libraries() {
   static const Libraries libs = [] {
     Libraries l;
-    l.lt = open_one(kLtSoname, l.error);
-    l.blas = open_one(kBlasSoname, l.error);
+    l.lt = open_library(kLtSoname, BESTOFN_CUBLAS_DIR, l.error);
+    l.blas = open_library(kBlasSoname, BESTOFN_CUBLAS_DIR, l.error);
     return l;
   }();
   return libs;

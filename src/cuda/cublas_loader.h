@@ -22,6 +22,10 @@ void require_cublas();
 // The forwarded functions that the loaded libraries lack (all of them when not loaded): for tests.
 std::vector<std::string> missing_cublas_symbols();
 
+// dlopen(soname), then dlopen(dir/soname) when dir is not empty: the handle, or null with
+// "cannot load SONAME (why)" appended to error ("; "-separated). What load_cublas() runs per library.
+void* open_library(const char* soname, const std::string& dir, std::string& error);
+
 // Whether libcublasLt is mapped into this process now (dlopen RTLD_NOLOAD): for tests.
 bool cublas_lt_is_loaded();
 

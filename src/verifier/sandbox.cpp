@@ -69,10 +69,7 @@ import heapq, itertools, json, math, operator, random, re, statistics, string, t
 libc = ctypes.CDLL(None, use_errno=True)
 # Looked up here, once: a lookup in the child would build the function objects again per candidate.
 c_close_range, c_unshare, c_mount, c_prctl, c_kill, c_waitpid = libc.close_range, libc.unshare, libc.mount, libc.prctl, libc.kill, libc.waitpid
-# The address space limit is this interpreter's own size (measured once: the loop below hardly
-# grows it) plus the memory limit.
-with open('/proc/self/statm') as m:
-    vm_size = int(m.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+page_size = os.sysconf('SC_PAGE_SIZE')
 if os.getpid() != 1:
     os.write(4, b'zygote: not the init of a PID namespace')
     os._exit(2)
@@ -85,22 +82,27 @@ def _fail(what):
         os._exit(127)
 
 def _exc_text(e):
-    # traceback.format_exception_only's text, built here for the common case (no SyntaxError, no
-    # __notes__): the traceback module's objects cost a failing candidate ~110 page faults of the
-    # forked interpreter, a quarter of its whole cost. The same rules: the qualified name, with
-    # the module unless builtins or __main__, then ": str(e)" unless empty.
+    # traceback.format_exception_only's text, built here for an exception of a builtin type with
+    # no cause, context, notes or sub-exceptions (a failed assert, a wrong index, ...), the same
+    # steps as the module's (3.11: str() of the exception, str() of that, then "%s: %s\n" or "%s\n"),
+    # without its objects: they cost a failing candidate ~110 page faults of the forked
+    # interpreter, a quarter of its whole cost. Anything else goes through the module itself: a
+    # class of the candidate's, a SyntaxError, a chain, a group, and the names newer modules add
+    # "Did you mean" suggestions to.
     t = type(e)
-    if issubclass(t, SyntaxError) or getattr(e, '__notes__', None) is not None:
+    if (t.__flags__ & 512 or t.__module__ != 'builtins'  # 512: a heap type, i.e. not builtin
+            or issubclass(t, (SyntaxError, BaseExceptionGroup, NameError, AttributeError, ImportError))
+            or e.__cause__ is not None or e.__context__ is not None or getattr(e, '__notes__', None) is not None):
         return ''.join(traceback.format_exception_only(t, e))
-    name = t.__qualname__
-    mod = t.__module__
-    if mod not in ('__main__', 'builtins'):
-        name = (mod if isinstance(mod, str) else '<unknown>') + '.' + name
     try:
-        s = str(e)
+        v = str(e)
     except BaseException:
-        s = '<exception str() failed>'
-    return name + ': ' + s + '\n' if s else name + '\n'
+        v = '<exception str() failed>'
+    try:
+        v = str(v)
+    except BaseException:
+        v = '<exception str() failed>'
+    return '%s\n' % t.__qualname__ if not v else '%s: %s\n' % (t.__qualname__, v)
 
 def _run(src, token):
     status = 0
@@ -165,8 +167,13 @@ def _child(nums, token, fds):
         os.close(p)
         os.chown('/tmp/work', uid, uid)
         os.chdir('/tmp/work')
+        # The address space limit: the child's own size now (the program read in included) plus
+        # the memory limit. Read with os calls: a file object costs page faults per candidate.
+        m = os.open('/proc/self/statm', os.O_RDONLY)
+        size = int(os.read(m, 256).split()[0]) * page_size
+        os.close(m)
         for r, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile),
-                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, vm_size + as_extra), (resource.RLIMIT_NPROC, nproc)):
+                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, size + as_extra), (resource.RLIMIT_NPROC, nproc)):
             resource.setrlimit(r, (v, v))
         os.setgroups([])
         os.setresgid(uid, uid, uid)
