@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bestofn/numeric.h"
@@ -23,16 +24,34 @@ struct Shape {
   std::size_t out, in;
 };
 
+constexpr const char* kUsage = "usage: bench_cpu_gemm [--seconds S] [--tokens 1,4,16] [--peak GFLOPS]";
+
+// A positive number, whole: stoul/stod accept "12x" and throw on "x".
+template <class T>
+bool parse_positive(const std::string& s, T& out) {
+  try {
+    std::size_t used = 0;
+    const T v = std::is_integral_v<T> ? static_cast<T>(std::stoul(s, &used)) : static_cast<T>(std::stod(s, &used));
+    if (used != s.size() || !(v > 0)) return false;
+    out = v;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// "1,4,16": positive token counts, or empty on any bad part.
 std::vector<std::size_t> parse_list(const std::string& s) {
   std::vector<std::size_t> v;
   std::size_t pos = 0;
-  while (pos < s.size()) {
+  for (;;) {
     const std::size_t comma = s.find(',', pos);
-    v.push_back(std::stoul(s.substr(pos, comma - pos)));
-    if (comma == std::string::npos) break;
+    std::size_t t = 0;
+    if (!parse_positive(s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos), t)) return {};
+    v.push_back(t);
+    if (comma == std::string::npos) return v;
     pos = comma + 1;
   }
-  return v;
 }
 
 }  // namespace
@@ -44,13 +63,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     command += " " + a;
-    if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]), command += std::string(" ") + argv[i];
-    else if (a == "--tokens" && i + 1 < argc) tokens = parse_list(argv[++i]), command += std::string(" ") + argv[i];
-    else if (a == "--peak" && i + 1 < argc) peak = std::stod(argv[++i]), command += std::string(" ") + argv[i];
-    else {
-      std::fprintf(stderr, "usage: bench_cpu_gemm [--seconds S] [--tokens 1,4,16] [--peak GFLOPS]\n");
+    const bool has_value = i + 1 < argc;
+    const std::string value = has_value ? argv[i + 1] : "";
+    bool ok = has_value;
+    if (a == "--seconds") ok = ok && parse_positive(value, seconds);
+    else if (a == "--peak") ok = ok && parse_positive(value, peak);
+    else if (a == "--tokens") ok = ok && !(tokens = parse_list(value)).empty();
+    else ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "bench_cpu_gemm: bad argument '%s%s%s' (values are positive numbers)\n%s\n", a.c_str(), has_value ? " " : "",
+                   value.c_str(), kUsage);
       return 2;
     }
+    command += " " + value;
+    ++i;
   }
   using namespace bestofn::cpu::fp8;
   const Path path = best_path();
