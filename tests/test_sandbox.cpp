@@ -161,6 +161,7 @@ TEST(Sandbox, EnvironmentIsScrubbed) {
 TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
   REQUIRE_ISOLATION();
   const std::string marker = "/tmp/bestofn-sandbox-escape-" + std::to_string(getpid());
+  const std::string var_marker = "/var/tmp/bestofn-sandbox-escape-" + std::to_string(getpid());
   const struct {
     const char* name;
     std::string code;
@@ -169,6 +170,8 @@ TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
       {"detached grandchild",
        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\nos._exit(0)\n"},
       {"write outside the workdir", "open('" + marker + "', 'w').write('x')\nopen('/etc/bestofn-escape', 'w').write('x')\n"},
+      // /var/tmp is writable by everyone on the host: read-only all the same in the sandbox.
+      {"write to a world-writable host directory", "open('" + var_marker + "', 'w').write('x')\n"},
       {"kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nraise SystemExit(1)\n"},
   };
   for (const auto& h : hostile) {
@@ -181,6 +184,7 @@ TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
   }
   EXPECT_FALSE(std::filesystem::exists(marker));
   EXPECT_FALSE(std::filesystem::exists("/etc/bestofn-escape"));
+  EXPECT_FALSE(std::filesystem::exists(var_marker));
 }
 
 TEST(Sandbox, NoNetworkEvenToLoopback) {
@@ -244,24 +248,38 @@ std::vector<pid_t> children() {
 TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
   REQUIRE_ISOLATION();
   EXPECT_TRUE(box().uses_zygote());
-  // Files in /tmp and /dev/shm, and SysV shared memory, do not carry from one candidate to the
-  // next, though both run in the same worker's zygote.
+  // Files in /tmp and /dev/shm, SysV shared memory and POSIX message queues do not carry from one
+  // candidate to the next, though both run in the same worker's zygote (which shares one tmpfs
+  // and one IPC namespace between its candidates, one after another).
   const std::string leave =
       "import ctypes, os\n"
       "open('/tmp/work/left', 'w').write('x')\nopen('/tmp/left', 'w').write('x')\n"
       "if os.path.isdir('/dev/shm'):\n    open('/dev/shm/left', 'w').write('x')\n"
       "libc = ctypes.CDLL(None, use_errno=True)\n"
-      "assert libc.shmget(0x5eed, 4096, 0o1666) >= 0\n";  // IPC_CREAT | 0666
+      "print('shm', libc.shmget(0x5eed, 4096, 0o1666) >= 0)\n"  // IPC_CREAT | 0666: refused where IPC is off
+      "print('mq', libc.mq_open(b'/bestofn-left', 0o102, 0o666, None) >= 0)\n";  // O_CREAT | O_RDWR
   const Verdict first = box().run(leave);
   ASSERT_TRUE(first.passed()) << first.result << first.err;
-  const Verdict second = box().run(
+  const std::string nothing_left =
       "import ctypes, os\n"
       "assert not os.path.exists('/tmp/work/left') and not os.path.exists('/tmp/left')\n"
-      "assert not os.path.exists('/dev/shm/left')\n"
+      "assert os.listdir('/tmp') == ['work'] and os.listdir('/tmp/work') == ['prog.py']\n"
+      "assert not os.path.isdir('/dev/shm') or os.listdir('/dev/shm') == []\n"
       "libc = ctypes.CDLL(None, use_errno=True)\n"
       "assert libc.shmget(0x5eed, 0, 0) == -1\n"
-      "assert os.getcwd() == '/tmp/work' and os.getuid() != 0 and os.geteuid() != 0\n");
+      "assert libc.mq_open(b'/bestofn-left', 0o2) == -1\n"
+      "assert os.getcwd() == '/tmp/work' and os.getuid() != 0 and os.geteuid() != 0\n";
+  const Verdict second = box().run(nothing_left);
   EXPECT_TRUE(second.passed()) << second.result << second.err;
+  // A candidate that swaps its working directory for a link to a directory elsewhere holding a
+  // prog.py: the zygote does not follow the link, and the next candidate still starts clean.
+  const Verdict swap = box().run(
+      "import os\n"
+      "os.chdir('/')\nos.unlink('/tmp/work/prog.py')\nos.rmdir('/tmp/work')\n"
+      "os.mkdir('/dev/shm/w')\nopen('/dev/shm/w/prog.py', 'w').write('x')\nos.symlink('/dev/shm/w', '/tmp/work')\n");
+  ASSERT_TRUE(swap.passed()) << swap.result << swap.err;
+  const Verdict after_swap = box().run(nothing_left);
+  EXPECT_TRUE(after_swap.passed()) << after_swap.result << after_swap.err;
   // Each fork gets its own random state (Python reseeds after fork).
   const Verdict a = box().run("import random\nprint(random.random())\n");
   const Verdict b = box().run("import random\nprint(random.random())\n");

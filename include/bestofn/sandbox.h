@@ -1,20 +1,22 @@
 #pragma once
 // Runs untrusted, model-written Python in a sandbox and returns a verdict as data. Assumes a
-// hostile program. Per run: new PID, network, mount and IPC namespaces (when the kernel and the
-// privileges allow: detected once, and what is missing is reported loudly); a private tmpfs for
-// /tmp and /dev/shm holding a fresh working directory (gone when the run ends); an unprivileged
-// uid when started as root; a scrubbed environment; stdin from /dev/null; capped stdout/stderr;
-// rlimits on address space, CPU, file size, open files, processes and core dumps; and a wall-clock
-// timeout after which the sandbox's init, and with it every descendant, gets SIGKILL.
+// hostile program. Per run: PID, network, mount and IPC namespaces apart from the host's (when the
+// kernel and the privileges allow: detected once, and what is missing is reported loudly); a
+// private tmpfs for /tmp and /dev/shm holding a fresh working directory (emptied when the run
+// ends), every other mount read-only; an unprivileged uid when started as root; a scrubbed
+// environment; stdin from /dev/null; capped stdout/stderr; rlimits on address space, CPU, file
+// size, open files, processes and core dumps; and a wall-clock timeout after which the sandbox's
+// init, and with it every descendant, gets SIGKILL.
 //
 // Two ways to start a candidate, the same isolation either way:
 //  - zygote (the default where namespaces and a uid drop are available): per worker, one Python
 //    interpreter, started once in its own PID/mount/network/IPC namespaces with the common
-//    modules imported, forks per candidate. The child unshares a mount and IPC namespace of its
-//    own, mounts a fresh tmpfs on /tmp and /dev/shm, sets the rlimits, drops to the worker's uid
-//    and runs the program. The zygote is the PID namespace's init: when the candidate's main
-//    process ends (or the timeout fires), it SIGKILLs every other process in that namespace, so
-//    no descendant outlives the verdict. A candidate costs a fork, not an interpreter start.
+//    modules imported, its /tmp and /dev/shm tmpfs mounts and the rest read-only, forks per
+//    candidate. The child writes the program into /tmp/work, sets the rlimits, drops to the
+//    worker's uid and runs it; the zygote empties /tmp and /dev/shm afterwards, and its IPC
+//    namespace cannot hold objects. The zygote is the PID namespace's init: when the candidate's
+//    main process ends (or the timeout fires), it SIGKILLs every other process in that namespace,
+//    so no descendant outlives the verdict. A candidate costs a fork, not an interpreter start.
 //  - fresh: one clone() + exec of python3 per candidate (the fallback, and --no-zygote).
 //
 // A run passes only when the bootstrap wrote this run's random token to a pipe (fd 3) that only the
@@ -79,11 +81,12 @@ class Sandbox {
   // interpreter start, ~30 ms) on the first fresh run only; a zygote's child measures itself.
   mutable std::once_flag baseline_once_;
   mutable std::size_t baseline_as_ = 0;
-  bool namespaces_ = false, drop_uid_ = false, zygote_ = false;
+  bool namespaces_ = false, readonly_ = false, drop_uid_ = false, zygote_ = false;
   std::vector<std::string> missing_;
   Verdict run_fresh(const std::string& program, int worker, double timeout_s) const;
   Verdict run_zygote(const std::string& program, int worker, double timeout_s) const;
   Zygote& zygote_for(int worker) const;
+  std::string tmpfs_options() const;  // the mount options of every sandbox's /tmp and /dev/shm
   Verdict make_verdict(std::string& out, std::string& err, const std::string& tok, const std::string& status,
                        const std::string& token, bool timed_out, int wait_status,
                        std::chrono::steady_clock::time_point t0) const;

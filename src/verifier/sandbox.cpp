@@ -53,15 +53,20 @@ constexpr const char* kBootstrap =
 // The per-worker zygote (see sandbox.h). fd 3 is a SOCK_SEQPACKET socket to bestofn, fd 4 the
 // setup-status pipe (close-on-exec). It must be the init of its PID namespace: it kills "every
 // process" (-1) after each candidate, which outside a namespace of its own would be a disaster.
+// argv: the tmpfs mount options; "1" if its IPC namespace cannot hold objects (else each
+// candidate unshares one); "1" if /dev/shm is its own tmpfs. child_main mounted its /tmp (and
+// /dev/shm) and made everything else read-only before the exec.
 // Protocol, one message each way at a time:
-//   bestofn -> zygote  "R uid as_extra cpu fsize nofile nproc tmpfs token" with five fds attached
+//   bestofn -> zygote  "R uid as_extra cpu fsize nofile nproc token" with five fds attached
 //                      (stdout, stderr, token out, setup status, the program in a memfd)
 //                      "K" kill the running candidate (the timeout; ignored when idle)
 //   zygote -> bestofn  "ready" once, then "X <wait status>" per candidate, after every process
-//                      of the candidate is dead and reaped.
-// The candidate child: new mount and IPC namespaces, a fresh tmpfs on /tmp and /dev/shm, the
-// program in /tmp/work/prog.py, rlimits (address space relative to the zygote's own size), the
-// worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh path.
+//                      of the candidate is dead and reaped. Then it empties /tmp and /dev/shm for
+//                      the next one: the usual leftover (/tmp/work/prog.py) is removed, anything
+//                      else replaces both with fresh tmpfs mounts.
+// The candidate child: the program in a new /tmp/work/prog.py, rlimits (address space relative to
+// the zygote's own size), the worker's uid, no_new_privs, fds 0-3 only; then the program runs
+// exactly as in the fresh path.
 constexpr const char* kZygote = R"PY(
 import os, sys, socket, select, resource, ctypes, traceback, errno
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
@@ -69,7 +74,9 @@ import heapq, itertools, json, math, operator, random, re, statistics, string, t
 libc = ctypes.CDLL(None, use_errno=True)
 # Looked up here, once: a lookup in the child would build the function objects again per candidate.
 c_close_range, c_unshare, c_mount, c_prctl, c_kill, c_waitpid = libc.close_range, libc.unshare, libc.mount, libc.prctl, libc.kill, libc.waitpid
+c_umount2 = libc.umount2
 page_size = os.sysconf('SC_PAGE_SIZE')
+tmpfs_opts, ipc_shared, shm = sys.argv[1].encode(), sys.argv[2] == '1', sys.argv[3] == '1'
 if os.getpid() != 1:
     os.write(4, b'zygote: not the init of a PID namespace')
     os._exit(2)
@@ -140,7 +147,7 @@ def _run(src, token):
 def _child(nums, token, fds):
     try:
         sock.detach()
-        uid, as_extra, cpu, fsize, nofile, nproc, tmpfs = nums
+        uid, as_extra, cpu, fsize, nofile, nproc = nums
         out_w, err_w, tok_w, st_w, prog_fd = fds
         chunks = []
         while True:
@@ -153,12 +160,8 @@ def _child(nums, token, fds):
             os.dup2(fd, i)
         if c_close_range(5, ctypes.c_uint(0xffffffff), 0) != 0:
             os.closerange(5, 1 << 16)
-        if c_unshare(0x00020000 | 0x08000000) != 0:
-            _fail('unshare mount/ipc: errno %d' % ctypes.get_errno())
-        opts = b'size=%d,mode=1777' % tmpfs
-        if c_mount(b'tmpfs', b'/tmp', b'tmpfs', 6, opts) != 0:
-            _fail('mount /tmp: errno %d' % ctypes.get_errno())
-        c_mount(b'tmpfs', b'/dev/shm', b'tmpfs', 6, opts)
+        if not ipc_shared and c_unshare(0x08000000) != 0:
+            _fail('unshare ipc: errno %d' % ctypes.get_errno())
         os.mkdir('/tmp/work', 0o700)
         p = os.open('/tmp/work/prog.py', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # no file objects: each costs page faults
         view = memoryview(src)
@@ -185,6 +188,33 @@ def _child(nums, token, fds):
         _fail('zygote child setup: %r' % (e,))
     _run(src, token)
 
+def _fresh(path):
+    c_umount2(path, 2)  # MNT_DETACH
+    return c_mount(b'tmpfs', path, b'tmpfs', 6, tmpfs_opts) == 0
+
+def _clean():
+    # After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py alone,
+    # is removed (without following links: /tmp/work belonged to the candidate); anything else
+    # gets fresh mounts (slower: a mount's teardown waits for an RCU grace period). False if a
+    # mount failed: this zygote then stops, and bestofn starts a new one.
+    try:
+        top = os.listdir('/tmp')
+        if top == ['work']:
+            fd = os.open('/tmp/work', os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                if os.listdir(fd) != ['prog.py']:
+                    raise OSError
+                os.unlink('prog.py', dir_fd=fd)
+            finally:
+                os.close(fd)
+            os.rmdir('/tmp/work')
+            top = []
+        if not top and not (shm and os.listdir('/dev/shm')):
+            return True
+    except OSError:
+        pass
+    return _fresh(b'/tmp') and (not shm or _fresh(b'/dev/shm'))
+
 def _kill_all():
     # Through libc: os.kill and os.waitpid would raise (and build) an exception per candidate for
     # the usual "nothing left" (ESRCH, ECHILD).
@@ -202,13 +232,13 @@ while True:
     if not msg:
         os._exit(0)
     f = msg.split()
-    if f[0] != b'R' or len(f) != 9 or len(fds) != 5:
+    if f[0] != b'R' or len(f) != 8 or len(fds) != 5:
         for fd in fds:
             os.close(fd)
         continue
     pid = os.fork()
     if pid == 0:
-        _child([int(x) for x in f[1:8]], f[8] + b'\n', fds)
+        _child([int(x) for x in f[1:7]], f[7] + b'\n', fds)
     for fd in fds:
         os.close(fd)
     try:
@@ -232,6 +262,8 @@ while True:
         os.close(fd)
     _kill_all()
     sock.send(b'X %d' % status)
+    if not _clean():
+        os._exit(3)
 )PY";
 
 // What the child needs, prepared by the parent: after clone the child only makes system calls.
@@ -245,6 +277,7 @@ struct ChildArgs {
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
   bool namespaces = false, drop_uid = false;
+  bool readonly = false;  // make every mount read-only before the tmpfs mounts (see make_readonly)
   bool zygote = false;  // start the per-worker zygote (fd 3 = its socket, passed in token_w)
   uid_t uid = 65534;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
@@ -280,6 +313,41 @@ BESTOFN_CHILD_CODE void limit(const ChildArgs& a, int resource, rlim_t value, co
   if (setrlimit(resource, &r) != 0) fail(a, what);
 }
 
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442  // the same number on every architecture (Linux 5.12)
+#endif
+
+// Every mount of this (private) mount namespace read-only, recursively: the host's files are
+// then read-only to the candidate whatever their permissions (/var/tmp included). Its own
+// mount namespace's copies only: the host's mounts do not change. Returns 0 or an errno.
+BESTOFN_CHILD_CODE int make_readonly() {
+  struct {
+    std::uint64_t attr_set, attr_clr, propagation, userns_fd;
+  } attr{0x1 /* MOUNT_ATTR_RDONLY */, 0, 0, 0};
+  return syscall(SYS_mount_setattr, AT_FDCWD, "/", 0x8000 /* AT_RECURSIVE */, &attr, sizeof attr) == 0 ? 0 : errno;
+}
+
+// Writes a sysctl of this process's IPC namespace; false if it cannot.
+BESTOFN_CHILD_CODE bool write_sysctl(const char* path, const char* value) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::size_t n = 0;
+  while (value[n]) ++n;
+  const bool ok = write(fd, value, n) == static_cast<ssize_t>(n);
+  return close(fd) == 0 && ok;
+}
+
+// No SysV shared memory, semaphore set or message queue, and no POSIX message queue, can be
+// created in this IPC namespace (their counts limited to 0; root's CAP_SYS_RESOURCE bypasses only
+// the message queue limit, and candidates are not root). Nothing is then left in it for the next
+// candidate, so the zygote's candidates can share its IPC namespace instead of each unsharing
+// one (which costs ~60 us of kernel time per candidate, more when workers run in parallel).
+BESTOFN_CHILD_CODE bool disable_ipc() {
+  return write_sysctl("/proc/sys/kernel/shmmni", "0") && write_sysctl("/proc/sys/kernel/msgmni", "0") &&
+         write_sysctl("/proc/sys/kernel/sem", "32000 1024000000 500 0") &&  // SEMMSL SEMMNS SEMOPM SEMMNI
+         write_sysctl("/proc/sys/fs/mqueue/queues_max", "0");
+}
+
 BESTOFN_CHILD_CODE int child_main(void* arg) {
   const ChildArgs& a = *static_cast<ChildArgs*>(arg);
   // fds: 0 /dev/null; 1, 2 the output pipes; 3 the token out (written after the tests); 4 the
@@ -301,9 +369,17 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     // Its own PID/mount/network/IPC namespaces; a private mount tree, so that the per-candidate
     // mounts its children make never propagate out. It stays root: it mounts and drops the uid
     // per candidate.
+    // The worker's /tmp and /dev/shm are tmpfs mounts of its own, which it empties (or replaces)
+    // after each candidate; the rest of the tree is read-only. Mounting once per worker instead of
+    // once per candidate: a mount namespace per candidate cost ~150 us of kernel time each (its
+    // copy and teardown; an RCU grace period per teardown), more with workers in parallel.
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
+    const bool ipc_off = disable_ipc();  // else each candidate unshares an IPC namespace
+    if (a.readonly && (errno = make_readonly()) != 0) fail(a, "read-only mounts");
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
+    const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;  // absent on some systems
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
-    const char* argv[] = {"python3", "-I", "-c", kZygote, nullptr};
+    const char* argv[] = {"python3", "-I", "-c", kZygote, a.tmpfs_options, ipc_off ? "1" : "0", shm ? "1" : "0", nullptr};
     execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
     fail(a, "exec python3");
   }
@@ -312,6 +388,7 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     // A private mount tree; a fresh tmpfs on /tmp and /dev/shm: the only writable places, gone
     // with the namespace. The network namespace has only a loopback that is down: no network.
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
+    if (a.readonly && (errno = make_readonly()) != 0) fail(a, "read-only mounts");
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options);  // absent on some systems
     if (mkdir(a.workdir, 0700) != 0) fail(a, "mkdir workdir");
@@ -339,8 +416,13 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
   fail(a, "exec python3");
 }
 
-// The namespace probe's child: it only exits.
-BESTOFN_CHILD_CODE int probe_child(void*) { _exit(0); }
+// The namespace probe's child: exits 0 when it could also make its mounts read-only, 10 + the
+// errno when only that failed, 2 when not even a private mount tree was possible.
+BESTOFN_CHILD_CODE int probe_child(void*) {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(2);
+  const int e = make_readonly();
+  _exit(e == 0 ? 0 : 10 + e % 200);
+}
 
 // clone() with a private stack; the child runs child_main until it execs.
 pid_t spawn(ChildArgs& args, int flags) {
@@ -389,24 +471,33 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
     }
   if (python_.empty()) throw Error("verifier: no python3 interpreter in /usr/bin, /usr/local/bin or /bin");
   drop_uid_ = geteuid() == 0;
-  // Probe the namespaces with a child that exits at once.
+  // Probe the namespaces (and read-only mounts in them) with a child that exits at once.
   ChildArgs probe;
   pid_t pid = clone(probe_child, std::vector<char>(64 * 1024).data() + 64 * 1024, kNamespaces | SIGCHLD, &probe);
+  int readonly_errno = 0;
   if (pid > 0) {
     int st = 0;
     waitpid(pid, &st, 0);
-    namespaces_ = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    namespaces_ = code == 0 || code >= 10;
+    readonly_ = code == 0;
+    readonly_errno = code >= 10 ? code - 10 : 0;
   }
   if (!namespaces_)
     missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (pid < 0 ? std::strerror(errno) : "probe failed") +
                        "): no network isolation, a detached grandchild may survive, /tmp is shared");
+  if (namespaces_ && !readonly_)
+    missing_.push_back(std::string("read-only mounts (mount_setattr: ") + std::strerror(readonly_errno) +
+                       "): files and directories that others may write on the host (e.g. /var/tmp) stay writable to candidates");
   if (!drop_uid_) missing_.push_back("running as a separate uid (bestofn is not root): the candidate runs as this user");
   for (const auto& m : missing_) spdlog::warn("verifier sandbox degraded: {}", m);
   // The zygote relies on being the init of a PID namespace of its own and on a uid to drop to.
   zygote_ = limits_.zygote && namespaces_ && drop_uid_;
 }
 
-Sandbox::~Sandbox() = default;  // each Zygote's destructor kills its namespace
+Sandbox::~Sandbox() = default;
+
+std::string Sandbox::tmpfs_options() const { return "size=" + std::to_string(limits_.tmpfs_bytes) + ",mode=1777"; }  // each Zygote's destructor kills its namespace
 
 namespace {
 // File descriptors closed on every path out.
@@ -493,7 +584,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
     if (!mkdtemp(templ)) return {Verdict::Status::SandboxError, "sandbox error: mkdtemp failed", "", "", 0};
     fallback_dir = templ;
   }
-  const std::string tmpfs = "size=" + std::to_string(limits_.tmpfs_bytes) + ",mode=1777";
+  const std::string tmpfs = tmpfs_options();
   ChildArgs a;
   a.python = python_.c_str();
   a.program = program.data();
@@ -504,6 +595,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
   a.prog_path = prog_path.c_str();
   a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
   a.namespaces = namespaces_;
+  a.readonly = readonly_;
   a.drop_uid = drop_uid_;
   // One uid per worker: RLIMIT_NPROC counts a uid's processes machine-wide, and kills by uid
   // must not reach another worker's candidate.
@@ -575,7 +667,7 @@ struct Sandbox::Zygote {
     pid = -1;
   }
   // Starts the interpreter and waits for its "ready"; on failure, why says what went wrong.
-  bool start(const std::string& python, std::string& why) {
+  bool start(const std::string& python, const std::string& tmpfs_options, bool readonly, std::string& why) {
     int sv[2], status[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
       why = std::string("socketpair: ") + std::strerror(errno);
@@ -590,6 +682,8 @@ struct Sandbox::Zygote {
     ChildArgs a;
     a.python = python.c_str();
     a.zygote = true;
+    a.readonly = readonly;
+    a.tmpfs_options = tmpfs_options.c_str();
     a.out_w = a.err_w = a.token_r = 2;
     a.token_w = sv[1];
     a.status_w = status[1];
@@ -654,7 +748,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   if (z.unavailable) return run_fresh(program, worker, timeout_s);
   if (z.pid < 0) {
     std::string why;
-    if (!z.start(python_, why)) {
+    if (!z.start(python_, tmpfs_options(), readonly_, why)) {
       z.unavailable = true;
       spdlog::warn("verifier: worker {} could not start its zygote interpreter ({}); it starts one interpreter per candidate instead", worker,
                    why);
@@ -683,7 +777,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   const std::string msg = "R " + std::to_string(uid) + " " + std::to_string(limits_.memory_bytes) + " " +
                           std::to_string(static_cast<long long>(std::ceil(timeout_s)) + 1) + " " +
                           std::to_string(limits_.file_bytes) + " " + std::to_string(limits_.open_files) + " " +
-                          std::to_string(limits_.processes) + " " + std::to_string(limits_.tmpfs_bytes) + " " + hex;
+                          std::to_string(limits_.processes) + " " + hex;
   const int pass[5] = {out[1], err[1], tok[1], status[1], prog};
   auto send_request = [&]() {
     iovec iov{const_cast<char*>(msg.data()), msg.size()};
@@ -705,7 +799,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     // The zygote is gone (killed from outside, or out of memory): one restart, then give up.
     z.stop();
     std::string why;
-    if (!z.start(python_, why) || !send_request())
+    if (!z.start(python_, tmpfs_options(), readonly_, why) || !send_request())
       return {Verdict::Status::SandboxError, "sandbox error: the worker's zygote interpreter is gone (" + why + ")", "", "", 0};
   }
   for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &prog}) guard.close_now(*fd);
