@@ -158,6 +158,45 @@ TEST(Sandbox, EnvironmentIsScrubbed) {
   unsetenv("BESTOFN_TEST_SECRET");
 }
 
+// What the candidate starts with, whichever way it is started (the zygote's setup is the helper's
+// C code, the fresh path's is child_main): the limits of SandboxLimits' defaults (a 2 s timeout:
+// 3 CPU seconds), stdin from /dev/null, three pipes (stdout, stderr, the token) and no other fd,
+// the worker's uid and no groups, no_new_privs, the working directory with the program in it.
+TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
+  REQUIRE_ISOLATION();
+  const std::string check =
+      "import os, resource\n"
+      "R = resource\n"
+      "for r, v in ((R.RLIMIT_CORE, 0), (R.RLIMIT_FSIZE, 16 << 20), (R.RLIMIT_NOFILE, 64), (R.RLIMIT_CPU, 3),\n"
+      "             (R.RLIMIT_NPROC, 64)):\n"
+      "    assert R.getrlimit(r) == (v, v), (r, R.getrlimit(r))\n"
+      "soft, hard = R.getrlimit(R.RLIMIT_AS)\n"
+      "assert soft == hard and (1 << 30) < soft < (1 << 30) + (512 << 20), soft\n"
+      "assert os.readlink('/proc/self/fd/0') == '/dev/null'\n"
+      "assert all(os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:') for fd in (1, 2, 3))\n"
+      "others = []\n"
+      "for fd in range(4, 1024):\n"
+      "    try:\n"
+      "        os.fstat(fd)\n"
+      "        others.append(fd)\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "assert others == [], others\n"
+      "u = os.getuid()\n"
+      "assert u != 0 and os.getresuid() == (u, u, u) and os.getresgid() == (u, u, u) and os.getgroups() == []\n"
+      "assert 'NoNewPrivs:\\t1' in open('/proc/self/status').read()\n"
+      "assert os.getcwd() == '/tmp/work' and os.listdir('.') == ['prog.py']\n";
+  const Verdict z = box().run(check);
+  EXPECT_TRUE(z.passed()) << "zygote: " << z.result << z.err;
+  SandboxLimits l;
+  l.timeout_s = 2.0;
+  l.uid = 64993;
+  l.zygote = false;
+  const Sandbox fresh(l);
+  const Verdict f = fresh.run(check);
+  EXPECT_TRUE(f.passed()) << "fresh: " << f.result << f.err;
+}
+
 TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
   REQUIRE_ISOLATION();
   const std::string marker = "/tmp/bestofn-sandbox-escape-" + std::to_string(getpid());

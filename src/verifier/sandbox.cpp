@@ -26,6 +26,7 @@
 
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
+#include "zygote_helper_so.h"  // generated: kZygoteHelper, the bytes of src/verifier/zygote_helper.cpp's shared object
 
 namespace bestofn {
 namespace {
@@ -50,8 +51,9 @@ constexpr const char* kBootstrap =
     "    os.write(3, token)\n"
     "_bestofn_run()\n";
 
-// The per-worker zygote (see sandbox.h). fd 3 is a SOCK_SEQPACKET socket to bestofn, fd 4 the
-// setup-status pipe (close-on-exec). It must be the init of its PID namespace: it kills "every
+// The per-worker zygote (see sandbox.h). fd 3 is a SOCK_SEQPACKET socket to bestofn, fd 5 the
+// zygote helper (a shared object in a memfd: src/verifier/zygote_helper.cpp, which runs the loop
+// and each candidate's setup in C). It must be the init of its PID namespace: it kills "every
 // process" (-1) after each candidate, which outside a namespace of its own would be a disaster.
 // argv: the tmpfs mount options; "1" if its IPC namespace cannot hold objects (else each
 // candidate unshares one); "1" if /dev/shm is its own tmpfs. child_main mounted its /tmp (and
@@ -60,33 +62,42 @@ constexpr const char* kBootstrap =
 //   bestofn -> zygote  "R uid as_extra cpu fsize nofile nproc token" with five fds attached
 //                      (stdout, stderr, token out, setup status, the program in a memfd)
 //                      "K" kill the running candidate (the timeout; ignored when idle)
-//   zygote -> bestofn  "ready" once, then "X <wait status>" per candidate, after every process
-//                      of the candidate is dead and reaped. Then it empties /tmp and /dev/shm for
-//                      the next one: the usual leftover (/tmp/work/prog.py) is removed, anything
-//                      else replaces both with fresh tmpfs mounts.
+//   zygote -> bestofn  "ready" once (or "error: ..." and exit), then "X <wait status>" per
+//                      candidate, after every process of the candidate is dead and reaped. Then
+//                      it empties /tmp and /dev/shm for the next one: the usual leftover
+//                      (/tmp/work/prog.py) is removed, anything else gets fresh tmpfs mounts.
 // The candidate child: the program in a new /tmp/work/prog.py, rlimits (address space relative to
-// the zygote's own size), the worker's uid, no_new_privs, fds 0-3 only; then the program runs
-// exactly as in the fresh path.
+// the child's own size), the worker's uid, no_new_privs, fds 0-3 only; then the program runs
+// exactly as in the fresh path. The modules imported first are there for the candidates (an
+// import of one costs them nothing), not for the zygote.
 constexpr const char* kZygote = R"PY(
 import os, sys, socket, select, resource, ctypes, traceback, errno
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
 import heapq, itertools, json, math, operator, random, re, statistics, string, typing
-libc = ctypes.CDLL(None, use_errno=True)
-# Looked up here, once: a lookup in the child would build the function objects again per candidate.
-c_close_range, c_unshare, c_mount, c_prctl, c_kill, c_waitpid = libc.close_range, libc.unshare, libc.mount, libc.prctl, libc.kill, libc.waitpid
-c_umount2 = libc.umount2
-page_size = os.sysconf('SC_PAGE_SIZE')
-tmpfs_opts, ipc_shared, shm = sys.argv[1].encode(), sys.argv[2] == '1', sys.argv[3] == '1'
 if os.getpid() != 1:
-    os.write(4, b'zygote: not the init of a PID namespace')
+    os.write(3, b'error: the zygote is not the init of a PID namespace')
     os._exit(2)
-sock = socket.socket(fileno=3)
 
-def _fail(what):
-    try:
-        os.write(4, what.encode('utf-8', 'replace')[:200])
-    finally:
-        os._exit(127)
+class _Job(ctypes.Structure):  # struct bestofn_job
+    _fields_ = [('src', ctypes.c_void_p), ('len', ctypes.c_ulong), ('as_extra', ctypes.c_ulong),
+                ('uid', ctypes.c_uint), ('token', ctypes.c_char * 72)]
+
+class _Zygote(ctypes.Structure):  # struct bestofn_zygote
+    _fields_ = [('sock', ctypes.c_int), ('ipc_shared', ctypes.c_int), ('shm', ctypes.c_int),
+                ('tmpfs_options', ctypes.c_char_p), ('before_fork', ctypes.c_void_p),
+                ('after_fork_parent', ctypes.c_void_p), ('after_fork_child', ctypes.c_void_p)]
+
+try:
+    helper = ctypes.PyDLL('/proc/self/fd/5')  # PyDLL: the GIL stays held in its calls
+    os.close(5)
+    def _api(name):
+        return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+    zygote = _Zygote(3, sys.argv[2] == '1', sys.argv[3] == '1', sys.argv[1].encode(),
+                     _api('PyOS_BeforeFork'), _api('PyOS_AfterFork_Parent'), _api('PyOS_AfterFork_Child'))
+except BaseException as e:
+    os.write(3, ('error: the zygote helper: %r' % (e,)).encode('utf-8', 'replace')[:200])
+    os._exit(2)
+job = _Job()
 
 def _exc_text(e):
     # traceback.format_exception_only's text, built here for an exception of a builtin type with
@@ -144,126 +155,14 @@ def _run(src, token):
             pass
     os._exit(status)
 
-def _child(nums, token, fds):
-    try:
-        sock.detach()
-        uid, as_extra, cpu, fsize, nofile, nproc = nums
-        out_w, err_w, tok_w, st_w, prog_fd = fds
-        chunks = []
-        while True:
-            b = os.read(prog_fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-        src = b''.join(chunks)
-        for i, fd in enumerate((out_w, err_w, tok_w, st_w), 1):
-            os.dup2(fd, i)
-        if c_close_range(5, ctypes.c_uint(0xffffffff), 0) != 0:
-            os.closerange(5, 1 << 16)
-        if not ipc_shared and c_unshare(0x08000000) != 0:
-            _fail('unshare ipc: errno %d' % ctypes.get_errno())
-        os.mkdir('/tmp/work', 0o700)
-        p = os.open('/tmp/work/prog.py', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # no file objects: each costs page faults
-        view = memoryview(src)
-        while view:
-            view = view[os.write(p, view):]
-        os.close(p)
-        os.chown('/tmp/work', uid, uid)
-        os.chdir('/tmp/work')
-        # The address space limit: the child's own size now (the program read in included) plus
-        # the memory limit. Read with os calls: a file object costs page faults per candidate.
-        m = os.open('/proc/self/statm', os.O_RDONLY)
-        size = int(os.read(m, 256).split()[0]) * page_size
-        os.close(m)
-        for r, v in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, fsize), (resource.RLIMIT_NOFILE, nofile),
-                     (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, size + as_extra), (resource.RLIMIT_NPROC, nproc)):
-            resource.setrlimit(r, (v, v))
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        if c_prctl(38, 1, 0, 0, 0) != 0:
-            _fail('no_new_privs: errno %d' % ctypes.get_errno())
-        os.close(4)
-    except BaseException as e:
-        _fail('zygote child setup: %r' % (e,))
-    _run(src, token)
-
-def _fresh(path):
-    c_umount2(path, 2)  # MNT_DETACH
-    return c_mount(b'tmpfs', path, b'tmpfs', 6, tmpfs_opts) == 0
-
-def _clean():
-    # After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py alone,
-    # is removed (without following links: /tmp/work belonged to the candidate); anything else
-    # gets fresh mounts (slower: a mount's teardown waits for an RCU grace period). False if a
-    # mount failed: this zygote then stops, and bestofn starts a new one.
-    try:
-        top = os.listdir('/tmp')
-        if top == ['work']:
-            fd = os.open('/tmp/work', os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                if os.listdir(fd) != ['prog.py']:
-                    raise OSError
-                os.unlink('prog.py', dir_fd=fd)
-            finally:
-                os.close(fd)
-            os.rmdir('/tmp/work')
-            top = []
-        if not top and not (shm and os.listdir('/dev/shm')):
-            return True
-    except OSError:
-        pass
-    return _fresh(b'/tmp') and (not shm or _fresh(b'/dev/shm'))
-
-def _kill_all():
-    # Through libc: os.kill and os.waitpid would raise (and build) an exception per candidate for
-    # the usual "nothing left" (ESRCH, ECHILD).
-    while True:
-        c_kill(-1, 9)
-        if c_waitpid(-1, None, 0) < 0 and ctypes.get_errno() == errno.ECHILD:  # every process is reaped
-            return
-
-sock.send(b'ready')
-while True:
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
-    except OSError:
-        os._exit(0)
-    if not msg:
-        os._exit(0)
-    f = msg.split()
-    if f[0] != b'R' or len(f) != 8 or len(fds) != 5:
-        for fd in fds:
-            os.close(fd)
-        continue
-    pid = os.fork()
-    if pid == 0:
-        _child([int(x) for x in f[1:7]], f[7] + b'\n', fds)
-    for fd in fds:
-        os.close(fd)
-    try:
-        waitable = [os.pidfd_open(pid)]
-    except (AttributeError, OSError):
-        waitable = []
-    status = None
-    while status is None:
-        r, _, _ = select.select([sock] + waitable, [], [], None if waitable else 0.002)
-        if sock in r:
-            m = sock.recv(64)
-            if not m:
-                _kill_all()
-                os._exit(0)
-            if m[:1] == b'K':
-                os.kill(pid, 9)
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            status = st
-    for fd in waitable:
-        os.close(fd)
-    _kill_all()
-    sock.send(b'X %d' % status)
-    if not _clean():
-        os._exit(3)
+os.write(3, b'ready')
+r = helper.bestofn_zygote_serve(ctypes.byref(zygote), ctypes.byref(job))
+if r != 0:
+    os._exit(0 if r == -1 else 3)  # bestofn went away / /tmp could not be renewed
+# A candidate's child.
+src = ctypes.string_at(job.src, job.len)
+helper.bestofn_zygote_enter(ctypes.byref(job))
+_run(src, job.token)
 )PY";
 
 // What the child needs, prepared by the parent: after clone the child only makes system calls.
@@ -352,7 +251,8 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
   const ChildArgs& a = *static_cast<ChildArgs*>(arg);
   // fds: 0 /dev/null; 1, 2 the output pipes; 3 the token out (written after the tests); 4 the
   // setup-status pipe (closes itself on exec); 5 the token in (read, then closed, by the bootstrap).
-  // (The zygote: 1 /dev/null, 2 bestofn's stderr, 3 its socket, 4 the status pipe.) Every source
+  // (The zygote: 1 /dev/null, 2 bestofn's stderr, 3 its socket, 4 the status pipe; 5 the helper,
+  // written below.) Every source
   // moves above the targets first: a source may itself sit on 0-5.
   int src[5] = {a.out_w, a.err_w, a.token_w, a.status_w, a.token_r};
   for (int& fd : src)
@@ -363,8 +263,8 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     fail(a, "stdio");
   const_cast<ChildArgs&>(a).status_w = 4;
   if (a.zygote && dup2(0, 1) < 0) fail(a, "stdio");  // the zygote's own stdout: /dev/null; stderr stays bestofn's
-  if (syscall(SYS_close_range, a.zygote ? 5 : 6, ~0U, 0) != 0)
-    for (int fd = a.zygote ? 5 : 6; fd < 65536; ++fd) close(fd);
+  if (syscall(SYS_close_range, 6, ~0U, 0) != 0)
+    for (int fd = 6; fd < 65536; ++fd) close(fd);
   if (a.zygote) {
     // Its own PID/mount/network/IPC namespaces; a private mount tree, so that the per-candidate
     // mounts its children make never propagate out. It stays root: it mounts and drops the uid
@@ -378,6 +278,20 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     if (a.readonly && (errno = make_readonly()) != 0) fail(a, "read-only mounts");
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
     const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;  // absent on some systems
+    // The helper's shared object on fd 5 (in place of a copy of stderr), for the interpreter to
+    // load. Written here, as root with no file size limit: bestofn's own limit (a test injects
+    // one) is not the sandbox's, and each candidate gets its own.
+    const rlimit no_limit{RLIM_INFINITY, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &no_limit) != 0) fail(a, "rlimit fsize");
+    const int helper = memfd_create("bestofn-zygote-helper", MFD_CLOEXEC);
+    if (helper < 0) fail(a, "memfd for the zygote helper");
+    for (std::size_t done = 0; done < kZygoteHelper_size;) {
+      const ssize_t w = write(helper, kZygoteHelper + done, kZygoteHelper_size - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail(a, "write the zygote helper");
+      done += static_cast<std::size_t>(w);
+    }
+    if (dup2(helper, 5) < 0 || close(helper) != 0) fail(a, "dup the zygote helper");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
     const char* argv[] = {"python3", "-I", "-c", kZygote, a.tmpfs_options, ipc_off ? "1" : "0", shm ? "1" : "0", nullptr};
     execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
@@ -714,10 +628,16 @@ struct Sandbox::Zygote {
         }
       }
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-        char buf[16];
+        char buf[256];
         const ssize_t n = recv(sock, buf, sizeof buf, 0);
-        if (n == 5 && std::memcmp(buf, "ready", 5) == 0) ready = true;
-        else if (n <= 0 && errno != EINTR) break;
+        if (n == 5 && std::memcmp(buf, "ready", 5) == 0) {
+          ready = true;
+        } else if (n > 0) {
+          status_s.assign(buf, static_cast<std::size_t>(n));  // "error: ..."
+          break;
+        } else if (n == 0 || errno != EINTR) {
+          break;
+        }
       }
     }
     close(status[0]);

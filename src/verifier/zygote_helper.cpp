@@ -1,0 +1,300 @@
+// The zygote's loop and each candidate's setup, in C: a small shared object that bestofn embeds
+// (generated/zygote_helper_so.h) and hands to the zygote interpreter on fd 5, which loads it with
+// ctypes.PyDLL (the GIL stays held: the zygote has no other thread). The interpreter keeps what
+// only it can do: run the program and write its exception's line (src/verifier/sandbox.cpp,
+// kZygote). In Python, this loop and setup cost each candidate ~10% more CPU (the interpreter's
+// own work, and the copy-on-write faults its object writes cause in the forked zygote).
+//
+// No C++ runtime: plain system calls and libc, no exceptions, no allocation in the zygote itself
+// (the child mallocs the program, which the interpreter then copies).
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+
+// Filled by bestofn_zygote_serve in the child; read by the interpreter (ctypes mirrors the layout).
+struct bestofn_job {
+  char* src;           // the program, malloc'd; freed by bestofn_zygote_enter
+  unsigned long len;
+  unsigned long as_extra;  // what the candidate may add to its address space
+  unsigned uid;
+  char token[72];  // this run's token and "\n", NUL-terminated
+};
+
+// The zygote's settings and the interpreter's fork hooks (PyOS_BeforeFork, PyOS_AfterFork_Parent,
+// PyOS_AfterFork_Child: the same calls os.fork() makes, so at-fork handlers such as random's
+// reseeding run).
+struct bestofn_zygote {
+  int sock;        // SOCK_SEQPACKET to bestofn
+  int ipc_shared;  // the IPC namespace cannot hold objects; else each child unshares one
+  int shm;         // /dev/shm is the zygote's own tmpfs
+  const char* tmpfs_options;
+  void (*before_fork)(void);
+  void (*after_fork_parent)(void);
+  void (*after_fork_child)(void);
+};
+
+int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job);
+void bestofn_zygote_enter(bestofn_job* job);
+
+}  // extern "C"
+
+namespace {
+
+// The child's setup-status pipe: the received fd until it is moved to 4.
+int status_fd = 4;
+
+// A failed setup step in the child: "what: errno N" on the status pipe, exit 127.
+[[noreturn]] void fail(const char* what) {
+  char msg[160];
+  const int n = std::snprintf(msg, sizeof msg, "zygote child setup: %s: errno %d", what, errno);
+  if (n > 0 && write(status_fd, msg, static_cast<std::size_t>(n) < sizeof msg ? static_cast<std::size_t>(n) : sizeof msg - 1) < 0) {
+  }
+  _exit(127);
+}
+
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+void set_limit(int resource, unsigned long value, const char* what) {
+  const rlimit r{value, value};
+  if (setrlimit(resource, &r) != 0) fail(what);
+}
+
+// Entries of a directory other than . and .. (-1 if it cannot be opened as a directory without
+// following a link); the first one's name goes to `first`.
+int dir_entries(int at, const char* path, char* first, std::size_t cap) {
+  const int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  DIR* d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  int n = 0;
+  first[0] = '\0';
+  while (const dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    if (n++ == 0) std::snprintf(first, cap, "%s", e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
+  umount2(path, MNT_DETACH);
+  return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
+}
+
+// After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py alone, is
+// removed (no link followed: /tmp/work belonged to the candidate); anything else gets fresh tmpfs
+// mounts (slower: a mount's teardown waits for an RCU grace period). False if a mount failed.
+bool clean(const bestofn_zygote* z) {
+  char name[256];
+  int n = dir_entries(AT_FDCWD, "/tmp", name, sizeof name);
+  bool ok = n == 0;
+  if (n == 1 && std::strcmp(name, "work") == 0) {
+    const int wd = open("/tmp/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wd >= 0) {
+      ok = dir_entries(wd, ".", name, sizeof name) == 1 && std::strcmp(name, "prog.py") == 0 && unlinkat(wd, "prog.py", 0) == 0;
+      close(wd);
+      ok = ok && rmdir("/tmp/work") == 0;
+    }
+  }
+  if (ok && z->shm) ok = dir_entries(AT_FDCWD, "/dev/shm", name, sizeof name) == 0;
+  return ok || (fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm")));
+}
+
+// SIGKILL to every other process of the PID namespace (the zygote is its init), reaping each:
+// returns once none is left.
+void kill_all() {
+  for (;;) {
+    kill(-1, SIGKILL);
+    if (waitpid(-1, nullptr, 0) < 0 && errno == ECHILD) return;
+  }
+}
+
+// The candidate's child, as root: the program read in, fds 1-4 in place (stdout, stderr, token,
+// setup status) and nothing above, the program in a new /tmp/work/prog.py, the rlimits but the
+// address space's (bestofn_zygote_enter sets that one, once the interpreter holds the program).
+void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], const unsigned long nums[6]) {
+  const int out_w = fds[0], err_w = fds[1], tok_w = fds[2], st_w = fds[3], prog = fds[4];
+  status_fd = st_w;
+  struct stat sb{};
+  if (fstat(prog, &sb) != 0) fail("program size");
+  std::size_t cap = static_cast<std::size_t>(sb.st_size) + 1, len = 0;
+  char* src = static_cast<char*>(std::malloc(cap));
+  if (!src) fail("program memory");
+  for (;;) {
+    if (len == cap) {
+      char* bigger = static_cast<char*>(std::realloc(src, cap *= 2));
+      if (!bigger) fail("program memory");
+      src = bigger;
+    }
+    const ssize_t r = read(prog, src + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("read program");
+    if (r == 0) break;
+    len += static_cast<std::size_t>(r);
+  }
+  job->src = src;
+  job->len = len;
+  // Every received fd is above 3 (0-3 are the zygote's), and only the first can be 4: each
+  // moves before its number is reused.
+  if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || dup2(tok_w, 3) < 0 || dup2(st_w, 4) < 0) fail("stdio");
+  status_fd = 4;
+  if (syscall(SYS_close_range, 5U, ~0U, 0) != 0)
+    for (int fd = 5; fd < 65536; ++fd) close(fd);
+  if (!z->ipc_shared && unshare(CLONE_NEWIPC) != 0) fail("unshare ipc");
+  if (mkdir("/tmp/work", 0700) != 0) fail("mkdir /tmp/work");
+  const int p = open("/tmp/work/prog.py", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (p < 0 || !write_all(p, src, len) || close(p) != 0) fail("write program");
+  const uid_t uid = static_cast<uid_t>(nums[0]);
+  if (chown("/tmp/work", uid, uid) != 0) fail("chown /tmp/work");
+  if (chdir("/tmp/work") != 0) fail("chdir");
+  job->uid = static_cast<unsigned>(uid);
+  job->as_extra = nums[1];
+  set_limit(RLIMIT_CORE, 0, "rlimit core");
+  set_limit(RLIMIT_CPU, nums[2], "rlimit cpu");
+  set_limit(RLIMIT_FSIZE, nums[3], "rlimit fsize");
+  set_limit(RLIMIT_NOFILE, nums[4], "rlimit nofile");
+  set_limit(RLIMIT_NPROC, nums[5], "rlimit nproc");
+}
+
+// "R uid as_extra cpu fsize nofile nproc token" (see kZygote's protocol): false if malformed.
+bool parse_request(const char* msg, unsigned long nums[6], char* token, std::size_t cap) {
+  if (msg[0] != 'R' || msg[1] != ' ') return false;
+  const char* p = msg + 2;
+  for (int i = 0; i < 6; ++i) {
+    char* end = nullptr;
+    errno = 0;
+    nums[i] = std::strtoul(p, &end, 10);
+    if (end == p || *end != ' ' || errno != 0) return false;
+    p = end + 1;
+  }
+  const std::size_t n = std::strlen(p);
+  if (n == 0 || n + 2 > cap || std::strchr(p, ' ')) return false;
+  std::memcpy(token, p, n);
+  token[n] = '\n';
+  token[n + 1] = '\0';
+  return true;
+}
+
+}  // namespace
+
+// Serves candidates, one at a time, until bestofn goes away. Returns 0 in each candidate's child
+// (the job filled in); in the zygote, -1 when bestofn closed the socket (every candidate process
+// killed first) and -2 when /tmp could not be renewed (bestofn then starts a new zygote).
+int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
+  for (;;) {
+    char msg[256];
+    iovec iov{msg, sizeof msg - 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(8 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(z->sock, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    msg[n] = '\0';
+    int fds[8], nfds = 0;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+        for (std::size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 8; ++i)
+          std::memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    unsigned long nums[6];
+    if (nfds != 5 || !parse_request(msg, nums, job->token, sizeof job->token)) {
+      for (int i = 0; i < nfds; ++i) close(fds[i]);
+      continue;  // not a request (a stray "K" between candidates, say)
+    }
+    z->before_fork();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      z->after_fork_child();
+      child_setup(z, job, fds, nums);
+      return 0;
+    }
+    z->after_fork_parent();
+    if (pid < 0) {
+      char why[64];
+      const int m = std::snprintf(why, sizeof why, "zygote fork: errno %d", errno);
+      if (m > 0 && write(fds[3], why, static_cast<std::size_t>(m)) < 0) {
+      }
+    }
+    for (int i = 0; i < nfds; ++i) close(fds[i]);
+    int status = 0;
+    if (pid > 0) {
+      const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+      for (bool done = false; !done;) {
+        pollfd pf[2] = {{z->sock, POLLIN, 0}, {pidfd, POLLIN, 0}};
+        if (poll(pf, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? -1 : 2) < 0 && errno != EINTR) pf[0].revents = POLLHUP;
+        if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+          char m[64];
+          const ssize_t r = recv(z->sock, m, sizeof m, MSG_DONTWAIT);
+          if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+            kill_all();
+            return -1;
+          }
+          if (r > 0 && m[0] == 'K') kill(pid, SIGKILL);
+        }
+        done = waitpid(pid, &status, WNOHANG) == pid;
+      }
+      if (pidfd >= 0) close(pidfd);
+    }
+    kill_all();
+    char reply[32];
+    const int m = std::snprintf(reply, sizeof reply, "X %d", status);
+    if (send(z->sock, reply, static_cast<std::size_t>(m), MSG_NOSIGNAL) != m) {
+      kill_all();
+      return -1;
+    }
+    if (!clean(z)) return -2;
+  }
+}
+
+// In the child, once the interpreter holds its own copy of the program: the address space limit
+// (the child's size now plus the candidate's allowance), the worker's uid, no_new_privs, and the
+// setup-status pipe closed (setup succeeded).
+void bestofn_zygote_enter(bestofn_job* job) {
+  std::free(job->src);
+  job->src = nullptr;
+  char buf[256];
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n <= 0) fail("read /proc/self/statm");
+  buf[n] = '\0';
+  const unsigned long size = std::strtoul(buf, nullptr, 10) * static_cast<unsigned long>(sysconf(_SC_PAGESIZE));
+  set_limit(RLIMIT_AS, size + job->as_extra, "rlimit as");
+  const uid_t uid = job->uid;
+  if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) fail("drop to the worker's uid");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("no_new_privs");
+  close(4);
+}
