@@ -185,7 +185,16 @@ TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
       "u = os.getuid()\n"
       "assert u != 0 and os.getresuid() == (u, u, u) and os.getresgid() == (u, u, u) and os.getgroups() == []\n"
       "assert 'NoNewPrivs:\\t1' in open('/proc/self/status').read()\n"
-      "assert os.getcwd() == '/tmp/work' and os.listdir('.') == ['prog.py']\n";
+      "assert os.getcwd() == '/tmp/work' and os.listdir('.') == ['prog.py']\n"
+      // A session of its own (led by the namespace's init), so no controlling terminal.
+      "assert os.getsid(0) == 1, os.getsid(0)\n"
+      "try:\n    open('/dev/tty')\n    raise AssertionError('/dev/tty opened')\nexcept OSError:\n    pass\n"
+      // The kernel keyrings are closed (seccomp): add_key and keyctl fail with EPERM.
+      "import ctypes, platform\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "add_key, keyctl = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]\n"
+      "assert libc.syscall(add_key, b'user', b'bestofn', b'secret', 6, -4) == -1 and ctypes.get_errno() == 1\n"
+      "assert libc.syscall(keyctl, 0, -4, 0) == -1 and ctypes.get_errno() == 1\n";
   const Verdict z = box().run(check);
   EXPECT_TRUE(z.passed()) << "zygote: " << z.result << z.err;
   SandboxLimits l;
@@ -195,6 +204,22 @@ TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
   const Sandbox fresh(l);
   const Verdict f = fresh.run(check);
   EXPECT_TRUE(f.passed()) << "fresh: " << f.result << f.err;
+}
+
+// bestofn's umask is not the candidate's: with 077 the program file would be unreadable to it.
+TEST(Sandbox, AStrictUmaskDoesNotLockTheCandidateOut) {
+  REQUIRE_ISOLATION();
+  const mode_t saved = umask(077);
+  for (const bool zygote : {true, false}) {
+    SandboxLimits l;
+    l.timeout_s = 2.0;
+    l.uid = 64992;
+    l.zygote = zygote;
+    const Sandbox s(l);
+    const Verdict v = s.run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)\nassert open('prog.py').read()\n");
+    EXPECT_TRUE(v.passed()) << (zygote ? "zygote: " : "fresh: ") << v.result << v.err;
+  }
+  umask(saved);
 }
 
 TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
@@ -319,6 +344,35 @@ TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
   ASSERT_TRUE(swap.passed()) << swap.result << swap.err;
   const Verdict after_swap = box().run(nothing_left);
   EXPECT_TRUE(after_swap.passed()) << after_swap.result << after_swap.err;
+  // A file unlinked but kept open by an fd in flight in a unix socket that holds itself (such a
+  // socket outlives every process): the next candidate still gets all of /tmp, and no socket.
+  const Verdict pin = box().run(
+      "import os, socket\n"
+      "fd = os.open('/tmp/pinned', os.O_CREAT | os.O_WRONLY, 0o600)\n"
+      "os.write(fd, b'x' * (16 << 20))\nos.unlink('/tmp/pinned')\n"
+      "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "socket.send_fds(a, [b'x'], [fd, a.fileno(), b.fileno()])\n");
+  ASSERT_TRUE(pin.passed()) << pin.result << pin.err;
+  const Verdict after_pin = box().run(
+      "import os\n"
+      "st = os.statvfs('/tmp')\n"
+      "assert st.f_blocks - st.f_bfree < 16, (st.f_bfree, st.f_blocks)\n"  // its own prog.py only
+      "assert len(open('/proc/net/unix').readlines()) == 1, open('/proc/net/unix').read()\n");
+  EXPECT_TRUE(after_pin.passed()) << after_pin.result << after_pin.err;
+  // /tmp holds a bounded number of files (what the zygote may have to clear away): the next
+  // candidate finds none of them.
+  const Verdict many = box().run(
+      "n = 0\n"
+      "try:\n"
+      "    while n < 20000:\n"
+      "        open('/tmp/f%d' % n, 'w').close()\n"
+      "        n += 1\n"
+      "except OSError as e:\n"
+      "    assert e.errno == 28, e\n"
+      "assert 1000 < n < 16384, n\n");
+  ASSERT_TRUE(many.passed()) << many.result << many.err;
+  const Verdict after_many = box().run(nothing_left);
+  EXPECT_TRUE(after_many.passed()) << after_many.result << after_many.err;
   // Each fork gets its own random state (Python reseeds after fork).
   const Verdict a = box().run("import random\nprint(random.random())\n");
   const Verdict b = box().run("import random\nprint(random.random())\n");

@@ -3,7 +3,8 @@
 // hostile program. Per run: PID, network, mount and IPC namespaces apart from the host's (when the
 // kernel and the privileges allow: detected once, and what is missing is reported loudly); a
 // private tmpfs for /tmp and /dev/shm holding a fresh working directory (emptied when the run
-// ends), every other mount read-only; an unprivileged uid when started as root; a scrubbed
+// ends), every other mount read-only; an unprivileged uid when started as root, in a session of
+// its own (no controlling terminal); a seccomp filter closing the kernel keyrings; a scrubbed
 // environment; stdin from /dev/null; capped stdout/stderr; rlimits on address space, CPU, file
 // size, open files, processes and core dumps; and a wall-clock timeout after which the sandbox's
 // init, and with it every descendant, gets SIGKILL.
@@ -35,7 +36,8 @@ struct SandboxLimits {
   double timeout_s = 3.0;                    // wall clock
   std::size_t memory_bytes = 1ull << 30;     // address space above the interpreter's own baseline
   std::size_t file_bytes = 16u << 20;        // largest file the program may write
-  std::size_t tmpfs_bytes = 64u << 20;       // the private /tmp
+  std::size_t tmpfs_bytes = 64u << 20;       // the private /tmp (and /dev/shm)
+  std::size_t tmpfs_inodes = 16384;          // files and directories each may hold
   int open_files = 64;
   int processes = 64;                        // RLIMIT_NPROC for the sandbox uid
   std::size_t output_bytes = 64u << 10;      // kept of each of stdout and stderr
@@ -81,7 +83,7 @@ class Sandbox {
   // interpreter start, ~30 ms) on the first fresh run only; a zygote's child measures itself.
   mutable std::once_flag baseline_once_;
   mutable std::size_t baseline_as_ = 0;
-  bool namespaces_ = false, readonly_ = false, drop_uid_ = false, zygote_ = false;
+  bool namespaces_ = false, readonly_ = false, seccomp_ = false, drop_uid_ = false, zygote_ = false;
   std::vector<std::string> missing_;
   Verdict run_fresh(const std::string& program, int worker, double timeout_s) const;
   Verdict run_zygote(const std::string& program, int worker, double timeout_s) const;

@@ -26,6 +26,7 @@
 
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
+#include "seccomp_filter.h"
 #include "zygote_helper_so.h"  // generated: kZygoteHelper, the bytes of src/verifier/zygote_helper.cpp's shared object
 
 namespace bestofn {
@@ -63,9 +64,10 @@ constexpr const char* kBootstrap =
 //                      (stdout, stderr, token out, setup status, the program in a memfd)
 //                      "K" kill the running candidate (the timeout; ignored when idle)
 //   zygote -> bestofn  "ready" once (or "error: ..." and exit), then "X <wait status>" per
-//                      candidate, after every process of the candidate is dead and reaped. Then
-//                      it empties /tmp and /dev/shm for the next one: the usual leftover
-//                      (/tmp/work/prog.py) is removed, anything else gets fresh tmpfs mounts.
+//                      candidate, once every process of the candidate is dead and reaped and
+//                      /tmp and /dev/shm are empty again (the usual leftover, /tmp/work/prog.py,
+//                      removed; anything else, fresh tmpfs mounts). "X <status> restart": this
+//                      zygote exits (a unix socket outlived the candidate, or a mount failed).
 // The candidate child: the program in a new /tmp/work/prog.py, rlimits (address space relative to
 // the child's own size), the worker's uid, no_new_privs, fds 0-3 only; then the program runs
 // exactly as in the fresh path. The modules imported first are there for the candidates (an
@@ -177,6 +179,7 @@ struct ChildArgs {
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
   bool namespaces = false, drop_uid = false;
   bool readonly = false;  // make every mount read-only before the tmpfs mounts (see make_readonly)
+  bool seccomp = false;   // install the keyring filter (seccomp_filter.h)
   bool zygote = false;  // start the per-worker zygote (fd 3 = its socket, passed in token_w)
   uid_t uid = 65534;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
@@ -265,6 +268,10 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
   if (a.zygote && dup2(0, 1) < 0) fail(a, "stdio");  // the zygote's own stdout: /dev/null; stderr stays bestofn's
   if (syscall(SYS_close_range, 6, ~0U, 0) != 0)
     for (int fd = 6; fd < 65536; ++fd) close(fd);
+  // A session of its own, without a controlling terminal: no candidate can open bestofn's
+  // terminal (/dev/tty), read its keystrokes or inject any (TIOCSTI).
+  if (setsid() < 0) fail(a, "setsid");
+  umask(022);  // the program file readable by the candidate whatever bestofn's umask
   if (a.zygote) {
     // Its own PID/mount/network/IPC namespaces; a private mount tree, so that the per-candidate
     // mounts its children make never propagate out. It stays root: it mounts and drops the uid
@@ -293,11 +300,13 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     }
     if (dup2(helper, 5) < 0 || close(helper) != 0) fail(a, "dup the zygote helper");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
+    // The keyring filter on the zygote itself, which needs no keyring either: every fork inherits
+    // it for free, where installing it per candidate costs a BPF program's build each (~50 us).
+    if (a.seccomp && (errno = sandbox_filter::install()) != 0) fail(a, "seccomp filter");
     const char* argv[] = {"python3", "-I", "-c", kZygote, a.tmpfs_options, ipc_off ? "1" : "0", shm ? "1" : "0", nullptr};
     execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
     fail(a, "exec python3");
   }
-  if (!a.namespaces && setsid() < 0) fail(a, "setsid");
   if (a.namespaces) {
     // A private mount tree; a fresh tmpfs on /tmp and /dev/shm: the only writable places, gone
     // with the namespace. The network namespace has only a loopback that is down: no network.
@@ -324,10 +333,18 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
       fail(a, "drop to nobody");
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
+  if (a.seccomp && (errno = sandbox_filter::install()) != 0) fail(a, "seccomp filter");
   if (chdir(a.workdir) != 0) fail(a, "chdir");
   const char* argv[] = {"python3", "-I", "-c", kBootstrap, nullptr};
   execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
   fail(a, "exec python3");
+}
+
+// The seccomp probe's child: exits 0 when the keyring filter installs, else 10 + the errno.
+BESTOFN_CHILD_CODE int seccomp_probe_child(void*) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(10 + errno % 200);
+  const int e = sandbox_filter::install();
+  _exit(e == 0 ? 0 : 10 + e % 200);
 }
 
 // The namespace probe's child: exits 0 when it could also make its mounts read-only, 10 + the
@@ -400,6 +417,18 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
   if (!namespaces_)
     missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (pid < 0 ? std::strerror(errno) : "probe failed") +
                        "): no network isolation, a detached grandchild may survive, /tmp is shared");
+  // Probe the keyring filter (no namespaces needed: the fresh path without them uses it too).
+  pid = clone(seccomp_probe_child, std::vector<char>(64 * 1024).data() + 64 * 1024, SIGCHLD, &probe);
+  int seccomp_errno = 0;
+  if (pid > 0) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    seccomp_ = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    seccomp_errno = WIFEXITED(st) && WEXITSTATUS(st) >= 10 ? WEXITSTATUS(st) - 10 : 0;
+  }
+  if (!seccomp_)
+    missing_.push_back(std::string("a seccomp filter (") + std::strerror(seccomp_errno) +
+                       "): candidates can use the kernel keyrings, whose user keyring of the sandbox uid outlives them");
   if (namespaces_ && !readonly_)
     missing_.push_back(std::string("read-only mounts (mount_setattr: ") + std::strerror(readonly_errno) +
                        "): files and directories that others may write on the host (e.g. /var/tmp) stay writable to candidates");
@@ -411,7 +440,10 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
 
 Sandbox::~Sandbox() = default;
 
-std::string Sandbox::tmpfs_options() const { return "size=" + std::to_string(limits_.tmpfs_bytes) + ",mode=1777"; }  // each Zygote's destructor kills its namespace
+// nr_inodes bounds what a candidate can leave for the zygote to clear away (and the time that takes).
+std::string Sandbox::tmpfs_options() const {
+  return "size=" + std::to_string(limits_.tmpfs_bytes) + ",nr_inodes=" + std::to_string(limits_.tmpfs_inodes) + ",mode=1777";
+}  // each Zygote's destructor kills its namespace
 
 namespace {
 // File descriptors closed on every path out.
@@ -510,6 +542,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
   a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
   a.namespaces = namespaces_;
   a.readonly = readonly_;
+  a.seccomp = seccomp_;
   a.drop_uid = drop_uid_;
   // One uid per worker: RLIMIT_NPROC counts a uid's processes machine-wide, and kills by uid
   // must not reach another worker's candidate.
@@ -581,7 +614,7 @@ struct Sandbox::Zygote {
     pid = -1;
   }
   // Starts the interpreter and waits for its "ready"; on failure, why says what went wrong.
-  bool start(const std::string& python, const std::string& tmpfs_options, bool readonly, std::string& why) {
+  bool start(const std::string& python, const std::string& tmpfs_options, bool readonly, bool seccomp, std::string& why) {
     int sv[2], status[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
       why = std::string("socketpair: ") + std::strerror(errno);
@@ -597,6 +630,7 @@ struct Sandbox::Zygote {
     a.python = python.c_str();
     a.zygote = true;
     a.readonly = readonly;
+    a.seccomp = seccomp;
     a.tmpfs_options = tmpfs_options.c_str();
     a.out_w = a.err_w = a.token_r = 2;
     a.token_w = sv[1];
@@ -668,7 +702,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   if (z.unavailable) return run_fresh(program, worker, timeout_s);
   if (z.pid < 0) {
     std::string why;
-    if (!z.start(python_, tmpfs_options(), readonly_, why)) {
+    if (!z.start(python_, tmpfs_options(), readonly_, seccomp_, why)) {
       z.unavailable = true;
       spdlog::warn("verifier: worker {} could not start its zygote interpreter ({}); it starts one interpreter per candidate instead", worker,
                    why);
@@ -719,7 +753,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     // The zygote is gone (killed from outside, or out of memory): one restart, then give up.
     z.stop();
     std::string why;
-    if (!z.start(python_, tmpfs_options(), readonly_, why) || !send_request())
+    if (!z.start(python_, tmpfs_options(), readonly_, seccomp_, why) || !send_request())
       return {Verdict::Status::SandboxError, "sandbox error: the worker's zygote interpreter is gone (" + why + ")", "", "", 0};
   }
   for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &prog}) guard.close_now(*fd);
@@ -730,7 +764,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   std::string out_s, err_s, tok_s, status_s;
   pollfd fds[5] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {tok[0], POLLIN, 0}, {status[0], POLLIN, 0}, {z.sock, POLLIN, 0}};
   std::string* sinks[4] = {&out_s, &err_s, &tok_s, &status_s};
-  bool timed_out = false, reported = false, zygote_died = false;
+  bool timed_out = false, reported = false, zygote_died = false, restart = false;
   int st = 0;
   auto killed_at = std::chrono::steady_clock::time_point::max();
   int open_fds = 4;
@@ -760,6 +794,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
       if (n > 2 && reply[0] == 'X') {
         reply[n] = '\0';
         st = std::atoi(reply + 2);
+        restart = std::strstr(reply, " restart") != nullptr;
         reported = true;
         fds[4].fd = -1;
       } else if (n <= 0 && errno != EINTR) {
@@ -772,6 +807,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   if (zygote_died && !timed_out && tok_s != token && status_s.empty())
     status_s = "the worker's zygote interpreter died during the run";
   if (zygote_died && !timed_out) st = 0;
+  if (restart) z.stop();  // it exits: the next run starts a new one
   return make_verdict(out_s, err_s, tok_s, status_s, token, timed_out, st, t0);
 }
 

@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,10 +87,10 @@ void set_limit(int resource, unsigned long value, const char* what) {
   if (setrlimit(resource, &r) != 0) fail(what);
 }
 
-// Entries of a directory other than . and .. (-1 if it cannot be opened as a directory without
-// following a link); the first one's name goes to `first`.
-int dir_entries(int at, const char* path, char* first, std::size_t cap) {
-  const int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+// Entries of a directory other than . and .. (-1 if it cannot be opened as a directory; with
+// no_follow, also if it is a link), counted up to 2; the first one's name goes to `first`.
+int dir_entries(int at, const char* path, bool no_follow, char* first, std::size_t cap) {
+  const int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (no_follow ? O_NOFOLLOW : 0));
   if (fd < 0) return -1;
   DIR* d = fdopendir(fd);
   if (!d) {
@@ -101,6 +102,7 @@ int dir_entries(int at, const char* path, char* first, std::size_t cap) {
   while (const dirent* e = readdir(d)) {
     if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
     if (n++ == 0) std::snprintf(first, cap, "%s", e->d_name);
+    if (n == 2) break;
   }
   closedir(d);
   return n;
@@ -111,23 +113,45 @@ bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
   return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
 }
 
+// An empty tmpfs: no name in it and nothing held either (a file unlinked but kept open, by an fd
+// in flight in a unix socket, still takes space and an inode).
+bool empty_tmpfs(const char* path) {
+  char name[256];
+  struct statfs st{};
+  return dir_entries(AT_FDCWD, path, false, name, sizeof name) == 0 && statfs(path, &st) == 0 && st.f_blocks == st.f_bfree &&
+         st.f_files - st.f_ffree <= 1;  // the root directory
+}
+
 // After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py alone, is
 // removed (no link followed: /tmp/work belonged to the candidate); anything else gets fresh tmpfs
 // mounts (slower: a mount's teardown waits for an RCU grace period). False if a mount failed.
 bool clean(const bestofn_zygote* z) {
   char name[256];
-  int n = dir_entries(AT_FDCWD, "/tmp", name, sizeof name);
-  bool ok = n == 0;
-  if (n == 1 && std::strcmp(name, "work") == 0) {
+  if (dir_entries(AT_FDCWD, "/tmp", false, name, sizeof name) == 1 && std::strcmp(name, "work") == 0) {
     const int wd = open("/tmp/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (wd >= 0) {
-      ok = dir_entries(wd, ".", name, sizeof name) == 1 && std::strcmp(name, "prog.py") == 0 && unlinkat(wd, "prog.py", 0) == 0;
+      if (dir_entries(wd, ".", true, name, sizeof name) == 1 && std::strcmp(name, "prog.py") == 0) unlinkat(wd, "prog.py", 0);
       close(wd);
-      ok = ok && rmdir("/tmp/work") == 0;
+      rmdir("/tmp/work");
     }
   }
-  if (ok && z->shm) ok = dir_entries(AT_FDCWD, "/dev/shm", name, sizeof name) == 0;
+  const bool ok = empty_tmpfs("/tmp") && (!z->shm || empty_tmpfs("/dev/shm"));
   return ok || (fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm")));
+}
+
+// A unix socket left in this worker's network namespace once every process is gone: one that
+// only sockets in flight hold (a candidate can send a socket's own fd through itself), with
+// whatever fds it carries. Only the namespace's end frees it for certain, so the zygote exits.
+bool unix_sockets_left() {
+  const int fd = open("/proc/self/net/unix", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n;
+  int lines = 0;
+  while (lines < 2 && (n = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n; ++i) lines += buf[i] == '\n';
+  close(fd);
+  return lines >= 2;  // the header, then a socket
 }
 
 // SIGKILL to every other process of the PID namespace (the zygote is its init), reaping each:
@@ -269,19 +293,20 @@ int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
       if (pidfd >= 0) close(pidfd);
     }
     kill_all();
+    // Clean before the reply, so that the next candidate's clock (bestofn starts it at the
+    // request) never pays for this one's leftovers; "restart" when this zygote must not serve
+    // another (bestofn then starts a new one).
+    const bool restart = unix_sockets_left() || !clean(z);
     char reply[32];
-    const int m = std::snprintf(reply, sizeof reply, "X %d", status);
-    if (send(z->sock, reply, static_cast<std::size_t>(m), MSG_NOSIGNAL) != m) {
-      kill_all();
-      return -1;
-    }
-    if (!clean(z)) return -2;
+    const int m = std::snprintf(reply, sizeof reply, restart ? "X %d restart" : "X %d", status);
+    if (send(z->sock, reply, static_cast<std::size_t>(m), MSG_NOSIGNAL) != m) return -1;
+    if (restart) return -2;
   }
 }
 
 // In the child, once the interpreter holds its own copy of the program: the address space limit
 // (the child's size now plus the candidate's allowance), the worker's uid, no_new_privs, and the
-// setup-status pipe closed (setup succeeded).
+// setup-status pipe closed (setup succeeded). (The keyring filter is the zygote's own, inherited.)
 void bestofn_zygote_enter(bestofn_job* job) {
   std::free(job->src);
   job->src = nullptr;
