@@ -309,21 +309,24 @@ std::vector<pid_t> children() {
 
 }  // namespace
 
+namespace {
+
+// Runs `leave` (which must pass), then `check` as the next candidate of the same worker.
+void leave_then_check(const char* what, const std::string& leave, const std::string& check) {
+  const Verdict first = box().run(leave);
+  ASSERT_TRUE(first.passed()) << what << ": " << first.result << first.err;
+  const Verdict next = box().run(check);
+  EXPECT_TRUE(next.passed()) << what << ", the next candidate: " << next.result << next.err;
+}
+
+}  // namespace
+
 TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
   REQUIRE_ISOLATION();
   EXPECT_TRUE(box().uses_zygote());
   // Files in /tmp and /dev/shm, SysV shared memory and POSIX message queues do not carry from one
   // candidate to the next, though both run in the same worker's zygote (which shares one tmpfs
   // and one IPC namespace between its candidates, one after another).
-  const std::string leave =
-      "import ctypes, os\n"
-      "open('/tmp/work/left', 'w').write('x')\nopen('/tmp/left', 'w').write('x')\n"
-      "if os.path.isdir('/dev/shm'):\n    open('/dev/shm/left', 'w').write('x')\n"
-      "libc = ctypes.CDLL(None, use_errno=True)\n"
-      "print('shm', libc.shmget(0x5eed, 4096, 0o1666) >= 0)\n"  // IPC_CREAT | 0666: refused where IPC is off
-      "print('mq', libc.mq_open(b'/bestofn-left', 0o102, 0o666, None) >= 0)\n";  // O_CREAT | O_RDWR
-  const Verdict first = box().run(leave);
-  ASSERT_TRUE(first.passed()) << first.result << first.err;
   const std::string nothing_left =
       "import ctypes, os\n"
       "assert not os.path.exists('/tmp/work/left') and not os.path.exists('/tmp/left')\n"
@@ -333,46 +336,44 @@ TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
       "assert libc.shmget(0x5eed, 0, 0) == -1\n"
       "assert libc.mq_open(b'/bestofn-left', 0o2) == -1\n"
       "assert os.getcwd() == '/tmp/work' and os.getuid() != 0 and os.geteuid() != 0\n";
-  const Verdict second = box().run(nothing_left);
-  EXPECT_TRUE(second.passed()) << second.result << second.err;
-  // A candidate that swaps its working directory for a link to a directory elsewhere holding a
-  // prog.py: the zygote does not follow the link, and the next candidate still starts clean.
-  const Verdict swap = box().run(
-      "import os\n"
-      "os.chdir('/')\nos.unlink('/tmp/work/prog.py')\nos.rmdir('/tmp/work')\n"
-      "os.mkdir('/dev/shm/w')\nopen('/dev/shm/w/prog.py', 'w').write('x')\nos.symlink('/dev/shm/w', '/tmp/work')\n");
-  ASSERT_TRUE(swap.passed()) << swap.result << swap.err;
-  const Verdict after_swap = box().run(nothing_left);
-  EXPECT_TRUE(after_swap.passed()) << after_swap.result << after_swap.err;
+  leave_then_check("files and IPC objects",
+                   "import ctypes, os\n"
+                   "open('/tmp/work/left', 'w').write('x')\nopen('/tmp/left', 'w').write('x')\n"
+                   "if os.path.isdir('/dev/shm'):\n    open('/dev/shm/left', 'w').write('x')\n"
+                   "libc = ctypes.CDLL(None, use_errno=True)\n"
+                   "print('shm', libc.shmget(0x5eed, 4096, 0o1666) >= 0)\n"  // IPC_CREAT | 0666: refused where IPC is off
+                   "print('mq', libc.mq_open(b'/bestofn-left', 0o102, 0o666, None) >= 0)\n",  // O_CREAT | O_RDWR
+                   nothing_left);
+  // Its working directory swapped for a link to a directory elsewhere holding a prog.py: the
+  // zygote does not follow the link.
+  leave_then_check("a swapped working directory",
+                   "import os\n"
+                   "os.chdir('/')\nos.unlink('/tmp/work/prog.py')\nos.rmdir('/tmp/work')\n"
+                   "os.mkdir('/dev/shm/w')\nopen('/dev/shm/w/prog.py', 'w').write('x')\nos.symlink('/dev/shm/w', '/tmp/work')\n",
+                   nothing_left);
   // A file unlinked but kept open by an fd in flight in a unix socket that holds itself (such a
   // socket outlives every process): the next candidate still gets all of /tmp, and no socket.
-  const Verdict pin = box().run(
-      "import os, socket\n"
-      "fd = os.open('/tmp/pinned', os.O_CREAT | os.O_WRONLY, 0o600)\n"
-      "os.write(fd, b'x' * (16 << 20))\nos.unlink('/tmp/pinned')\n"
-      "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-      "socket.send_fds(a, [b'x'], [fd, a.fileno(), b.fileno()])\n");
-  ASSERT_TRUE(pin.passed()) << pin.result << pin.err;
-  const Verdict after_pin = box().run(
-      "import os\n"
-      "st = os.statvfs('/tmp')\n"
-      "assert st.f_blocks - st.f_bfree < 16, (st.f_bfree, st.f_blocks)\n"  // its own prog.py only
-      "assert len(open('/proc/net/unix').readlines()) == 1, open('/proc/net/unix').read()\n");
-  EXPECT_TRUE(after_pin.passed()) << after_pin.result << after_pin.err;
-  // /tmp holds a bounded number of files (what the zygote may have to clear away): the next
-  // candidate finds none of them.
-  const Verdict many = box().run(
-      "n = 0\n"
-      "try:\n"
-      "    while n < 20000:\n"
-      "        open('/tmp/f%d' % n, 'w').close()\n"
-      "        n += 1\n"
-      "except OSError as e:\n"
-      "    assert e.errno == 28, e\n"
-      "assert 1000 < n < 16384, n\n");
-  ASSERT_TRUE(many.passed()) << many.result << many.err;
-  const Verdict after_many = box().run(nothing_left);
-  EXPECT_TRUE(after_many.passed()) << after_many.result << after_many.err;
+  leave_then_check("a file held by a unix socket in flight",
+                   "import os, socket\n"
+                   "fd = os.open('/tmp/pinned', os.O_CREAT | os.O_WRONLY, 0o600)\n"
+                   "os.write(fd, b'x' * (16 << 20))\nos.unlink('/tmp/pinned')\n"
+                   "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                   "socket.send_fds(a, [b'x'], [fd, a.fileno(), b.fileno()])\n",
+                   "import os\n"
+                   "st = os.statvfs('/tmp')\n"
+                   "assert st.f_blocks - st.f_bfree < 16, (st.f_bfree, st.f_blocks)\n"  // its own prog.py only
+                   "assert len(open('/proc/net/unix').readlines()) == 1, open('/proc/net/unix').read()\n");
+  // /tmp holds a bounded number of files (what the zygote may have to clear away).
+  leave_then_check("as many files as /tmp takes",
+                   "n = 0\n"
+                   "try:\n"
+                   "    while n < 20000:\n"
+                   "        open('/tmp/f%d' % n, 'w').close()\n"
+                   "        n += 1\n"
+                   "except OSError as e:\n"
+                   "    assert e.errno == 28, e\n"
+                   "assert 1000 < n < 16384, n\n",
+                   nothing_left);
   // Each fork gets its own random state (Python reseeds after fork).
   const Verdict a = box().run("import random\nprint(random.random())\n");
   const Verdict b = box().run("import random\nprint(random.random())\n");
