@@ -27,10 +27,13 @@
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
 #include "seccomp_filter.h"
+#include "write_all.h"
 #include "zygote_helper_so.h"  // generated: kZygoteHelper, the bytes of src/verifier/zygote_helper.cpp's shared object
 
 namespace bestofn {
 namespace {
+
+using sandbox_io::write_all;
 
 constexpr int kNamespaces = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC;
 constexpr const char* kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/work", "TMPDIR=/tmp", "LANG=C.UTF-8",
@@ -235,7 +238,7 @@ BESTOFN_CHILD_CODE bool write_sysctl(const char* path, const char* value) {
   if (fd < 0) return false;
   std::size_t n = 0;
   while (value[n]) ++n;
-  const bool ok = write(fd, value, n) == static_cast<ssize_t>(n);
+  const bool ok = write_all(fd, value, n);
   return close(fd) == 0 && ok;
 }
 
@@ -292,12 +295,7 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     if (setrlimit(RLIMIT_FSIZE, &no_limit) != 0) fail(a, "rlimit fsize");
     const int helper = memfd_create("bestofn-zygote-helper", MFD_CLOEXEC);
     if (helper < 0) fail(a, "memfd for the zygote helper");
-    for (std::size_t done = 0; done < kZygoteHelper_size;) {
-      const ssize_t w = write(helper, kZygoteHelper + done, kZygoteHelper_size - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(a, "write the zygote helper");
-      done += static_cast<std::size_t>(w);
-    }
+    if (!write_all(helper, kZygoteHelper, kZygoteHelper_size)) fail(a, "write the zygote helper");
     if (dup2(helper, 5) < 0 || close(helper) != 0) fail(a, "dup the zygote helper");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
     // The keyring filter on the zygote itself, which needs no keyring either: every fork inherits
@@ -317,7 +315,7 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     if (mkdir(a.workdir, 0700) != 0) fail(a, "mkdir workdir");
   }
   const int pf = open(a.prog_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (pf < 0 || write(pf, a.program, a.program_len) != static_cast<ssize_t>(a.program_len) || close(pf) != 0) fail(a, "write program");
+  if (pf < 0 || !write_all(pf, a.program, a.program_len) || close(pf) != 0) fail(a, "write program");
   if (a.drop_uid && chown(a.workdir, a.uid, a.uid) != 0) fail(a, "chown workdir");
   limit(a, RLIMIT_CORE, 0, "rlimit core");
   limit(a, RLIMIT_FSIZE, a.fsize, "rlimit fsize");
@@ -353,6 +351,17 @@ BESTOFN_CHILD_CODE int probe_child(void*) {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(2);
   const int e = make_readonly();
   _exit(e == 0 ? 0 : 10 + e % 200);
+}
+
+// Runs a probe child (clone() with `flags`) to its end: its exit status, or -1 if it could not
+// start or did not exit normally (errno then says why, for a failed clone).
+int run_probe(int (*child)(void*), int flags) {
+  std::vector<char> stack(64 * 1024);
+  const pid_t pid = clone(child, stack.data() + stack.size(), flags | SIGCHLD, nullptr);
+  if (pid < 0) return -1;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 // clone() with a private stack; the child runs child_main until it execs.
@@ -403,29 +412,18 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
   if (python_.empty()) throw Error("verifier: no python3 interpreter in /usr/bin, /usr/local/bin or /bin");
   drop_uid_ = geteuid() == 0;
   // Probe the namespaces (and read-only mounts in them) with a child that exits at once.
-  ChildArgs probe;
-  pid_t pid = clone(probe_child, std::vector<char>(64 * 1024).data() + 64 * 1024, kNamespaces | SIGCHLD, &probe);
-  int readonly_errno = 0;
-  if (pid > 0) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    namespaces_ = code == 0 || code >= 10;
-    readonly_ = code == 0;
-    readonly_errno = code >= 10 ? code - 10 : 0;
-  }
+  errno = 0;
+  const int ns = run_probe(probe_child, kNamespaces);
+  namespaces_ = ns == 0 || ns >= 10;
+  readonly_ = ns == 0;
+  const int readonly_errno = ns >= 10 ? ns - 10 : 0;
   if (!namespaces_)
-    missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (pid < 0 ? std::strerror(errno) : "probe failed") +
+    missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (errno != 0 ? std::strerror(errno) : "probe failed") +
                        "): no network isolation, a detached grandchild may survive, /tmp is shared");
   // Probe the keyring filter (no namespaces needed: the fresh path without them uses it too).
-  pid = clone(seccomp_probe_child, std::vector<char>(64 * 1024).data() + 64 * 1024, SIGCHLD, &probe);
-  int seccomp_errno = 0;
-  if (pid > 0) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    seccomp_ = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    seccomp_errno = WIFEXITED(st) && WEXITSTATUS(st) >= 10 ? WEXITSTATUS(st) - 10 : 0;
-  }
+  const int sc = run_probe(seccomp_probe_child, 0);
+  seccomp_ = sc == 0;
+  const int seccomp_errno = sc >= 10 ? sc - 10 : 0;
   if (!seccomp_)
     missing_.push_back(std::string("a seccomp filter (") + std::strerror(seccomp_errno) +
                        "): candidates can use the kernel keyrings, whose user keyring of the sandbox uid outlives them");
@@ -718,14 +716,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   // The program travels in a memfd: any size, no blocking.
   int prog = memfd_create("bestofn-program", MFD_CLOEXEC);
   if (prog >= 0) guard.fds.push_back(prog);
-  std::size_t written = 0;
-  while (prog >= 0 && written < program.size()) {
-    const ssize_t n = write(prog, program.data() + written, program.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<std::size_t>(n);
-  }
-  if (prog < 0 || written != program.size() || lseek(prog, 0, SEEK_SET) != 0)
+  if (prog < 0 || !write_all(prog, program.data(), program.size()) || lseek(prog, 0, SEEK_SET) != 0)
     return {Verdict::Status::SandboxError, std::string("sandbox error: memfd: ") + std::strerror(errno), "", "", 0};
   const unsigned uid = limits_.uid - static_cast<unsigned>(worker);
   const std::string msg = "R " + std::to_string(uid) + " " + std::to_string(limits_.memory_bytes) + " " +

@@ -7,7 +7,6 @@
 //
 // No C++ runtime: plain system calls and libc, no exceptions, no allocation in the zygote itself
 // (the child mallocs the program, which the interpreter then copies).
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -27,6 +26,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "write_all.h"
 
 extern "C" {
 
@@ -59,6 +60,8 @@ void bestofn_zygote_enter(bestofn_job* job);
 
 namespace {
 
+using bestofn::sandbox_io::write_all;
+
 // The child's setup-status pipe: the received fd until it is moved to 4.
 int status_fd = 4;
 
@@ -71,41 +74,9 @@ int status_fd = 4;
   _exit(127);
 }
 
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
 void set_limit(int resource, unsigned long value, const char* what) {
   const rlimit r{value, value};
   if (setrlimit(resource, &r) != 0) fail(what);
-}
-
-// Entries of a directory other than . and .. (-1 if it cannot be opened as a directory; with
-// no_follow, also if it is a link), counted up to 2; the first one's name goes to `first`.
-int dir_entries(int at, const char* path, bool no_follow, char* first, std::size_t cap) {
-  const int fd = openat(at, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (no_follow ? O_NOFOLLOW : 0));
-  if (fd < 0) return -1;
-  DIR* d = fdopendir(fd);
-  if (!d) {
-    close(fd);
-    return -1;
-  }
-  int n = 0;
-  first[0] = '\0';
-  while (const dirent* e = readdir(d)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    if (n++ == 0) std::snprintf(first, cap, "%s", e->d_name);
-    if (n == 2) break;
-  }
-  closedir(d);
-  return n;
 }
 
 bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
@@ -113,27 +84,23 @@ bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
   return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
 }
 
-// An empty tmpfs: no name in it and nothing held either (a file unlinked but kept open, by an fd
-// in flight in a unix socket, still takes space and an inode).
+// An empty tmpfs: one inode in use (its root directory; every name takes an inode) and no block
+// (a file unlinked but kept open, by an fd in flight in a unix socket, still takes both).
 bool empty_tmpfs(const char* path) {
-  char name[256];
   struct statfs st{};
-  return dir_entries(AT_FDCWD, path, false, name, sizeof name) == 0 && statfs(path, &st) == 0 && st.f_blocks == st.f_bfree &&
-         st.f_files - st.f_ffree <= 1;  // the root directory
+  return statfs(path, &st) == 0 && st.f_blocks == st.f_bfree && st.f_files - st.f_ffree <= 1;
 }
 
-// After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py alone, is
-// removed (no link followed: /tmp/work belonged to the candidate); anything else gets fresh tmpfs
-// mounts (slower: a mount's teardown waits for an RCU grace period). False if a mount failed.
+// After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py, is removed
+// (no link followed: /tmp/work belonged to the candidate; anything else in it makes the rmdir
+// fail); if anything is left then, fresh tmpfs mounts (slower: a mount's teardown waits for an
+// RCU grace period). False if a mount failed.
 bool clean(const bestofn_zygote* z) {
-  char name[256];
-  if (dir_entries(AT_FDCWD, "/tmp", false, name, sizeof name) == 1 && std::strcmp(name, "work") == 0) {
-    const int wd = open("/tmp/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (wd >= 0) {
-      if (dir_entries(wd, ".", true, name, sizeof name) == 1 && std::strcmp(name, "prog.py") == 0) unlinkat(wd, "prog.py", 0);
-      close(wd);
-      rmdir("/tmp/work");
-    }
+  const int wd = open("/tmp/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (wd >= 0) {
+    unlinkat(wd, "prog.py", 0);
+    close(wd);
+    rmdir("/tmp/work");
   }
   const bool ok = empty_tmpfs("/tmp") && (!z->shm || empty_tmpfs("/dev/shm"));
   return ok || (fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm")));
