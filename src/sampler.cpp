@@ -20,12 +20,12 @@ float log_sum_exp(std::span<const float> logits, float inv_t, float zmax) {
 Sample sample_token(std::span<const float> logits, const SamplingParams& p, std::uint64_t prompt,
                     std::uint64_t candidate, std::uint64_t step, SamplerScratch& s) {
   const std::size_t best = static_cast<std::size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  if (p.temperature <= 0.0f) {
-    const float lse = log_sum_exp(logits, 1.0f, logits[best]);
-    return {static_cast<int>(best), logits[best] - lse};
-  }
-  const float inv_t = 1.0f / p.temperature;
+  const float inv_t = p.temperature <= 0.0f ? 1.0f : 1.0f / p.temperature;
   const float zmax = logits[best] * inv_t;
+  // A NaN anywhere, a +Inf, or nothing above -Inf makes it NaN or Inf: no distribution to draw from.
+  const float lse = log_sum_exp(logits, inv_t, zmax);
+  if (!std::isfinite(lse)) return {-1, lse};
+  if (p.temperature <= 0.0f) return {static_cast<int>(best), logits[best] - lse};
   auto& c = s.candidates;
   c.clear();
   for (std::size_t i = 0; i < logits.size(); ++i) {
@@ -72,7 +72,6 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
       break;
     }
   }
-  const float lse = log_sum_exp(logits, inv_t, zmax);
   return {token, logits[static_cast<std::size_t>(token)] * inv_t - lse};
 }
 

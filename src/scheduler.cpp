@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <future>
 #include <memory>
@@ -185,6 +186,11 @@ class Run {
   // itself (EOS; the length limit or the context). check_text does the rest.
   void accept_sync(Active& a, const Sample& smp) {
     Candidate& c = a.c;
+    // The CPU sampler says -1; the device sampler's logprob goes NaN or Inf with its logits.
+    if (smp.token < 0 || static_cast<std::size_t>(smp.token) >= vocab_ || !std::isfinite(smp.logprob))
+      throw Error("the model's logits are not finite (NaN or Inf) at token " + std::to_string(c.token_ids.size() + 1) +
+                  " of candidate " + std::to_string(c.index) + " of prompt " + reqs_[c.prompt].id +
+                  ": a NaN or Inf in its weights or their scales, or activations that overflow");
     c.token_ids.push_back(smp.token);
     c.cumulative_logprob += smp.logprob;
     stats_.generated_tokens++;

@@ -352,6 +352,37 @@ TEST(CliGenerate, BadInvocations) {
   expect_failure({"generate", "--model", m, "--prompts", (dir / "long.txt").string()}, 1, {"context"});
 }
 
+// Fills tensor `name` of a safetensors file with NaN (F32 or BF16), the header unchanged.
+void poison_tensor(const fs::path& file, const std::string& name) {
+  auto bytes = bestofn::test::read_bytes(file);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<std::size_t>(i)];
+  const json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  const auto off = h.at(name).at("data_offsets").get<std::vector<std::uint64_t>>();
+  const std::string dtype = h.at(name).at("dtype").get<std::string>();
+  ASSERT_TRUE(dtype == "F32" || dtype == "BF16") << dtype;
+  const std::vector<std::uint8_t> nan = dtype == "F32" ? std::vector<std::uint8_t>{0x00, 0x00, 0xc0, 0x7f}
+                                                       : std::vector<std::uint8_t>{0xc0, 0x7f};
+  for (std::uint64_t b = off[0]; b < off[1]; ++b) bytes[8 + n + b] = nan[(b - off[0]) % nan.size()];
+  bestofn::test::write_bytes(file, bytes);
+}
+
+TEST(CliGenerate, NonFiniteLogitsAreAnErrorNotACrash) {
+  // A checkpoint whose header is valid but whose final norm is NaN: every logit is NaN. Sampled
+  // and greedy, generate stops with one line naming the problem and writes no output.
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  poison_tensor(fs::path(m) / "model.safetensors", "model.norm.weight");
+  for (const char* t : {"0.8", "0"}) {
+    const std::string out = (dir / (std::string("o") + t + ".jsonl")).string();
+    expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "2", "--max-new-tokens", "3", "--temperature", t, "--top-p",
+                    "0.9", "--out", out},
+                   1, {"logits are not finite", "candidate 0 of prompt 0"});
+    EXPECT_FALSE(fs::exists(out)) << out;
+    EXPECT_FALSE(fs::exists(out + ".partial")) << out;
+  }
+}
+
 TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   const auto r = run_cli({"bench", "--synthetic", "tiny", "--n", "1,3", "--prompt-len", "8", "--steps", "2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "bestofn/rng.h"
 #include "bestofn/sampler.h"
@@ -89,4 +90,28 @@ TEST(Sampler, LogprobIsUnderTheTemperatureScaledDistribution) {
   for (float l : kLogits) z += std::exp(l / 0.5);
   EXPECT_NEAR(x.logprob, kLogits[static_cast<std::size_t>(x.token)] / 0.5 - std::log(z), 1e-5);
   EXPECT_EQ(sample_token(kLogits, p, 1, 2, 3, s).token, x.token);  // a pure function of its inputs
+}
+
+TEST(Sampler, NonFiniteLogitsGiveNoToken) {
+  // A NaN anywhere, a +Inf, or no logit above -Inf: token -1 (the scheduler's error), never an
+  // index into nothing, whatever the truncations.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> rows = {{nan, nan, nan}, {1.0f, nan, 2.0f}, {1.0f, inf, 2.0f}, {-inf, -inf, -inf}};
+  SamplerScratch s;
+  for (float t : {0.0f, 0.7f, 1.0f})
+    for (const auto& row : rows) {
+      SamplingParams p;
+      p.temperature = t;
+      p.top_p = 0.9f;
+      p.min_p = 0.05f;
+      const Sample x = sample_token(row, p, 0, 0, 0, s);
+      EXPECT_EQ(x.token, -1) << "T=" << t << " row " << row[0] << "," << row[1] << "," << row[2];
+      EXPECT_FALSE(std::isfinite(x.logprob));
+      p.top_p = 1.0f, p.min_p = 0.0f, p.top_k = 2;
+      EXPECT_EQ(sample_token(row, p, 0, 0, 0, s).token, -1);
+    }
+  // -Inf for some tokens is a distribution over the others.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  EXPECT_EQ(sample_token(std::vector<float>{-inf, 0.0f, -inf}, p, 0, 0, 0, s).token, 1);
 }

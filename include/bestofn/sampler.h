@@ -16,7 +16,7 @@ struct SamplingParams {
 };
 
 struct Sample {
-  int token = 0;
+  int token = 0;  // -1: the logits were not finite (a NaN, a +Inf, or all -Inf); logprob is then NaN or Inf
   // log p(token) under softmax(logits / T) over the whole vocabulary (T = 1 when greedy),
   // before top-k / top-p / min-p truncation.
   float logprob = 0.0f;
