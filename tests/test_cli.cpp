@@ -132,6 +132,14 @@ TEST(CliErrors, UsageErrorsExit2) {
   expect_failure({"make-synthetic", "--shape", "tiny", "--dtype", "f64", "--out", "/tmp/x"}, 2, {"--dtype", "f64"});
   expect_failure({"make-synthetic", "--dtype", "f32", "--out", "/tmp/x"}, 2, {"--shape"});
   expect_failure({"frob"}, 2, {"unknown command 'frob'", "inspect"});
+  // Flag values are checked before anything is read or written: a usage error, naming the flag.
+  for (const char* size : {"5XB", "-5", "-1GB", " 5", "99999999999999999999GB", "18446744073709551615GB"})
+    expect_failure({"make-synthetic", "--shape", "tiny", "--out", "/tmp/x", "--max-shard-size", size}, 2, {"--max-shard-size", size});
+  for (const char* seed : {"-1", "99999999999999999999999", "18446744073709551616", "1.5", "0x10", ""})
+    expect_failure({"make-synthetic", "--shape", "tiny", "--out", "/tmp/x", "--seed", seed}, 2, {"--seed"});
+  for (const char* n : {"0", "", "1,,2", "a", "4097"})
+    expect_failure({"bench", "--synthetic", "tiny", "--n", n}, 2, {"--n"});
+  EXPECT_FALSE(fs::exists("/tmp/x/config.json"));
 }
 
 TEST(CliErrors, HelpTeaches) {
@@ -151,7 +159,6 @@ TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
   expect_failure({"make-synthetic", "--shape", "huge", "--out", (dir / "x").string()}, 1, {"unknown preset 'huge'", "tiny"});
   bestofn::test::write_text(dir / "file.txt", "x");
   expect_failure({"make-synthetic", "--shape", "tiny", "--out", dir.path().string()}, 1, {"not an empty directory"});
-  expect_failure({"make-synthetic", "--shape", "tiny", "--out", (dir / "y").string(), "--max-shard-size", "5XB"}, 1, {"--max-shard-size"});
 
   const std::string m = synth(dir, "m", "bf16");
   bestofn::test::write_text(fs::path(m) / "config.json", "{\"hidden_size\": 64,");
@@ -340,6 +347,13 @@ TEST(CliGenerate, BadInvocations) {
   expect_failure({"generate", "--model", m}, 2, {"--prompt"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--prompts", "y"}, 2, {"--prompt"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--temperature", "-1"}, 2, {"--temperature"});
+  // NaN passes every comparison of a range check; an out-of-range seed would wrap or clamp, and
+  // two different seeds give the same candidates.
+  for (const char* flag : {"--temperature", "--top-p", "--min-p", "--timeout"})
+    for (const char* v : {"nan", "NaN", "inf", "1e400", "0.5x"})
+      expect_failure({"generate", "--model", m, "--prompt", "x", flag, v}, 2, {flag, v});
+  for (const char* seed : {"-1", "18446744073709551616", "99999999999999999999999"})
+    expect_failure({"generate", "--model", m, "--prompt", "x", "--seed", seed}, 2, {"--seed", seed});
   expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "0"}, 2, {"-n"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
@@ -399,7 +413,7 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   EXPECT_EQ(frow[0]["kv_cache"], "fp8");
   EXPECT_LT(frow[0]["bytes_per_step"].get<double>(), rows[0]["bytes_per_step"].get<double>());
   EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
-  expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 1, {"--n", "'x'"});
+  expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 2, {"--n", "'x'"});
   expect_failure({"bench", "--n", "1"}, 2, {"--model"});
 }
 

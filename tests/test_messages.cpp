@@ -71,7 +71,7 @@ TEST(Messages, EveryBadInvocationGetsOneLineNamingTheFlagOrFile) {
       {{"inspect", model, "--quantize", "int4"}, 2, {"--quantize", "int4"}},
       {{"make-synthetic", "--shape", "tiny", "--out", d + "/x", "--dtype", "f64"}, 2, {"--dtype", "f64"}},
       {{"make-synthetic", "--shape", "tiny", "--out", d + "/x", "--seed", "minus"}, 2, {"--seed"}},
-      {{"make-synthetic", "--shape", "tiny", "--out", d + "/y", "--max-shard-size", "5XB"}, 1, {"--max-shard-size"}},
+      {{"make-synthetic", "--shape", "tiny", "--out", d + "/y", "--max-shard-size", "5XB"}, 2, {"--max-shard-size"}},
       {{"tokenize", "--tokenizer", tok, "--chat", "--chat-format", "chatml"}, 2, {"--chat-format"}},
       {{"generate", "--model", model, "--prompt", "x", "--temperature", "hot"}, 2, {"--temperature"}},
       {{"generate", "--model", model, "--prompt", "x", "--top-p", "1.5"}, 2, {"--top-p"}},

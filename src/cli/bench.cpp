@@ -20,6 +20,7 @@
 #include "bestofn_version.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 namespace {
@@ -113,7 +114,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
   sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)");
   sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
-  sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")->default_str("1,2,4,8,16,32");
+  sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")
+      ->check(checked_by([](const std::string& text) { parse_n(text); }, "N,N,..."))
+      ->default_str("1,2,4,8,16,32");
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens")->check(CLI::Range(1, 1000000))->default_str("256");
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
   sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));

@@ -42,6 +42,7 @@
 #include "cli/output_file.h"
 #include "cli/eval_files.h"
 #include "cli/scoring.h"
+#include "cli/validators.h"
 
 #include <spdlog/spdlog.h>
 
@@ -300,8 +301,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 of another model, drawn on the plot (repeatable)");
   sub->add_option("--fail-under", o->fail_under, "pass@K=X: exit 3 when pass@K < X (repeatable)");
   sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)");
-  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
-  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(CLI::Range(0.05, 3600.0))->default_str("20");
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(finite_range(0.05, 3600.0))->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (default: 64 x workers)")->check(CLI::Range(0, 10000000));
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");

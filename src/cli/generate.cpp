@@ -23,6 +23,7 @@
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
 #include "cli/shard.h"
+#include "cli/validators.h"
 
 #include <spdlog/spdlog.h>
 
@@ -161,7 +162,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--select", o->select, "logprob: rank candidates by mean logprob (rank, best) where there are no tests")
       ->check(CLI::IsMember({"logprob"}));
   sub->add_flag("--best-only", o->best_only, "Write only the best candidate of each prompt (needs --verify or --select)");
-  sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
   sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024));
   sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)");
   sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");

@@ -1,11 +1,13 @@
 // bestofn make-synthetic: a complete, loadable model directory with seeded random weights.
 #include <chrono>
+#include <cstdint>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "bestofn/error.h"
 #include "bestofn/synthetic.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 namespace {
@@ -15,6 +17,7 @@ std::uint64_t parse_size(const std::string& s) {
   std::size_t pos = 0;
   unsigned long long n = 0;
   try {
+    if (s.empty() || s[0] < '0' || s[0] > '9') throw std::invalid_argument(s);  // stoull takes "-5" and " 5"
     n = std::stoull(s, &pos);
   } catch (const std::exception&) {
     throw Error("--max-shard-size: '" + s + "' is not a size (e.g. 5GB, 500MB, 1000000)");
@@ -24,8 +27,9 @@ std::uint64_t parse_size(const std::string& s) {
   if (unit == "kB" || unit == "KB") mult = 1000;
   else if (unit == "MB") mult = 1000000;
   else if (unit == "GB") mult = 1000000000;
-  else if (!unit.empty() && unit != "B") throw Error("--max-shard-size: unknown unit '" + unit + "' (use B, kB, MB, GB)");
+  else if (!unit.empty() && unit != "B") throw Error("--max-shard-size: '" + s + "' has an unknown unit '" + unit + "' (use B, kB, MB, GB)");
   if (n == 0) throw Error("--max-shard-size: must be positive");
+  if (n > UINT64_MAX / mult) throw Error("--max-shard-size: '" + s + "' is too large");
   return n * mult;
 }
 
@@ -52,10 +56,12 @@ Runner add_make_synthetic(CLI::App& app) {
                   "fp8: 'channel' (per-channel weight scales, dynamic activations) or 'tensor' (per-tensor scales, static input_scale)")
       ->check(CLI::IsMember({"channel", "tensor"}))
       ->default_str("channel");
-  sub->add_option("--seed", opt->seed, "Random seed")->default_str("0");
+  sub->add_option("--seed", opt->seed, "Random seed")->check(seed_value())->default_str("0");
   sub->add_option("--out", opt->out, "Output directory (must not exist, or be empty)")->required();
   sub->add_option("--tokenizer", *tokenizer, "tokenizer.json (or its directory) to copy into the model; small presets take its vocabulary");
-  sub->add_option("--max-shard-size", *shard, "Largest safetensors shard (5GB, 500MB, bytes)")->default_str("5GB");
+  sub->add_option("--max-shard-size", *shard, "Largest safetensors shard (5GB, 500MB, bytes)")
+      ->check(checked_by([](const std::string& s) { parse_size(s); }, "SIZE"))
+      ->default_str("5GB");
   sub->add_flag("--json", *json_out, "Print the result as JSON");
   return [opt, shard, json_out, tokenizer] {
     opt->max_shard_bytes = parse_size(*shard);

@@ -21,6 +21,7 @@
 #include "cli/jsonl.h"
 #include "cli/output_file.h"
 #include "cli/scoring.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 namespace {
@@ -71,9 +72,9 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
   sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
-  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(CLI::Range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests (hundreds of inputs)")
-      ->check(CLI::Range(0.05, 36000.0))
+      ->check(finite_range(0.05, 36000.0))
       ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");

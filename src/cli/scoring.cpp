@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "bestofn/error.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 
@@ -26,17 +27,7 @@ std::vector<int> parse_ks(const std::string& s) {
 }
 
 CLI::Validator k_list() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          parse_ks(s);
-          return "";
-        } catch (const Error& e) {
-          const std::string m = e.what();
-          return m.rfind("--k: ", 0) == 0 ? m.substr(5) : m;  // CLI11 names the option itself
-        }
-      },
-      "K,K,...");
+  return checked_by([](const std::string& s) { parse_ks(s); }, "K,K,...");
 }
 
 const char* verdict_kind(const Verdict& v) {

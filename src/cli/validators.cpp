@@ -1,0 +1,63 @@
+#include "cli/validators.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "bestofn/error.h"
+
+namespace bestofn::cli {
+
+namespace {
+std::string number_text(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+}  // namespace
+
+CLI::Validator finite_range(double lo, double hi) {
+  const std::string range = "[" + number_text(lo) + ", " + number_text(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        const char* b = s.c_str();
+        char* end = nullptr;
+        const double v = std::strtod(b, &end);
+        if (s.empty() || end != b + s.size()) return "'" + s + "' is not a number";
+        if (!std::isfinite(v) || v < lo || v > hi) return "must be a number in " + range + ", got '" + s + "'";
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || s[0] == '-' || s[0] == '+' || r.ec != std::errc() || r.ptr != s.data() + s.size())
+          return "must be an integer from 0 to 18446744073709551615, got '" + s + "'";
+        return "";
+      },
+      "UINT64");
+}
+
+CLI::Validator checked_by(std::function<void(const std::string&)> parse, const std::string& type_name) {
+  return CLI::Validator(
+      [parse](std::string& s) -> std::string {
+        try {
+          parse(s);
+          return "";
+        } catch (const Error& e) {
+          const std::string m = e.what();
+          const std::size_t colon = m.find(": ");
+          return m.rfind("--", 0) == 0 && colon != std::string::npos ? m.substr(colon + 2) : m;
+        }
+      },
+      type_name);
+}
+
+}  // namespace bestofn::cli

@@ -1,0 +1,21 @@
+#pragma once
+// CLI11 checks that its own validators leave open: they run on the flag's text before it is
+// converted, so a bad value is a usage error (exit 2) that names the flag.
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace bestofn::cli {
+
+// A finite number in [lo, hi]. (CLI::Range lets NaN through: every comparison with it is false.)
+CLI::Validator finite_range(double lo, double hi);
+
+// A decimal integer in [0, 2^64 - 1]. (A uint64_t option takes "-1" as 2^64 - 1 and a larger
+// number as the largest; two different seeds would give the same candidates.)
+CLI::Validator seed_value();
+
+// The flag's own parser as its check: `parse` throws bestofn::Error for a bad value, and its
+// message (less a leading "--flag: ", which CLI11 says itself) becomes the usage error.
+CLI::Validator checked_by(std::function<void(const std::string&)> parse, const std::string& type_name);
+
+}  // namespace bestofn::cli
