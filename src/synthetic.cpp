@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bestofn/error.h"
+#include "bestofn/temp_paths.h"
 #include "bestofn/numeric.h"
 #include "bestofn/parallel.h"
 #include "bestofn/quantize.h"
@@ -280,10 +281,12 @@ class StagingDir {
     dir_ = parent / (out_.filename().string() + ".partial-" + std::to_string(getpid()));
     fs::remove_all(dir_, ec);
     fs::create_directory(dir_);
+    temp_ = register_temp_path(dir_.string());  // a signal removes it too (its files are flat)
   }
   ~StagingDir() {
     std::error_code ec;
     if (!committed_) fs::remove_all(dir_, ec);
+    unregister_temp_path(temp_);
   }
   const fs::path& path() const { return dir_; }
   void commit() {
@@ -297,6 +300,7 @@ class StagingDir {
  private:
   fs::path out_, dir_;
   bool committed_ = false;
+  int temp_ = -1;
 };
 
 void check_options(const SyntheticOptions& opt) {

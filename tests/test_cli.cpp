@@ -1,8 +1,14 @@
 // The bestofn binary end to end: inspect, make-synthetic, exit codes and one-line errors.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "bestofn/text_file.h"
 #include "test_util.h"
@@ -338,7 +344,7 @@ TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
   const std::string out2 = (dir / "out2.jsonl").string();
   expect_failure({"generate", "--model", m, "--prompts", (dir / "bad.jsonl").string(), "--out", out2}, 1, {"bad.jsonl:2", "\"prompt\""});
   EXPECT_FALSE(fs::exists(out2));
-  EXPECT_FALSE(fs::exists(out2 + ".partial"));
+  EXPECT_TRUE(bestofn::test::partial_files(out2).empty());
 }
 
 TEST(CliGenerate, BadInvocations) {
@@ -393,8 +399,77 @@ TEST(CliGenerate, NonFiniteLogitsAreAnErrorNotACrash) {
                     "0.9", "--out", out},
                    1, {"logits are not finite", "candidate 0 of prompt 0"});
     EXPECT_FALSE(fs::exists(out)) << out;
-    EXPECT_FALSE(fs::exists(out + ".partial")) << out;
+    EXPECT_TRUE(bestofn::test::partial_files(out).empty()) << out;
   }
+}
+
+// The files in dir whose names start with prefix.
+std::vector<std::string> files_starting(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Waits (up to a minute) until a partial file, or a partial directory with a file in it, whose
+// name starts with prefix is in dir.
+bool wait_for_partial(const fs::path& dir, const std::string& prefix) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& name : files_starting(dir, prefix)) {
+      std::error_code ec;
+      const fs::path p = dir / name;
+      if (name.find(".partial") != std::string::npos && (!fs::is_directory(p, ec) || !fs::is_empty(p, ec))) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+TEST(CliGenerate, TwoRunsOnOneOutAndASignalLeaveOneWholeFile) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const fs::path out = dir / "out.jsonl";
+  for (int sig : {SIGTERM, SIGHUP, SIGINT}) {
+    fs::remove(out);
+    // A long run writes its partial file; a short run on the same --out finishes meanwhile.
+    const int slow = bestofn::test::start_cli({"generate", "--model", m, "--prompt", "a", "-n", "64", "--max-new-tokens", "2000",
+                                               "--temperature", "1", "--out", out.string()},
+                                              dir / "slow.out", dir / "slow.err");
+    ASSERT_TRUE(wait_for_partial(dir.path(), "out.jsonl")) << "signal " << sig;
+    const auto fast = run_cli({"generate", "--model", m, "--prompt", "b", "-n", "2", "--max-new-tokens", "4", "--out", out.string()});
+    ASSERT_EQ(fast.exit_code, 0) << fast.err;
+    EXPECT_EQ(bestofn::test::read_jsonl(out).size(), 2u) << "signal " << sig;
+    // The signal ends the long run as it would have; its partial file goes with it.
+    kill(slow, sig);
+    int st = 0;
+    waitpid(slow, &st, 0);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == sig) << "signal " << sig << ", wait status " << st;
+    EXPECT_EQ(files_starting(dir.path(), "out.jsonl"), std::vector<std::string>{"out.jsonl"}) << "signal " << sig;
+    EXPECT_EQ(bestofn::test::read_jsonl(out).size(), 2u);
+  }
+}
+
+TEST(CliMakeSynthetic, ASignalLeavesNoStagingDirectory) {
+  bestofn::test::TempDir dir;
+  // bench-100m in f32: 400 MB, long enough to be stopped while it writes. A run that finishes
+  // before the signal is tried again.
+  bool stopped = false;
+  for (int attempt = 0; attempt < 3 && !stopped; ++attempt) {
+    fs::remove_all(dir / "big");
+    const int pid = bestofn::test::start_cli({"make-synthetic", "--shape", "bench-100m", "--dtype", "f32", "--out", (dir / "big").string()},
+                                             dir / "ms.out", dir / "ms.err");
+    ASSERT_TRUE(wait_for_partial(dir.path(), "big"));
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;  // it was done
+    stopped = true;
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) << st;
+    EXPECT_TRUE(files_starting(dir.path(), "big").empty());
+  }
+  EXPECT_TRUE(stopped) << "make-synthetic finished before every signal";
 }
 
 TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
@@ -527,7 +602,7 @@ TEST(CliScore, BadSamplesExit1WithTheLineAndWriteNothing) {
     bestofn::test::write_text(dir / "s.jsonl", content);
     expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", data, "--out", res}, 1, parts);
     EXPECT_FALSE(fs::exists(res));
-    EXPECT_FALSE(fs::exists(res + ".partial"));
+    EXPECT_TRUE(bestofn::test::partial_files(res).empty());
   };
   const std::string ok = R"({"task_id": "HumanEval/0", "completion": "    return True\n"})";
   bad(ok + "\n{not json\n", {"s.jsonl:2", "not valid JSON"});

@@ -33,7 +33,7 @@ void expect_write_failure(const bestofn::test::CliResult& r, const fs::path& out
   EXPECT_NE(r.err.find(out.string()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out)) << "a partial output was presented as complete";
-  EXPECT_FALSE(fs::exists(out.string() + ".partial")) << "the partial output was left behind";
+  EXPECT_TRUE(bestofn::test::partial_files(out).empty()) << "the partial output was left behind";
 }
 
 // 40 HumanEval samples (canonical solutions, each with 1 KB of padding that score keeps in its

@@ -75,6 +75,15 @@ pid_t start_cli(const std::vector<std::string>& args, const fs::path& out_path, 
   return pid;
 }
 
+std::vector<std::string> partial_files(const fs::path& out) {
+  std::vector<std::string> names;
+  const std::string prefix = out.filename().string() + ".partial";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out.parent_path(), ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) names.push_back(e.path().filename().string());
+  return names;
+}
+
 CliResult run_cli(const std::vector<std::string>& args) {
   // stdout and stderr go to temp files (no pipe deadlock on large output).
   TempDir tmp;

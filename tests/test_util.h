@@ -52,6 +52,10 @@ std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p);
 // the same key is a test failure.
 std::map<std::pair<std::string, int>, nlohmann::json> rows_by_key(const std::vector<nlohmann::json>& rows, const char* id = "task_id");
 
+// What an output written through a partial file left beside it: the names in out's directory
+// that start with out's name + ".partial" (empty when nothing was left behind).
+std::vector<std::string> partial_files(const std::filesystem::path& out);
+
 std::string read_text(const std::filesystem::path& p);
 void write_text(const std::filesystem::path& p, const std::string& text);
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& p);

@@ -28,6 +28,7 @@
 
 #include "bestofn/datasets.h"
 #include "bestofn/error.h"
+#include "bestofn/temp_paths.h"
 #include "bestofn/extract.h"
 #include "bestofn/parallel.h"
 #include "bestofn/report.h"
@@ -62,14 +63,15 @@ struct EvalOptions {
 };
 
 // SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
-// kills at once (the handler puts the default back).
+// kills at once (the handler puts bestofn's usual one back: bestofn/temp_paths.h).
 std::atomic<bool> g_interrupted{false};
 // Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
 std::atomic<bool> g_stop{false};
 extern "C" void on_interrupt(int sig) {
   g_interrupted.store(true);
   g_stop.store(true);
-  std::signal(sig, SIG_DFL);
+  (void)sig;
+  install_temp_path_cleanup();
 }
 
 // The prompt a base model continues, or the user turn of a chat model.
@@ -501,8 +503,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
         progress(true);
       }
       if (tty) std::fprintf(stderr, "\n");
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
+      install_temp_path_cleanup();
       if (g_interrupted.load()) {
         std::cerr << "bestofn: interrupted; " << verified << " of " << total_samples << " samples are in " << (dir / "results.jsonl").string()
                   << "; run the same command with --resume to finish\n";

@@ -8,6 +8,7 @@
 
 #include "bestofn/backends.h"
 #include "bestofn/error.h"
+#include "bestofn/temp_paths.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
 
@@ -40,6 +41,7 @@ std::string command_line(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace bestofn::cli;
+  bestofn::install_temp_path_cleanup();  // partial outputs go with the process on SIGINT/SIGTERM/SIGHUP
   auto logger = spdlog::stderr_color_mt("bestofn");
   logger->set_pattern("%^%l%$: %v");
   spdlog::set_default_logger(logger);

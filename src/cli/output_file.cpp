@@ -1,10 +1,16 @@
 #include "cli/output_file.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "bestofn/error.h"
+#include "bestofn/temp_paths.h"
 
 namespace bestofn::cli {
 
@@ -13,14 +19,32 @@ OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
     f_ = stdout;
     return;
   }
-  partial_ = path_ + ".partial";
-  f_ = std::fopen(partial_.c_str(), "wb");
-  if (!f_) throw Error(path_, std::string("cannot create: ") + std::strerror(errno));
+  // A name of its own (two runs writing the same --out must not share one partial file), made
+  // with mode 0666 less the umask like any new file, and removed if a signal ends the process.
+  std::vector<char> name(path_.begin(), path_.end());
+  for (char ch : std::string(".partial-XXXXXX")) name.push_back(ch);
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) throw Error(path_, std::string("cannot create: ") + std::strerror(errno));
+  partial_ = name.data();
+  temp_ = register_temp_path(partial_);
+  const mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  f_ = fdopen(fd, "wb");
+  if (!f_) {
+    const int err = errno;
+    close(fd);
+    std::remove(partial_.c_str());
+    unregister_temp_path(temp_);
+    throw Error(path_, std::string("cannot create: ") + std::strerror(err));
+  }
 }
 
 OutputFile::~OutputFile() {
   if (f_ && f_ != stdout) std::fclose(f_);
   if (!done_ && !partial_.empty()) std::remove(partial_.c_str());
+  unregister_temp_path(temp_);
 }
 
 void OutputFile::line(const std::string& text) {
@@ -43,6 +67,8 @@ void OutputFile::commit() {
   std::filesystem::rename(partial_, path_, ec);
   if (ec) throw Error(path_, "cannot rename into place: " + ec.message());
   done_ = true;
+  unregister_temp_path(temp_);
+  temp_ = -1;
 }
 
 }  // namespace bestofn::cli

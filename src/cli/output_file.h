@@ -1,7 +1,7 @@
 #pragma once
-// An output that is complete or absent: lines go to "<path>.partial", renamed into place by
-// commit(); without commit (an error, an exception) the partial file is removed. An empty path
-// means stdout, written as it goes.
+// An output that is complete or absent: lines go to "<path>.partial-XXXXXX" (a name of its own),
+// renamed into place by commit(); without commit (an error, an exception, SIGINT/SIGTERM/SIGHUP:
+// bestofn/temp_paths.h) the partial file is removed. An empty path means stdout, written as it goes.
 #include <cstdio>
 #include <string>
 
@@ -20,6 +20,7 @@ class OutputFile {
   std::string path_, partial_;
   std::FILE* f_ = nullptr;
   bool done_ = false;
+  int temp_ = -1;  // register_temp_path's handle
 };
 
 }  // namespace bestofn::cli
