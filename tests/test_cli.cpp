@@ -594,6 +594,25 @@ TEST(CliScore, MbppCanonicalSolutionsPass) {
   EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["pass@1"], 1.0) << mr.out;
 }
 
+TEST(CliScore, AnOutThatIsTheInputIsRefused) {
+  // score's --out (any path to the same file) and generate's --out = --prompts would replace the
+  // input with the output: refused before anything is written, the input intact.
+  bestofn::test::TempDir dir;
+  const std::string samples = "{\"task_id\": \"HumanEval/0\", \"completion\": \"    return None\\n\"}\n";
+  bestofn::test::write_text(dir / "s.jsonl", samples);
+  fs::create_directory(dir / "sub");
+  for (const fs::path& out : {dir / "s.jsonl", dir / "sub" / ".." / "s.jsonl"}) {
+    expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", bestofn::test::require_shared("data").string(), "--out", out.string()},
+                   1, {out.string(), "which this run reads"});
+    EXPECT_EQ(bestofn::test::read_text(dir / "s.jsonl"), samples);
+  }
+  const std::string m = synth_with_tokenizer(dir);
+  bestofn::test::write_text(dir / "p.jsonl", "{\"prompt\": \"a\"}\n");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "p.jsonl").string(), "--out", (dir / "p.jsonl").string()}, 1,
+                 {"which this run reads"});
+  EXPECT_EQ(bestofn::test::read_text(dir / "p.jsonl"), "{\"prompt\": \"a\"}\n");
+}
+
 TEST(CliScore, BadSamplesExit1WithTheLineAndWriteNothing) {
   bestofn::test::TempDir dir;
   const std::string data = bestofn::test::shared_path("data").string();

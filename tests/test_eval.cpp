@@ -226,6 +226,22 @@ TEST(Eval, StopOnPassAndUsageErrors) {
   const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);
+  // An empty --tasks (or an empty id in it) is no selection, not "every task".
+  for (const char* tasks : {"", ",", "HumanEval/0,", "HumanEval/0,,HumanEval/1"}) {
+    const auto e = run_cli(eval_args(tmp / "d", {"--tasks", tasks}));
+    EXPECT_EQ(e.exit_code, 2) << "'" << tasks << "': " << e.err;
+    EXPECT_NE(e.err.find("--tasks"), std::string::npos) << e.err;
+  }
+  // A --plot that cannot be written fails before the run, leaving no run directory.
+  write_text(tmp / "file", "x");
+  for (const auto& [plot, why] : std::vector<std::pair<fs::path, std::string>>{{tmp / "nodir" / "p.svg", "does not exist"},
+                                                                                {tmp.path(), "is a directory"}}) {
+    const auto e = run_cli(eval_args(tmp / "e", {"-n", "1", "--limit", "1", "--plot", plot.string()}));
+    EXPECT_EQ(e.exit_code, 1) << e.err;
+    EXPECT_NE(e.err.find(plot.string()), std::string::npos) << e.err;
+    EXPECT_NE(e.err.find(why), std::string::npos) << e.err;
+    EXPECT_FALSE(fs::exists(tmp / "e"));
+  }
 }
 
 TEST(VerifiedGenerate, PassedAndBestPerPromptAndLogprobRanking) {

@@ -118,6 +118,13 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
     merge.push_back(dir.string());
   }
   merge.push_back("--json");
+  // A --plot into a missing directory fails before anything is merged.
+  auto bad_plot = merge;
+  bad_plot.insert(bad_plot.end(), {"--plot", (tmp / "nodir" / "p.svg").string()});
+  const auto bp = run_cli(bad_plot);
+  EXPECT_EQ(bp.exit_code, 1) << bp.err;
+  EXPECT_NE(bp.err.find("nodir"), std::string::npos) << bp.err;
+  EXPECT_FALSE(fs::exists(tmp / "merged"));
   const auto m = run_cli(merge);
   ASSERT_EQ(m.exit_code, 0) << m.err;
   expect_same_samples(tmp / "whole" / "samples.jsonl", tmp / "merged" / "samples.jsonl");

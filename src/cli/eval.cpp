@@ -313,7 +313,17 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--devices", o->devices,
                   "CUDA devices, e.g. 0,1,2,3: one engine per GPU in this process, sharing the verifier pool (default: every device "
                   "CUDA_VISIBLE_DEVICES shows)");
-  sub->callback([o] {
+  sub->callback([o, sub] {
+    if (sub->count("--tasks")) {
+      std::stringstream ss(o->tasks);
+      std::string id;
+      bool any = false;
+      while (std::getline(ss, id, ',')) {
+        if (id.empty()) throw CLI::ValidationError("--tasks", "'" + o->tasks + "' has an empty task id");
+        any = true;
+      }
+      if (!any || o->tasks.back() == ',') throw CLI::ValidationError("--tasks", "'" + o->tasks + "' has an empty task id");
+    }
     if (!o->shard.empty() && o->stop_on_pass)
       throw CLI::ValidationError("--shard", "cannot be used with --stop-on-pass: a shard cannot see the other shards' passes");
     if (!o->devices.empty() && o->m.device == "cpu")
@@ -329,6 +339,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     }
   });
   return [o, command] {
+    check_plot_path(o->plot);
     const std::vector<int> ks = parse_ks(o->k);
     const std::filesystem::path data_dir = o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir);
     const std::vector<Problem> problems = load_dataset(o->dataset, data_dir);

@@ -83,8 +83,9 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
   std::error_code ec;
   fs::rename(partial, path, ec);
   if (ec) {
+    const std::string why = ec.message();  // before remove() reuses ec
     fs::remove(partial, ec);
-    throw Error(path.string(), "cannot rename into place: " + ec.message());
+    throw Error(path.string(), "cannot rename into place: " + why);
   }
 }
 

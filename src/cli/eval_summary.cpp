@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 
+#include "bestofn/error.h"
 #include "bestofn/report.h"
 #include "bestofn_version.h"
 #include "cli/eval_files.h"
@@ -58,6 +59,15 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
     if (p.problems_skipped > 0) skipped[std::to_string(p.k)] = p.problems_skipped;
   s["problems_skipped"] = skipped;
   return r;
+}
+
+void check_plot_path(const std::string& plot) {
+  if (plot.empty()) return;
+  const std::filesystem::path file(plot);
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw Error(plot, "--plot: is a directory; give the path of an .svg file");
+  const std::filesystem::path parent = std::filesystem::absolute(file).parent_path();
+  if (!std::filesystem::is_directory(parent, ec)) throw Error(plot, "--plot: directory " + parent.string() + " does not exist");
 }
 
 void write_summary_files(const std::filesystem::path& dir, ordered_json& summary, const Tally& tally, const std::vector<std::string>& task_ids,

@@ -28,6 +28,10 @@ struct RunSummary {
 RunSummary build_summary(const nlohmann::ordered_json& manifest, const std::string& kind, const std::vector<int>& ks,
                          const Tally& tally, bool has_plus);
 
+// A --plot path that cannot be written (a directory; a directory that does not exist) is an error
+// before any work, not after it: bestofn::Error naming the path.
+void check_plot_path(const std::string& plot);
+
 // Adds "references" and "plot" to the summary and writes the plot (not for --stop-on-pass),
 // summary.json and report.md into dir. plot: the SVG path (empty: dir/fail_at_k.svg).
 // task_ids: the run's problems, in order (the manifest's "tasks").

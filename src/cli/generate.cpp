@@ -201,6 +201,7 @@ Runner add_generate(CLI::App& app) {
     }
     const GenerationOptions go = generation_options(o->m, model);
 
+    check_not_input(o->out, o->prompts);
     OutputFile out(o->out);
     // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
     std::vector<std::map<int, json>> rows(reqs.size());

@@ -162,6 +162,7 @@ void write_rows(const fs::path& p, const std::vector<const json*>& rows) {
 }
 
 int run_merge(const MergeOptions& o, const std::string& command) {
+  check_plot_path(o.plot);
   std::vector<ShardRun> runs;
   std::set<fs::path> seen_dirs;
   const fs::path out = fs::absolute(o.out).lexically_normal();

@@ -14,6 +14,12 @@
 
 namespace bestofn::cli {
 
+void check_not_input(const std::string& out, const std::string& input) {
+  std::error_code ec;
+  if (!out.empty() && !input.empty() && std::filesystem::equivalent(out, input, ec))
+    throw Error(out, "is " + input + ", which this run reads; write the output to another file");
+}
+
 OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
   if (path_.empty()) {
     f_ = stdout;

@@ -7,6 +7,10 @@
 
 namespace bestofn::cli {
 
+// An output path that names a file this run reads (the same file by any path): bestofn::Error
+// before anything is written, instead of replacing the input with the output.
+void check_not_input(const std::string& out, const std::string& input);
+
 class OutputFile {
  public:
   explicit OutputFile(std::string path);

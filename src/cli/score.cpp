@@ -89,6 +89,7 @@ Runner add_score(CLI::App& app) {
     for (const auto& p : problems) by_id[p.task_id] = &p;
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
+    check_not_input(out_path, o->samples);
     OutputFile out(out_path);  // created before the long run: an unwritable path fails now
 
     SandboxLimits limits;
