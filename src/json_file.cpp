@@ -5,15 +5,15 @@
 #include <fstream>
 
 #include "bestofn/error.h"
+#include "bestofn/text_file.h"
 
 namespace bestofn {
 namespace fs = std::filesystem;
 
 nlohmann::json read_json_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string(), std::string("cannot open: ") + std::strerror(errno));
+  const std::string text = read_text_file(path);  // no hang on a FIFO, no endless read of a device
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path.string(), std::string("not valid JSON: ") + e.what());
   }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "bestofn/error.h"
+#include "json_file.h"
 
 namespace bestofn {
 namespace fs = std::filesystem;
@@ -153,7 +154,7 @@ SafetensorsHeader parse_safetensors(const std::uint8_t* bytes, std::size_t size,
 }
 
 SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path.string()) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO: no wait for a writer
   if (fd < 0) throw Error(path_, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -224,13 +225,7 @@ void ModelFiles::add_shard(const fs::path& path) {
 
 void ModelFiles::open_index(const fs::path& index_path) {
   const std::string file = index_path.string();
-  std::ifstream in(index_path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(file, std::string("not valid JSON: ") + e.what());
-  }
+  const json j = read_json_file(index_path);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw Error(file, "missing the \"weight_map\" object");
   std::map<std::string, std::vector<std::string>> by_shard;  // shard -> tensor names

@@ -1,5 +1,8 @@
 #include "bestofn/text_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -9,11 +12,31 @@
 
 namespace bestofn {
 
+int open_input(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EISDIR) throw Error(path.string(), "is a directory, not a file");
+    throw Error(path.string(), std::string("cannot open: ") + std::strerror(errno));
+  }
+  struct stat st {};
+  const char* what = nullptr;
+  if (fstat(fd, &st) != 0) what = "cannot stat";
+  else if (S_ISDIR(st.st_mode)) what = "is a directory, not a file";
+  else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) what = "is not a regular file (a device or a socket)";
+  if (what || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    ::close(fd);
+    throw Error(path.string(), what ? what : "cannot read");
+  }
+  return fd;
+}
+
 std::string read_text_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(path.string(), "is a directory, not a file");
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw Error(path.string(), std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input(path);
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw Error(path.string(), std::string("cannot open: ") + std::strerror(errno));
+  }
   std::string out;
   char buf[1 << 16];
   for (;;) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -592,6 +593,46 @@ TEST(CliScore, MbppCanonicalSolutionsPass) {
   const auto mr = run_cli({"score", m, "--dataset", "mbpp", "--data-dir", data, "--k", "1", "--json", "--timeout", "10"});
   ASSERT_EQ(mr.exit_code, 0) << mr.err;
   EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["pass@1"], 1.0) << mr.out;
+}
+
+TEST(CliErrors, FifosDevicesAndDirectoriesAreNotReadForever) {
+  // A FIFO with no writer in place of a model file, a device as a prompt file, a directory as a
+  // config: a one-line error naming the file, within seconds (each run is killed after 30 s).
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  auto bounded = [&](const std::vector<std::string>& args) {
+    const int pid = bestofn::test::start_cli(args, dir / "b.out", dir / "b.err");
+    int st = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        ADD_FAILURE() << args[0] << " " << args[1] << ": still running after 30 s";
+        return std::string();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << args[0] << ": wait status " << st;
+    const std::string err = bestofn::test::read_text(dir / "b.err");
+    EXPECT_EQ(err.find('\n'), err.size() - 1) << err;
+    return err;
+  };
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    const fs::path copy = dir / (std::string("fifo-") + name);
+    fs::copy(m, copy, fs::copy_options::recursive);
+    fs::remove(copy / name);
+    ASSERT_EQ(mkfifo((copy / name).c_str(), 0600), 0);
+    const std::string err = bounded({"generate", "--model", copy.string(), "--prompt", "x", "--max-new-tokens", "1"});
+    EXPECT_NE(err.find((copy / name).string()), std::string::npos) << err;
+  }
+  ASSERT_EQ(mkfifo((dir / "samples.fifo").c_str(), 0600), 0);
+  EXPECT_NE(bounded({"score", (dir / "samples.fifo").string(), "--data-dir", bestofn::test::require_shared("data").string()})
+                .find("samples.fifo"),
+            std::string::npos);
+  EXPECT_NE(bounded({"generate", "--model", m, "--prompts", "/dev/zero"}).find("/dev/zero: is not a regular file"), std::string::npos);
+  EXPECT_NE(bounded({"make-synthetic", "--shape", dir.path().string(), "--out", (dir / "x").string()}).find("is a directory"),
+            std::string::npos);
 }
 
 TEST(CliScore, AnOutThatIsTheInputIsRefused) {

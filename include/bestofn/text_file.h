@@ -9,4 +9,10 @@ namespace bestofn {
 // The file's bytes, decompressed when it is gzip. Throws bestofn::Error naming the file.
 std::string read_text_file(const std::filesystem::path& path);
 
+// A read-only descriptor (close-on-exec) of an input: a regular file, a pipe or a FIFO (opened
+// without waiting for a writer: one that never comes reads as empty, never as a hang). A
+// directory, a device (/dev/zero would be read forever) or a socket is a bestofn::Error naming the
+// file, as is a file that cannot be opened.
+int open_input(const std::filesystem::path& path);
+
 }  // namespace bestofn
