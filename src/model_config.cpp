@@ -29,7 +29,7 @@ struct Reader {
     const json& v = j[key];
     double d = v.is_number() ? v.get<double>() : NAN;
     if (!v.is_number() || d != std::floor(d) || d < min || d > 1e9)
-      throw fail(key, "must be an integer >= " + std::to_string(min) + ", got " + v.dump());
+      throw fail(key, "must be an integer from " + std::to_string(min) + " to 1000000000, got " + v.dump());
     return static_cast<int>(d);
   }
 
@@ -72,6 +72,14 @@ struct Reader {
     return ids;
   }
 };
+
+// BOS and EOS ids inside the vocabulary (from config.json or generation_config.json).
+void check_special_ids(const ModelConfig& c, const std::string& file) {
+  for (int id : c.eos_token_ids)
+    if (id >= c.vocab_size) throw Error(file, "eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
+    throw Error(file, "bos_token_id " + std::to_string(*c.bos_token_id) + " is outside the vocabulary");
+}
 
 // `rope_scaling`, or transformers 5's `rope_parameters` (which also holds rope_theta).
 RopeScaling parse_rope_scaling(const json& j, const std::string& file) {
@@ -232,10 +240,7 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   const auto bos = rd.get_ids("bos_token_id");
   if (!bos.empty()) c.bos_token_id = bos.front();
   c.eos_token_ids = rd.get_ids("eos_token_id");
-  for (int id : c.eos_token_ids)
-    if (id >= c.vocab_size) throw Error(file, "eos_token_id " + std::to_string(id) + " is outside the vocabulary");
-  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
-    throw Error(file, "bos_token_id " + std::to_string(*c.bos_token_id) + " is outside the vocabulary");
+  check_special_ids(c, file);
   c.torch_dtype = rd.get_string("torch_dtype", rd.get_string("dtype"));  // transformers 5 says "dtype"
   const std::string act = rd.get_string("hidden_act", "silu");
   if (act != "silu") throw Error(file, "hidden_act '" + act + "' is not supported; supported: silu");
@@ -254,8 +259,17 @@ void apply_generation_config(ModelConfig& c, const json& j, const std::string& f
   Reader rd{j, file};
   if (auto eos = rd.get_ids("eos_token_id"); !eos.empty()) c.eos_token_ids = eos;
   if (auto bos = rd.get_ids("bos_token_id"); !bos.empty()) c.bos_token_id = bos.front();
-  if (rd.has("temperature") && j["temperature"].is_number()) c.generation.temperature = j["temperature"].get<double>();
-  if (rd.has("top_p")) c.generation.top_p = rd.get_float("top_p");
+  check_special_ids(c, file);
+  // The ranges the command-line flags take (--temperature, --top-p, --top-k).
+  auto number_in = [&](const char* key, double lo, double hi, const char* range) {
+    const json& v = j[key];
+    const double d = v.is_number() ? v.get<double>() : NAN;
+    if (!std::isfinite(d) || d < lo || d > hi)
+      throw rd.fail(key, std::string("must be a number in ") + range + ", got " + v.dump());
+    return d;
+  };
+  if (rd.has("temperature")) c.generation.temperature = number_in("temperature", 0.0, 100.0, "[0, 100]");
+  if (rd.has("top_p")) c.generation.top_p = number_in("top_p", 0.0, 1.0, "[0, 1]");
   if (rd.has("top_k")) c.generation.top_k = rd.get_int("top_k", std::nullopt, 0);
   if (rd.has("do_sample")) c.generation.do_sample = rd.get_bool("do_sample", false);
 }

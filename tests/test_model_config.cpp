@@ -85,6 +85,34 @@ TEST(ModelConfig, GenerationConfigReplacesEosWithTheInstructList) {
   EXPECT_EQ(c.generation.do_sample, true);
 }
 
+TEST(ModelConfig, GenerationConfigIsCheckedLikeTheFlags) {
+  // The ranges of --temperature, --top-p and --top-k, and ids inside the vocabulary; each error
+  // names the file and the field.
+  for (const char* bad : {R"({"temperature":"hot"})", R"({"temperature":-1})", R"({"temperature":1e9})", R"({"top_p":5})",
+                          R"({"top_p":-0.1})", R"({"top_p":"0.9"})", R"({"top_k":-3})", R"({"eos_token_id":[999999999]})",
+                          R"({"bos_token_id":128256})", R"({"do_sample":"yes"})"}) {
+    ModelConfig c = parse(kLlama31_8B);
+    try {
+      apply_generation_config(c, json::parse(bad), "gen/generation_config.json");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const bestofn::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gen/generation_config.json: "), std::string::npos) << e.what();
+    }
+  }
+  ModelConfig c = parse(kLlama31_8B);
+  apply_generation_config(c, json::parse(R"({"temperature":0,"top_p":1,"top_k":0,"temperature_unused":null})"), "g.json");
+  EXPECT_EQ(c.generation.temperature, 0.0);
+  // A size past the limit says the limit, not only the lower bound.
+  json j = base();
+  j["vocab_size"] = 1ull << 62;
+  try {
+    parse_model_config(j, "config.json");
+    ADD_FAILURE() << "vocab_size 2^62 was accepted";
+  } catch (const bestofn::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("from 1 to 1000000000"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelConfig, Llama32_1B_TiedWithExplicitHeadDim) {
   json j = base();
   j.update(json::parse(R"({"hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":16,"head_dim":64,
