@@ -491,6 +491,23 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
   expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 2, {"--n", "'x'"});
   expect_failure({"bench", "--n", "1"}, 2, {"--model"});
+  // --keep-model: made once, reused for the same --synthetic and --dtype, refused for others
+  // (never a silent measurement of the wrong model), and never taken over from a user's directory.
+  bestofn::test::TempDir dir;
+  const std::string kept = (dir / "kept").string();
+  const std::vector<std::string> small = {"bench", "--synthetic", "tiny", "--n", "1", "--prompt-len", "4", "--steps", "1", "--json",
+                                          "--keep-model", kept};
+  ASSERT_EQ(run_cli(small).exit_code, 0);
+  ASSERT_TRUE(fs::exists(fs::path(kept) / "config.json"));
+  const auto again = run_cli(small);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  auto other = small;
+  other.insert(other.end(), {"--dtype", "bf16"});
+  expect_failure(other, 1, {kept, "--dtype fp8", "--dtype bf16"});
+  const std::string user = synth(dir, "user", "bf16");
+  auto theirs = small;
+  theirs.back() = user;
+  expect_failure(theirs, 1, {user, "not a model that bench made"});
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 namespace {
@@ -77,11 +78,29 @@ double linear_params(const ModelConfig& c) {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// The model: a directory, or a synthetic one made (or reused) for the run.
+// The model: a directory, or a synthetic one made (or reused) for the run. A kept model carries
+// what it was made from (kKeptMarker), so that a rerun with another --synthetic or --dtype makes
+// no silent measurement of the old one.
+constexpr const char* kKeptMarker = "bestofn-bench-model.json";
+
 fs::path model_dir(const BenchOptions& o, std::optional<fs::path>& temp) {
   if (!o.model.empty()) return o.model;
   fs::path dir = o.keep_model;
-  if (!dir.empty() && fs::exists(dir / "config.json")) return dir;
+  const nlohmann::json made = {{"synthetic", o.synthetic}, {"dtype", o.dtype}};
+  std::error_code ec;
+  if (!dir.empty() && fs::exists(dir, ec)) {
+    const bool empty_dir = fs::is_directory(dir, ec) && fs::is_empty(dir, ec);
+    if (!empty_dir) {
+      if (!fs::is_regular_file(dir / kKeptMarker, ec))
+        throw Error(dir.string(), "--keep-model: exists and is not a model that bench made; give a new directory or remove it");
+      const nlohmann::json had = read_json_file(dir / kKeptMarker);
+      if (had != made)
+        throw Error(dir.string(), "--keep-model: holds the model of --synthetic " + had.value("synthetic", std::string("?")) +
+                                      " --dtype " + had.value("dtype", std::string("?")) + ", not of --synthetic " + o.synthetic +
+                                      " --dtype " + o.dtype + "; give another directory or remove it");
+      return dir;
+    }
+  }
   if (dir.empty()) {
     temp = fs::temp_directory_path() / ("bestofn-bench-" + std::to_string(getpid()));
     dir = *temp;
@@ -91,6 +110,7 @@ fs::path model_dir(const BenchOptions& o, std::optional<fs::path>& temp) {
   so.dtype = o.dtype;
   so.out = dir;
   make_synthetic(so);
+  if (!temp) write_json_file(dir / kKeptMarker, made);
   return dir;
 }
 
