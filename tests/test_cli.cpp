@@ -370,7 +370,7 @@ TEST(CliGenerate, BadInvocations) {
                  {"tokenizer.json"});
   const std::string long_prompt(40000, 'a');  // far more tokens than the 2048-token context
   bestofn::test::write_text(dir / "long.txt", long_prompt + " " + long_prompt);
-  expect_failure({"generate", "--model", m, "--prompts", (dir / "long.txt").string()}, 1, {"context"});
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "long.txt").string()}, 1, {(dir / "long.txt").string(), "context is 2048"});
 }
 
 // Fills tensor `name` of a safetensors file with NaN (F32 or BF16), the header unchanged.

@@ -115,12 +115,18 @@ GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m) 
 }
 
 std::vector<int> encode_prompt(const ModelFlags& f, const LoadedModel& m, const std::string& text, const std::string& where) {
+  std::vector<int> ids;
   try {
-    return f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
-                  : m.tokenizer.encode(text, m.weights->config.bos_token_id.has_value() && m.tokenizer.bos_id().has_value());
+    ids = f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
+                 : m.tokenizer.encode(text, m.weights->config.bos_token_id.has_value() && m.tokenizer.bos_id().has_value());
   } catch (const Error& e) {
     throw Error(where, e.what());
   }
+  const int context = m.weights->config.max_position_embeddings;
+  if (static_cast<long long>(ids.size()) >= context)
+    throw Error(where, "has " + std::to_string(ids.size()) + " tokens; the model's context is " + std::to_string(context) +
+                           " and leaves no room to generate");
+  return ids;
 }
 
 }  // namespace bestofn::cli

@@ -61,7 +61,7 @@ SamplingParams sampling_params(const ModelFlags& f, const ModelConfig& c);
 GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m);
 
 // A prompt's ids: the chat template around it with --chat, else BOS (when the model has one)
-// and the text. `where` names the prompt in an error.
+// and the text. `where` names the prompt in an error, as when it leaves no room in the context.
 std::vector<int> encode_prompt(const ModelFlags& f, const LoadedModel& m, const std::string& text, const std::string& where);
 
 }  // namespace bestofn::cli
