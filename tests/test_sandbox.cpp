@@ -72,6 +72,15 @@ int sandbox_processes(unsigned uid = kHostileUid) {
 
 const std::string kCheck = "def check(f):\n    assert f(2) == 4\n    assert f(3) == 9\n\n";
 
+// Limits for a sandbox of the other path, one interpreter per candidate, under a uid of its own.
+SandboxLimits fresh_limits(unsigned uid) {
+  SandboxLimits l;
+  l.timeout_s = 2.0;
+  l.uid = uid;
+  l.zygote = false;
+  return l;
+}
+
 }  // namespace
 
 TEST(Sandbox, HonestProgramsPassAndWrongOnesFail) {
@@ -99,6 +108,28 @@ TEST(Sandbox, ExitingEarlyIsNeverAPass) {
   // Printing something that looks like a pass does not help either.
   const Verdict v = box().run("print('passed')\nimport os\nos.write(1, b'passed\\n')\nos._exit(0)\n");
   EXPECT_FALSE(v.passed());
+}
+
+TEST(Sandbox, TheProofOfAPassSurvivesWhatAProgramMayDoToItsProcess) {
+  // A program that replaces os.write or os._exit, or forks during its tests so that two processes
+  // return from them, still passes; one that closes fd 3 fails, saying why; it sees the same
+  // sys.argv on both paths. Both paths: the zygote's (box) and one interpreter per candidate.
+  const Sandbox fresh(fresh_limits(64990));
+  const std::string ok = "def sq(x):\n    return x * x\n";
+  for (const Sandbox* s : {&box(), &fresh}) {
+    const char* path = s->uses_zygote() ? "zygote" : "fresh";
+    for (const char* patch : {"import os\nos.write = lambda fd, b: len(b)\n", "import os\nos._exit = lambda status: None\n",
+                              "import sys\nassert sys.argv == ['-c'], sys.argv\n"}) {
+      const Verdict v = s->run(ok + patch + kCheck + "check(sq)");
+      EXPECT_TRUE(v.passed()) << path << ": " << patch << ": " << v.result << "\n" << v.err;
+    }
+    const Verdict forked = s->run(ok + kCheck + "import os\nchild = os.fork()\ncheck(sq)\nif child:\n    os.waitpid(child, 0)\n");
+    EXPECT_TRUE(forked.passed()) << path << ": " << forked.result;
+    const Verdict closed = s->run(ok + kCheck + "check(sq)\nimport os\nos.closerange(3, 256)\n");
+    EXPECT_EQ(closed.status, Verdict::Status::Failed) << path;
+    EXPECT_EQ(closed.result, "failed: the program closed the verifier's channel (fd 3): its tests returned, but that cannot be proven")
+        << path;
+  }
 }
 
 TEST(Sandbox, TimeoutsAndStdin) {
@@ -484,11 +515,7 @@ TEST(SandboxZygote, AKilledZygoteIsRestarted) {
 }
 
 TEST(SandboxFresh, OneInterpreterPerCandidateKeepsTheRules) {
-  SandboxLimits l;
-  l.timeout_s = 2.0;
-  l.uid = 64997;
-  l.zygote = false;
-  const Sandbox s(l);
+  const Sandbox s(fresh_limits(64997));
   EXPECT_FALSE(s.uses_zygote());
   EXPECT_TRUE(s.run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)").passed());
   EXPECT_EQ(s.run("def sq(x):\n    return x + x\n" + kCheck + "check(sq)").result, "failed: AssertionError");
