@@ -353,6 +353,36 @@ TEST(EvalFaults, SigtermLeavesACleanStateThatResumeCompletes) {
   }
 }
 
+TEST(EvalFaults, OneWriterPerRunDirectory) {
+  // A second eval (or --resume) on a directory that a running eval writes is refused, naming it:
+  // both would append the same samples. Once the first ends, --resume completes the run exactly.
+  TempDir tmp;
+  const fs::path out = tmp / "run";
+  // Long enough (~10x the two refused runs) that the first is still writing when they start.
+  const std::vector<std::string> common = {"-n", "8", "--limit", "4", "--max-new-tokens", "256", "--batch", "2", "--workers", "1"};
+  const pid_t pid = start_cli(eval_args(out, common), tmp / "out.txt", tmp / "err.txt");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (count_lines(out / "samples.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (bool resume : {true, false}) {
+    auto args = eval_args(out, common);
+    if (resume) args.push_back("--resume");
+    const auto second = run_cli(args);
+    EXPECT_EQ(second.exit_code, 1) << second.err;
+    EXPECT_NE(second.err.find("another bestofn is writing this run directory"), std::string::npos) << second.err;
+    EXPECT_NE(second.err.find(out.string()), std::string::npos) << second.err;
+  }
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  auto args = eval_args(out, common);
+  args.push_back("--resume");
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(rows_by_key(read_jsonl(out / "samples.jsonl")).size(), 32u);
+  EXPECT_EQ(read_jsonl(out / "samples.jsonl").size(), 32u);  // no row twice
+}
+
 TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   TempDir tmp;

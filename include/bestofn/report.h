@@ -39,23 +39,29 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 // optional for the report: a missing field, or one of another type, is left out or shown as "n/a";
 // nothing throws):
 //   {"bestofn_version": str, "commit": str, "model": str,
-//    "dataset": {"name": str, "path": str, "problems": int},
+//    "dataset": {"name": str, "kind": str, "problems": int},   kind: humaneval | humaneval+ | mbpp
 //    "n": int, "k": [int...],
 //    "shard": {"index": int, "count": int},             eval --shard I/N only: the summary covers that shard's samples
 //    "sampling": {"temperature": f, "top_p": f, "top_k": int, "min_p": f, "seed": int,
 //                 "max_new_tokens": int, "stop": [str], "chat": bool},
 //    "pass_at_k": {"1": f|null, "10": f|null, ...},      keys are k as strings; null: no problem has n >= k
 //    "plus_pass_at_k": {...},                            HumanEval+ only: the plus tests, same keys
-//    "pass_at_k_note": str,                              why pass@k is absent (e.g. --stop-on-pass)
+//    "pass_at_k_note": str,                              why pass@k is absent (--stop-on-pass)
+//    "solved": int, "solve_rate": f,                     --stop-on-pass only: problems with a passing sample
 //    "problems_skipped": {"100": int, ...},              problems with n < k, per k
 //    "samples": int, "tokens": int,
+//    "cancelled": int,                                   candidates never generated (--stop-on-pass)
+//    "resumed_samples": int,                             samples a --resume found already done
 //    "verdicts": {"passed": int, "failed": int, "timed_out": int, "sandbox_error": int},
 //    "time": {"generation_s": f, "verification_s": f, "wall_s": f,
 //             "overlap_s": f,                            both generation and verification running
-//             "overlap_fraction": f},                    overlap_s / wall_s
+//             "overlap_fraction": f,                     overlap_s / wall_s
+//             "generation_waited_for_verifier_s": f},    the engine blocked on a full verifier queue
 //    "throughput": {"tok_per_s": f, "samples_per_s": f},
 //    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
-//    "device": str, "command": str,
+//    "plot": str,                                        the fail@k SVG's path (absent with --stop-on-pass)
+//    "device": str, "workers": int, "command": str,
+//    "sandbox_missing": [str],                           isolation the kernel refused (empty: none)
 //    "devices": [int...],                               eval on CUDA: the GPUs it ran on (--devices)
 //    "shards": int, "merged_from": [{"dir": str, "shard": "I/N"}...]}   bestofn merge only (its "time"
 //                                                       fields are sums over the shards)

@@ -1,6 +1,7 @@
 #include "cli/eval_files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -92,6 +93,18 @@ void write_file_atomic(const fs::path& path, const std::string& content) {
 RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, bool resume) {
   const fs::path run = dir / "run.json";
   std::error_code ec;
+  // One writer per run directory: a second eval (or --resume) on it while the first runs would
+  // append the same samples twice. The lock is on the directory itself (no extra file in it) and
+  // goes with this process.
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir.string(), "cannot create the output directory: " + ec.message());
+  lock_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd_ < 0) throw Error(dir.string(), std::string("cannot open the output directory: ") + std::strerror(errno));
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw Error(dir.string(), "another bestofn is writing this run directory now; wait for it to end or choose another --out-dir");
+  }
   if (fs::exists(run, ec)) {
     if (!resume)
       throw Error(dir.string(), "holds a run already (run.json); pass --resume to continue it, or choose another --out-dir");
@@ -109,12 +122,14 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   } else {
     if (fs::exists(dir / "samples.jsonl", ec) || fs::exists(dir / "results.jsonl", ec))
       throw Error(dir.string(), "has samples.jsonl or results.jsonl but no run.json: not a bestofn eval directory to write into");
-    fs::create_directories(dir, ec);
-    if (ec) throw Error(dir.string(), "cannot create the output directory: " + ec.message());
     write_file_atomic(run, manifest.dump(2) + "\n");
   }
   samples_out_ = std::make_unique<AppendFile>(dir / "samples.jsonl");
   results_out_ = std::make_unique<AppendFile>(dir / "results.jsonl");
+}
+
+RunFiles::~RunFiles() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void RunFiles::append_sample(const json& row) { samples_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }

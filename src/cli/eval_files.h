@@ -37,7 +37,12 @@ class RunFiles {
  public:
   // A new run (dir absent or without a run) or, with resume, the run in dir, which must have been
   // made with the same manifest: the first differing setting is named in the error.
+  // Only one RunFiles per directory at a time, across processes (a lock on the directory): a
+  // second is an Error naming it.
   RunFiles(const std::filesystem::path& dir, const nlohmann::ordered_json& manifest, bool resume);
+  ~RunFiles();
+  RunFiles(const RunFiles&) = delete;
+  RunFiles& operator=(const RunFiles&) = delete;
   const std::vector<std::pair<std::string, nlohmann::json>>& samples() const { return samples_; }
   const std::vector<std::pair<std::string, nlohmann::json>>& results() const { return results_; }
   void append_sample(const nlohmann::json& row);
@@ -46,6 +51,7 @@ class RunFiles {
  private:
   std::vector<std::pair<std::string, nlohmann::json>> samples_, results_;
   std::unique_ptr<AppendFile> samples_out_, results_out_;
+  int lock_fd_ = -1;
 };
 
 }  // namespace bestofn::cli

@@ -147,7 +147,7 @@ Runner add_generate(CLI::App& app) {
       "cumulative_logprob, and token_ids with --ids; written in prompt order.\n"
       "Unset sampling flags take the model's generation_config.json (else temperature 1).\n"
       "Examples:\n"
-      "  bestofn generate --model ~/models/Llama-3.1-8B --prompt 'def fib(n):' -n 8 --temperature 0.8 --stop '\\ndef '\n"
+      "  bestofn generate --model ~/models/Llama-3.1-8B --prompt 'def fib(n):' -n 8 --temperature 0.8 --stop $'\\ndef '\n"
       "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
   add_model_flags(sub, o->m);
   auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text");
