@@ -268,7 +268,11 @@ void apply_generation_config(ModelConfig& c, const json& j, const std::string& f
       throw rd.fail(key, std::string("must be a number in ") + range + ", got " + v.dump());
     return d;
   };
-  if (rd.has("temperature")) c.generation.temperature = number_in("temperature", 0.0, 100.0, "[0, 100]");
+  if (rd.has("temperature")) {
+    c.generation.temperature = number_in("temperature", 0.0, 100.0, "[0, 100]");
+    if (*c.generation.temperature > 0 && *c.generation.temperature < 1e-20)  // see --temperature
+      throw rd.fail("temperature", "must be 0 (greedy) or from 1e-20 to 100, got " + j["temperature"].dump());
+  }
   if (rd.has("top_p")) c.generation.top_p = number_in("top_p", 0.0, 1.0, "[0, 1]");
   if (rd.has("top_k")) c.generation.top_k = rd.get_int("top_k", std::nullopt, 0);
   if (rd.has("do_sample")) c.generation.do_sample = rd.get_bool("do_sample", false);

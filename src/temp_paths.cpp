@@ -45,12 +45,22 @@ void remove_flat_dir(const char* dir) noexcept {
   rmdir(dir);
 }
 
+// A writer thread may still add a file after one listing: list and remove again, a few times.
+void remove_flat_dir_retrying(const char* dir) noexcept {
+  for (int i = 0; i < 4; ++i) {
+    remove_flat_dir(dir);
+    if (access(dir, F_OK) != 0) return;
+  }
+}
+
+// Runs with SIGINT, SIGTERM and SIGHUP blocked (sa_mask): a second signal (a hangup sends two)
+// waits for the cleanup instead of killing the process half way through it.
 extern "C" void on_fatal_signal(int sig) {
   const int saved = errno;
   remove_temp_paths_now();
   errno = saved;
   signal(sig, SIG_DFL);
-  raise(sig);  // delivered when the handler returns: the process ends as the signal says
+  raise(sig);  // pending until the handler returns: then the process ends as the signal says
 }
 
 }  // namespace
@@ -76,7 +86,7 @@ void unregister_temp_path(int handle) {
 void remove_temp_paths_now() noexcept {
   for (auto& s : g_slots) {
     if (!s.ready.load(std::memory_order_acquire)) continue;
-    if (unlink(s.path) != 0 && (errno == EISDIR || errno == EPERM)) remove_flat_dir(s.path);
+    if (unlink(s.path) != 0 && (errno == EISDIR || errno == EPERM)) remove_flat_dir_retrying(s.path);
   }
 }
 
@@ -87,7 +97,7 @@ void install_temp_path_cleanup() {
     struct sigaction sa {};
     sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
+    for (int other : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, other);
     sigaction(sig, &sa, nullptr);
   }
 }

@@ -361,6 +361,18 @@ TEST(CliGenerate, BadInvocations) {
       expect_failure({"generate", "--model", m, "--prompt", "x", flag, v}, 2, {flag, v});
   for (const char* seed : {"-1", "18446744073709551616", "99999999999999999999999"})
     expect_failure({"generate", "--model", m, "--prompt", "x", "--seed", seed}, 2, {"--seed", seed});
+  // A leading zero is decimal (CLI11 alone reads "010" as octal 8).
+  auto with_seed = [&](const char* seed) {
+    const auto r = run_cli({"generate", "--model", m, "--prompt", "x", "--max-new-tokens", "4", "--seed", seed});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  EXPECT_EQ(with_seed("010"), with_seed("10"));
+  EXPECT_NE(with_seed("010"), with_seed("8"));
+  // A temperature so small that 1 / T times a logit overflows is refused; 1e-20 still samples.
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--temperature", "1e-21"}, 2, {"--temperature", "1e-20"});
+  const auto tiny_t = run_cli({"generate", "--model", m, "--prompt", "x", "--max-new-tokens", "4", "--temperature", "1e-20"});
+  EXPECT_EQ(tiny_t.exit_code, 0) << tiny_t.err;
   expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "0"}, 2, {"-n"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
@@ -449,6 +461,10 @@ TEST(CliGenerate, TwoRunsOnOneOutAndASignalLeaveOneWholeFile) {
     EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == sig) << "signal " << sig << ", wait status " << st;
     EXPECT_EQ(files_starting(dir.path(), "out.jsonl"), std::vector<std::string>{"out.jsonl"}) << "signal " << sig;
     EXPECT_EQ(bestofn::test::read_jsonl(out).size(), 2u);
+    // The output has a new file's mode (0666 less the umask), not mkstemp's 0600.
+    const mode_t mask = umask(0);
+    umask(mask);
+    EXPECT_EQ(static_cast<mode_t>(fs::status(out).permissions()), 0666 & ~mask);
   }
 }
 

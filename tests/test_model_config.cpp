@@ -90,7 +90,7 @@ TEST(ModelConfig, GenerationConfigIsCheckedLikeTheFlags) {
   // names the file and the field.
   for (const char* bad : {R"({"temperature":"hot"})", R"({"temperature":-1})", R"({"temperature":1e9})", R"({"top_p":5})",
                           R"({"top_p":-0.1})", R"({"top_p":"0.9"})", R"({"top_k":-3})", R"({"eos_token_id":[999999999]})",
-                          R"({"bos_token_id":128256})", R"({"do_sample":"yes"})"}) {
+                          R"({"bos_token_id":128256})", R"({"do_sample":"yes"})", R"({"temperature":1e-30})"}) {
     ModelConfig c = parse(kLlama31_8B);
     try {
       apply_generation_config(c, json::parse(bad), "gen/generation_config.json");

@@ -98,12 +98,14 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   // goes with this process.
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir.string(), "cannot create the output directory: " + ec.message());
-  lock_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (lock_fd_ < 0) throw Error(dir.string(), std::string("cannot open the output directory: ") + std::strerror(errno));
-  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    throw Error(dir.string(), "another bestofn is writing this run directory now; wait for it to end or choose another --out-dir");
+  lock_.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_.fd < 0) throw Error(dir.string(), std::string("cannot open the output directory: ") + std::strerror(errno));
+  if (flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      throw Error(dir.string(), "another bestofn is writing this run directory now; wait for it to end or choose another --out-dir");
+    // A file system without flock on directories (NFS, some FUSE): run, unguarded.
+    spdlog::warn("{}: cannot lock the run directory ({}); make sure no other eval writes to it meanwhile", dir.string(),
+                 std::strerror(errno));
   }
   if (fs::exists(run, ec)) {
     if (!resume)
@@ -128,8 +130,8 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   results_out_ = std::make_unique<AppendFile>(dir / "results.jsonl");
 }
 
-RunFiles::~RunFiles() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+RunFiles::DirLock::~DirLock() {
+  if (fd >= 0) ::close(fd);
 }
 
 void RunFiles::append_sample(const json& row) { samples_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }

@@ -40,18 +40,22 @@ class RunFiles {
   // Only one RunFiles per directory at a time, across processes (a lock on the directory): a
   // second is an Error naming it.
   RunFiles(const std::filesystem::path& dir, const nlohmann::ordered_json& manifest, bool resume);
-  ~RunFiles();
-  RunFiles(const RunFiles&) = delete;
-  RunFiles& operator=(const RunFiles&) = delete;
   const std::vector<std::pair<std::string, nlohmann::json>>& samples() const { return samples_; }
   const std::vector<std::pair<std::string, nlohmann::json>>& results() const { return results_; }
   void append_sample(const nlohmann::json& row);
   void append_result(const nlohmann::json& row);
 
  private:
+  // First member: released last, and also when the constructor throws after taking it.
+  struct DirLock {
+    int fd = -1;
+    DirLock() = default;
+    DirLock(const DirLock&) = delete;
+    DirLock& operator=(const DirLock&) = delete;
+    ~DirLock();
+  } lock_;
   std::vector<std::pair<std::string, nlohmann::json>> samples_, results_;
   std::unique_ptr<AppendFile> samples_out_, results_out_;
-  int lock_fd_ = -1;
 };
 
 }  // namespace bestofn::cli

@@ -53,11 +53,11 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
   sub->add_option("--max-new-tokens", f.max_new_tokens, "Tokens per candidate at most")->check(CLI::Range(1, 10000000))->default_str(std::to_string(f.max_new_tokens));
-  sub->add_option("--temperature", f.temperature, "0: greedy")->check(finite_range(0.0, 100.0));
+  sub->add_option("--temperature", f.temperature, "0: greedy")->check(temperature_value());
   sub->add_option("--top-p", f.top_p, "Nucleus sampling mass")->check(finite_range(0.0, 1.0));
   sub->add_option("--top-k", f.top_k, "Keep the k most probable tokens (0: off)")->check(CLI::Range(0, 100000000));
   sub->add_option("--min-p", f.min_p, "Drop tokens below min_p x the best probability")->check(finite_range(0.0, 1.0))->default_str("0");
-  sub->add_option("--seed", f.seed, "Random seed")->check(seed_value())->default_str("0");
+  sub->add_option("--seed", f.seed, "Random seed")->transform(seed_value())->default_str("0");
   sub->add_option("--stop", f.stop, stop_help);
   sub->add_flag("--chat", f.chat, "Wrap each prompt as a user turn in the chat template");
   sub->add_option("--chat-format", f.chat_format, "auto, llama3 or llama2")->check(CLI::IsMember({"auto", "llama3", "llama2"}))->default_str("auto");

@@ -33,6 +33,18 @@ CLI::Validator finite_range(double lo, double hi) {
       "NUMBER in " + range);
 }
 
+CLI::Validator temperature_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string range_error = finite_range(0.0, 100.0)(s);
+        if (!range_error.empty()) return range_error;
+        const double v = std::strtod(s.c_str(), nullptr);
+        if (v != 0.0 && v < 1e-20) return "must be 0 (greedy) or from 1e-20 to 100, got '" + s + "'";
+        return "";
+      },
+      "0 or NUMBER in [1e-20, 100]");
+}
+
 CLI::Validator seed_value() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
@@ -40,6 +52,7 @@ CLI::Validator seed_value() {
         const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
         if (s.empty() || s[0] == '-' || s[0] == '+' || r.ec != std::errc() || r.ptr != s.data() + s.size())
           return "must be an integer from 0 to 18446744073709551615, got '" + s + "'";
+        s = std::to_string(v);  // CLI11 would read "010" as octal 8: it gets the decimal digits only
         return "";
       },
       "UINT64");

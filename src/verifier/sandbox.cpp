@@ -398,7 +398,13 @@ std::string random_token() {
   return buf;
 }
 
-// tok_s is the token once or more, nothing else (keep_tail keeps 256 bytes of it: 7 copies).
+// The token as written: 32 hex digits and a newline (random_token() + "\n").
+constexpr std::size_t kTokenBytes = 33;
+// What drain keeps of the token and setup-status streams: a multiple of the token's length, so
+// that a tail of whole tokens (each written at once, atomic on a pipe) stays whole tokens.
+constexpr std::size_t kSmallStreamCap = 8 * kTokenBytes;
+
+// tok_s is the token once or more, nothing else.
 bool is_token_repeated(const std::string& tok_s, const std::string& token) {
   if (token.empty() || tok_s.empty() || tok_s.size() % token.size() != 0) return false;
   for (std::size_t i = 0; i < tok_s.size(); i += token.size())
@@ -502,7 +508,7 @@ void drain(pollfd* fds, std::string* const* sinks, Fds& guard, int& open_fds, st
     if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     const ssize_t n = read(fds[i].fd, buf, sizeof buf);
     if (n > 0) {
-      keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : 256);
+      keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : kSmallStreamCap);
     } else if (n == 0 || errno != EINTR) {
       int fd = fds[i].fd;
       guard.close_now(fd);
@@ -826,7 +832,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
       }
     }
   }
-  if (zygote_died && !timed_out && tok_s != token && status_s.empty())
+  if (zygote_died && !timed_out && !is_token_repeated(tok_s, token) && status_s.empty())
     status_s = "the worker's zygote interpreter died during the run";
   if (zygote_died && !timed_out) st = 0;
   if (restart) z.stop();  // it exits: the next run starts a new one
