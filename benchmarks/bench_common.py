@@ -6,6 +6,13 @@ import platform
 import subprocess
 
 
+# The modules the sandbox's zygote imports before it forks candidates (kZygote in
+# src/verifier/sandbox.cpp): the benches that measure a fork per candidate import the same.
+ZYGOTE_MODULES = ("os sys socket select resource ctypes traceback errno array base64 bisect collections copy "
+                  "dataclasses decimal fractions functools hashlib heapq itertools json math operator random re "
+                  "statistics string typing").split()
+
+
 def emit(line, out_file=None):
     """Prints one JSON line (and appends it to out_file when given)."""
     text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))

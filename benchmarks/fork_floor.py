@@ -4,7 +4,7 @@
     python3 benchmarks/fork_floor.py [--n 400] [--out FILE]
 
 Measured in a fresh /usr/bin/python3 -I (the sandbox's interpreter) that imports the zygote's
-modules (the same list as kZygote in src/verifier/sandbox.cpp) and nothing else, one process,
+modules (bench_common.ZYGOTE_MODULES) and nothing else, one process,
 one core. Per case, --n
 children are forked one after another and each is waited for:
   fork_exit       the child exits at once (os._exit): the kernel's fork and exit of this
@@ -28,13 +28,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
+from bench_common import ZYGOTE_MODULES, cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
-PRE_IMPORTS = ("os sys socket select resource ctypes traceback errno array base64 bisect collections copy "
-               "dataclasses decimal fractions functools hashlib heapq itertools json math operator random re "
-               "statistics string typing").split()
 
 
 # Runs in a fresh /usr/bin/python3 -I that imports only the zygote's modules (and marshal, time:
@@ -107,7 +104,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         progs = Path(tmp) / "programs.marshal"
         progs.write_bytes(marshal.dumps((failing, canonical)))
-        r = subprocess.run(["/usr/bin/python3", "-I", "-c", MEASURE, str(progs), str(args.n), " ".join(PRE_IMPORTS)],
+        r = subprocess.run(["/usr/bin/python3", "-I", "-c", MEASURE, str(progs), str(args.n), " ".join(ZYGOTE_MODULES)],
                            capture_output=True, text=True, check=False)
     if r.returncode != 0:
         sys.exit("fork_floor: the measuring interpreter failed: " + r.stderr.strip()[-500:])

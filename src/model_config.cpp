@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "bestofn/error.h"
+#include "bestofn/sampler.h"
 #include "json_file.h"
 
 namespace bestofn {
@@ -270,7 +271,7 @@ void apply_generation_config(ModelConfig& c, const json& j, const std::string& f
   };
   if (rd.has("temperature")) {
     c.generation.temperature = number_in("temperature", 0.0, 100.0, "[0, 100]");
-    if (*c.generation.temperature > 0 && *c.generation.temperature < 1e-20)  // see --temperature
+    if (*c.generation.temperature > 0 && *c.generation.temperature < kMinTemperature)
       throw rd.fail("temperature", "must be 0 (greedy) or from 1e-20 to 100, got " + j["temperature"].dump());
   }
   if (rd.has("top_p")) c.generation.top_p = number_in("top_p", 0.0, 1.0, "[0, 1]");

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "bestofn/error.h"
+#include "bestofn/text_file.h"
 #include "json_file.h"
 
 namespace bestofn {
@@ -154,8 +155,7 @@ SafetensorsHeader parse_safetensors(const std::uint8_t* bytes, std::size_t size,
 }
 
 SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path.string()) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO: no wait for a writer
-  if (fd < 0) throw Error(path_, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input(path);  // refuses directories and devices; a FIFO is left for mmap's check
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

@@ -7,6 +7,10 @@
 
 namespace bestofn {
 
+// The smallest temperature above 0 (greedy) the samplers take: below it, 1 / T times a logit can
+// overflow a float and no distribution is left. The flags and generation_config.json check it.
+inline constexpr double kMinTemperature = 1e-20;
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
   int top_k = 0;             // 0: off

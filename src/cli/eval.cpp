@@ -67,11 +67,20 @@ struct EvalOptions {
 std::atomic<bool> g_interrupted{false};
 // Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
 std::atomic<bool> g_stop{false};
-extern "C" void on_interrupt(int sig) {
+extern "C" void on_interrupt(int) {
   g_interrupted.store(true);
   g_stop.store(true);
-  (void)sig;
   install_temp_path_cleanup();
+}
+
+// --tasks: the ids in order; an empty list or an empty id (",", "a,,b", "a,") is an Error.
+std::vector<std::string> task_ids(const std::string& text) {
+  std::vector<std::string> ids;
+  std::stringstream ss(text);
+  for (std::string id; std::getline(ss, id, ',');) ids.push_back(id);
+  if (ids.empty() || text.back() == ',' || std::count(ids.begin(), ids.end(), std::string()) > 0)
+    throw Error("--tasks: '" + text + "' has an empty task id");
+  return ids;
 }
 
 // The prompt a base model continues, or the user turn of a chat model.
@@ -295,7 +304,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
   add_sampling_flags(sub, o->m, "Stop string (repeatable; replaces the dataset's default set)");
   auto* limit = sub->add_option("--limit", o->limit, "Only the first P problems")->check(CLI::Range(1, 100000000));
-  auto* tasks = sub->add_option("--tasks", o->tasks, "Only these task ids, comma-separated (HumanEval/0,HumanEval/7)");
+  auto* tasks = sub->add_option("--tasks", o->tasks, "Only these task ids, comma-separated (HumanEval/0,HumanEval/7)")
+                    ->check(checked_by([](const std::string& text) { task_ids(text); }, "ID,ID,..."));
   limit->excludes(tasks);
   sub->add_option("--out-dir", o->out_dir, "Output directory")->default_str("bestofn-eval");
   sub->add_flag("--resume", o->resume, "Continue the run in --out-dir: only missing samples are generated and verified");
@@ -313,17 +323,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--devices", o->devices,
                   "CUDA devices, e.g. 0,1,2,3: one engine per GPU in this process, sharing the verifier pool (default: every device "
                   "CUDA_VISIBLE_DEVICES shows)");
-  sub->callback([o, sub] {
-    if (sub->count("--tasks")) {
-      std::stringstream ss(o->tasks);
-      std::string id;
-      bool any = false;
-      while (std::getline(ss, id, ',')) {
-        if (id.empty()) throw CLI::ValidationError("--tasks", "'" + o->tasks + "' has an empty task id");
-        any = true;
-      }
-      if (!any || o->tasks.back() == ',') throw CLI::ValidationError("--tasks", "'" + o->tasks + "' has an empty task id");
-    }
+  sub->callback([o] {
     if (!o->shard.empty() && o->stop_on_pass)
       throw CLI::ValidationError("--shard", "cannot be used with --stop-on-pass: a shard cannot see the other shards' passes");
     if (!o->devices.empty() && o->m.device == "cpu")
@@ -350,9 +350,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     if (!o->tasks.empty()) {
       std::map<std::string, std::size_t> pos;
       for (std::size_t i = 0; i < problems.size(); ++i) pos[problems[i].task_id] = i;
-      std::stringstream ss(o->tasks);
       std::set<std::string> seen;
-      for (std::string id; std::getline(ss, id, ',');) {
+      for (const std::string& id : task_ids(o->tasks)) {
         const auto it = pos.find(id);
         if (it == pos.end()) throw Error("--tasks: unknown task id '" + id + "' in dataset " + o->dataset);
         if (!seen.insert(id).second) continue;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bestofn/error.h"
+#include "bestofn/sampler.h"
 
 namespace bestofn::cli {
 
@@ -39,7 +40,7 @@ CLI::Validator temperature_value() {
         std::string range_error = finite_range(0.0, 100.0)(s);
         if (!range_error.empty()) return range_error;
         const double v = std::strtod(s.c_str(), nullptr);
-        if (v != 0.0 && v < 1e-20) return "must be 0 (greedy) or from 1e-20 to 100, got '" + s + "'";
+        if (v != 0.0 && v < kMinTemperature) return "must be 0 (greedy) or from 1e-20 to 100, got '" + s + "'";
         return "";
       },
       "0 or NUMBER in [1e-20, 100]");
