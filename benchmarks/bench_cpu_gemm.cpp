@@ -1,4 +1,4 @@
-// The CPU FP8 GEMM kernel alone (cpu::fp8::dot_rows, src/cpu/gemm_fp8.cpp) on one thread: GFLOP/s
+// The CPU FP8 GEMM kernel alone (cpu::fp8::dot_strips, src/cpu/gemm_fp8.cpp) on one thread: GFLOP/s
 // and the share of the one-core vdpbf16ps ceiling (bench_cpu_peak) for the bench-100m layer shapes
 // at T tokens. Weights either stay in L2 (one small matrix, repeated) or stream from memory
 // (enough copies of the matrix to leave every cache). One JSON line per (shape, T, placement):
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     for (const std::size_t T : tokens)
       for (const bool stream : {false, true}) {
         // Streaming: copies of the matrix totalling ~256 MB, walked in order.
-        const std::size_t bytes = s.out * s.in;
+        const std::size_t bytes = packed_weight_bytes(s.out, s.in);  // random codes, already in strips
         const std::size_t copies = stream ? std::max<std::size_t>(1, (256u << 20) / bytes) : 1;
         std::vector<std::uint8_t> w(bytes * copies);
         for (auto& c : w) {
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         double elapsed = 0;
         while (elapsed < seconds) {
           for (int rep = 0; rep < 8; ++rep, ++calls)
-            dot_rows(path, w.data() + (calls % copies) * bytes, s.in, 0, s.out, packed.data(), T, acc.data(), s.out);
+            dot_strips(path, w.data() + (calls % copies) * bytes, s.out, s.in, 0, strip_count(s.out), packed.data(), T, acc.data(), s.out);
           elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
         const double gflops = 2.0 * static_cast<double>(s.out * s.in * T) * static_cast<double>(calls) / elapsed / 1e9;

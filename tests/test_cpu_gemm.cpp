@@ -3,8 +3,8 @@
 // so an FP8 dot product depends only on its summation order, and the BF16 kernels use one fused
 // multiply-add per product (std::fma here). A second check puts the FP8 reference within the
 // fp32 error bound of a double-precision sum, so the order is an order of the right terms.
-// Shapes: the bench-100m layers (768 / 2048 wide, N = 1, 2, 3, 16, 33 tokens) and ragged ones
-// (a partial 64-element block, a partial block of 4 rows); values: all 256 E4M3 codes as weights
+// Shapes: the bench-100m layers (768 / 2048 wide, N = 1, 2, 3, 16, 17, 33 tokens: 16 per kernel call) and ragged ones
+// (a partial quad of inputs, a partial strip of 16 rows); values: all 256 E4M3 codes as weights
 // against all finite codes as activations, subnormals and +-448 included.
 #include <gtest/gtest.h>
 
@@ -33,26 +33,17 @@ namespace fp8 = cpu::fp8;
 struct Shape {
   std::size_t out, in, T;
 };
-const Shape kShapes[] = {{768, 768, 1}, {256, 768, 2}, {2048, 768, 3}, {768, 2048, 16}, {132, 768, 33},
-                         {259, 296, 1}, {259, 296, 5}, {7, 40, 2},     {13, 64, 4}};
+const Shape kShapes[] = {{768, 768, 1}, {256, 768, 2}, {2048, 768, 3}, {768, 2048, 16}, {132, 768, 33}, {2048, 768, 17},
+                         {259, 296, 1}, {259, 296, 5}, {7, 40, 2},     {13, 64, 4},   {37, 298, 17},  {5, 7, 3}};
 
-float tree_sum(const float* a) {
-  float h8[8], h4[4];
-  for (int i = 0; i < 8; ++i) h8[i] = a[i] + a[i + 8];
-  for (int i = 0; i < 4; ++i) h4[i] = h8[i] + h8[i + 4];
-  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
-}
-
-// The FP8 order of gemm_fp8.h, one scalar addition at a time.
+// The FP8 order of gemm_fp8.h, one scalar addition at a time: per quad k, the products at k+1,
+// k, k+3, k+2.
 float fp8_reference(const float* x, const std::uint8_t* w, std::size_t in) {
   auto term = [&](std::size_t e) { return e < in ? x[e] * fp8_e4m3_to_float_finite(w[e]) : 0.0f; };
-  float lanes[16] = {};
-  for (std::size_t b = 0; b < in; b += 64)
-    for (std::size_t j = 0; j < 16; ++j) {
-      const std::size_t e = b + 16 * (j / 4) + 2 * (j % 4);
-      for (std::size_t d : {1, 0, 9, 8}) lanes[j] += term(e + d);
-    }
-  return tree_sum(lanes);
+  float sum = 0.0f;
+  for (std::size_t k = 0; k < in; k += 4)
+    for (std::size_t d : {1, 0, 3, 2}) sum += term(k + d);
+  return sum;
 }
 
 // Codes: weights take all 256 (row r, column i: code (r * 7 + i) mod 256 for the first 256
@@ -84,10 +75,14 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
     for (fp8::Path p : paths) {
       std::vector<std::uint16_t> packed(s.T * fp8::packed_size(p, s.in));
       fp8::pack_activations(p, x.data(), s.T, s.in, packed.data());
+      std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(s.out, s.in));
+      const std::size_t n = fp8::strip_count(s.out);
+      fp8::pack_weights(w.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs
+      fp8::pack_weights(w.data(), s.out, s.in, n / 2, n, strips.data());
       std::vector<float> y(s.T * s.out, NAN);
-      // Two row ranges, as two threads would split them.
-      fp8::dot_rows(p, w.data(), s.in, 0, s.out / 2, packed.data(), s.T, y.data(), s.out);
-      fp8::dot_rows(p, w.data(), s.in, s.out / 2, s.out, packed.data(), s.T, y.data(), s.out);
+      // Two strip ranges, as two threads would split them.
+      fp8::dot_strips(p, strips.data(), s.out, s.in, 0, n / 2, packed.data(), s.T, y.data(), s.out);
+      fp8::dot_strips(p, strips.data(), s.out, s.in, n / 2, n, packed.data(), s.T, y.data(), s.out);
       int bad = 0;
       for (std::size_t t = 0; t < s.T; ++t)
         for (std::size_t o = 0; o < s.out; ++o) {

@@ -147,6 +147,14 @@ class CpuEngine final : public Engine {
     const bool f32 = w_->token_embedding.dtype == DType::F32;
     kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
     if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
+    // Every FP8 layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h): as many bytes as the
+    // checkpoint's codes, which the engine then no longer reads.
+    auto pack = [&](const Linear& l) {
+      if (l.is_fp8()) strips_.emplace(&l, cpu::pack_fp8(l, pool_));
+    };
+    for (const LayerWeights& L : w_->layers)
+      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*l);
+    pack(w_->lm_head);
   }
 
   const ModelConfig& config() const override { return c_; }
@@ -183,7 +191,7 @@ class CpuEngine final : public Engine {
   }
   void linear(const Linear& w, const float* x, std::size_t T, float* y) {
     const auto t0 = Clock::now();
-    cpu::linear(w, x, T, y, pool_);
+    cpu::linear(w, x, T, y, pool_, strips_of(w));
     add_since(t0, &PhaseTimes::gemm_ms);
   }
   // xn_ = rmsnorm(x_) for T rows, the rows split over the pool (each computed as alone).
@@ -196,8 +204,16 @@ class CpuEngine final : public Engine {
   }
   void linear_many(std::initializer_list<const Linear*> ws, const float* x, std::size_t T, std::initializer_list<float*> ys) {
     const auto t0 = Clock::now();
-    cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_);
+    std::vector<const std::uint8_t*> strips;
+    for (const Linear* w : ws) strips.push_back(strips_of(*w));
+    cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_,
+                     strips);
     add_since(t0, &PhaseTimes::gemm_ms);
+  }
+  // The packed codes of an FP8 layer of this model (nullptr for other layers).
+  const std::uint8_t* strips_of(const Linear& l) const {
+    const auto it = strips_.find(&l);
+    return it == strips_.end() ? nullptr : it->second.data();
   }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
@@ -221,6 +237,7 @@ class CpuEngine final : public Engine {
   const ModelConfig& c_;
   cpu::ThreadPool pool_;
   std::vector<float> inv_freq_;
+  std::map<const Linear*, std::vector<std::uint8_t>> strips_;  // FP8 layers, in the GEMM's layout
   EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};

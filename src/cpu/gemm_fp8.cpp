@@ -2,19 +2,21 @@
 //
 // AVX-512 BF16 path. Every E4M3 value is exact in BF16 (subnormals included: they are normal
 // BF16 numbers, so vdpbf16ps's flush of BF16 denormals never applies), so `vdpbf16ps` multiplies
-// E4M3 pairs exactly and adds 32 products per instruction, twice the fp32 FMA rate. A 64-byte block
-// of weight codes becomes BF16 through two `vpermi2b` lookups (the high and the low byte of the
-// BF16 value of each of the 128 magnitudes) and the sign bit, and `vpunpck{l,h}bw` join the bytes.
-// The unpacks interleave within 128-bit lanes; the activations are packed once per call in the
-// same order, so no weight is ever shuffled.
+// E4M3 pairs exactly and adds 32 products per instruction, twice the fp32 FMA rate. A strip's
+// 64-byte block of codes (16 rows x 4 inputs) becomes BF16 through two `vpermi2b` lookups (the
+// high and the low byte of the BF16 value of each of the 128 magnitudes) and the sign bit, and
+// `vpunpck{l,h}bw` join the bytes: pack_weights put each code where the unpacks leave lane j =
+// row j holding the row's inputs (k, k+1) in the first vector and (k+2, k+3) in the second. Each
+// token's activation pair is broadcast from memory into the other operand, so a strip needs no
+// horizontal sum: lane j is output j.
 //
 // vdpbf16ps adds a lane's odd product, then its even product, rounding after each (Intel's
 // pseudo-code; AMD Zen 4 does the same). A CPU that rounded otherwise would change the order, so
 // the path is used only after self_check() has compared it with the generic code on this CPU.
 //
-// Generic path: the same sums in the same order with fp32 vectors (GCC vector extension), on weights
-// widened to floats in that order; each product is exact, so a fused or a separate multiply-add
-// rounds the same.
+// Generic path: the same sums in the same order with fp32 vectors of 16 lanes, one row each (GCC
+// vector extension), on the strip widened to floats; each product is exact, so a fused or a
+// separate multiply-add rounds the same.
 #include "cpu/gemm_fp8.h"
 
 #include <immintrin.h>
@@ -23,6 +25,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "bestofn/numeric.h"
@@ -32,96 +35,73 @@
 namespace bestofn::cpu::fp8 {
 namespace {
 
-constexpr int kRows = 4;         // weight rows per block, each decoded once for all tokens
-constexpr std::size_t kTile = 32;  // tokens per tile, so a tile of activations stays in L2
-// Up to this many tokens, weights are decoded in registers (a decoded 64-code block serves every
-// token at once; bench-100m at N = 3 and 4 ran at 1.9x and 1.2x the panel kernels' speed, and at
-// N = 8 the panel was as fast, at N = 16 faster).
-constexpr std::size_t kFusedMax = 4;
+constexpr std::size_t kQuad = 4;               // inputs per block
+constexpr std::size_t kBlock = kStrip * kQuad;  // bytes per block
+constexpr std::size_t kChunk = kStrip;          // tokens per kernel call (one accumulator each)
+// With more tokens than one chunk, a group of strips this large (bytes) stays in L2 while every
+// chunk of tokens passes over it.
+constexpr std::size_t kGroupBytes = 256 << 10;
 
-// Element (within its 64-block) of packed position p: what vpunpck{l,h}bw put there.
-constexpr std::size_t element(std::size_t p) { return 16 * ((p % 32) / 8) + 8 * (p / 32) + p % 8; }
-// Element of position f of the generic layout: per block, lanes of (odd, even) products of the
-// low unpack, then of the high unpack.
-constexpr std::size_t generic_element(std::size_t f) {
-  const std::size_t s = f / 16, j = f % 16;
-  return 16 * (j / 4) + 2 * (j % 4) + (s >= 2 ? 8 : 0) + (s % 2 == 0 ? 1 : 0);
+// Where byte b of a block goes: vpunpcklbw takes bytes 0-7 of each 128-bit lane to the words of
+// the first vector, vpunpckhbw bytes 8-15 to the second; word w of a vector is lane w / 2's
+// (even, odd) half. So byte b holds row `row`, input k + `d` of the quad.
+struct Place {
+  std::uint8_t row, d;
+};
+constexpr Place place(std::size_t b) {
+  const std::size_t within = b % 16, word = 8 * (b / 16) + within % 8;
+  return {static_cast<std::uint8_t>(word / 2), static_cast<std::uint8_t>(word % 2 + (within < 8 ? 0 : 2))};
 }
-
-inline float tree_sum(const float* a) {
-  float h8[8], h4[4];
-  for (int i = 0; i < 8; ++i) h8[i] = a[i] + a[i + 8];
-  for (int i = 0; i < 4; ++i) h4[i] = h8[i] + h8[i + 4];
-  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
-}
+constexpr auto kPlaces = [] {
+  std::array<Place, kBlock> a{};
+  for (std::size_t b = 0; b < kBlock; ++b) a[b] = place(b);
+  return a;
+}();
 
 // ---- generic path ----------------------------------------------------------------------------
 
-typedef float Vec __attribute__((vector_size(16 * sizeof(float))));
-inline Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+typedef float Vec __attribute__((vector_size(kStrip * sizeof(float))));
 
-// Row of codes -> floats in the generic layout, zero past `in`: each block widened in element
-// order (a loop that vectorizes), then permuted.
-void widen_generic(const std::uint8_t* w, std::size_t in, float* out) {
-  static constexpr auto order = [] {
-    std::array<std::uint8_t, 64> a{};
-    for (std::size_t f = 0; f < 64; ++f) a[f] = static_cast<std::uint8_t>(generic_element(f));
+const std::array<float, 256>& code_values() {
+  static const auto t = [] {
+    std::array<float, 256> a{};
+    for (unsigned c = 0; c < 256; ++c) a[c] = fp8_e4m3_to_float_finite(static_cast<std::uint8_t>(c));
     return a;
   }();
-  float block[64];
-  for (std::size_t b = 0; b < in; b += 64) {
-    const std::size_t n = std::min<std::size_t>(64, in - b);
-    for (std::size_t e = 0; e < n; ++e) block[e] = fp8_e4m3_to_float_finite(w[b + e]);
-    for (std::size_t e = n; e < 64; ++e) block[e] = 0.0f;
-    for (std::size_t f = 0; f < 64; ++f) out[b + f] = block[order[f]];
-  }
+  return t;
 }
 
-template <int TT>
-void kernel_generic(const float* panel, std::size_t pad, const float* const* xs, float (*out)[kRows]) {
-  Vec acc[TT][kRows] = {};
-  for (std::size_t i = 0; i < pad; i += 16) {
-    Vec w[kRows];
-    for (int k = 0; k < kRows; ++k) w[k] = load_vec(panel + static_cast<std::size_t>(k) * pad + i);
-    for (int t = 0; t < TT; ++t) {
-      const Vec x = load_vec(xs[t] + i);
-      for (int k = 0; k < kRows; ++k) acc[t][k] += x * w[k];
-    }
-  }
-  for (int t = 0; t < TT; ++t)
-    for (int k = 0; k < kRows; ++k) {
-      float lanes[16];
-      std::memcpy(lanes, &acc[t][k], sizeof lanes);
-      out[t][k] = tree_sum(lanes);
-    }
+// The scaled (or raw) sums of lanes [0, rows) of acc into y.
+inline void store_row(const float* acc, std::size_t rows, float* y, const float* ts, const float* rs, std::size_t row_scales) {
+  for (std::size_t j = 0; j < rows; ++j)
+    y[j] = ts ? acc[j] * *ts * rs[row_scales == 1 ? 0 : j] : acc[j];
 }
 
-using GenericKernel = void (*)(const float*, std::size_t, const float* const*, float (*)[kRows]);
-constexpr GenericKernel kGeneric[kRows] = {kernel_generic<1>, kernel_generic<2>, kernel_generic<3>, kernel_generic<4>};
-
-void dot_rows_generic(const std::uint8_t* w, std::size_t in, std::size_t r0, std::size_t r1, const float* x, std::size_t T,
-                      float* acc, std::size_t stride) {
-  const std::size_t pad = padded(in);
-  thread_local std::vector<float> panel;
-  panel.resize(kRows * pad);
-  for (std::size_t t0 = 0; t0 < T; t0 += kTile) {
-    const std::size_t t1 = std::min(T, t0 + kTile);
-    for (std::size_t r = r0; r < r1; r += kRows) {
-      const std::size_t rows = std::min<std::size_t>(kRows, r1 - r);
-      for (std::size_t k = 0; k < kRows; ++k) widen_generic(w + std::min(r + k, r1 - 1) * in, in, panel.data() + k * pad);
-      for (std::size_t t = t0; t < t1; t += kRows) {
-        const std::size_t tt = std::min<std::size_t>(kRows, t1 - t);
-        const float* xs[kRows];
-        for (std::size_t j = 0; j < tt; ++j) xs[j] = x + (t + j) * pad;
-        float out[kRows][kRows];
-        kGeneric[tt - 1](panel.data(), pad, xs, out);
-        for (std::size_t j = 0; j < tt; ++j)
-          for (std::size_t k = 0; k < rows; ++k) acc[(t + j) * stride + r + k] = out[j][k];
+void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                        std::size_t T, float* y, std::size_t ys, const float* ts, const float* rs, std::size_t row_scales) {
+  const std::size_t pin = padded(in), quads = pin / kQuad;
+  const auto& value = code_values();
+  thread_local std::vector<Vec> wv;  // (quad, d): the 16 rows' weights for input 4q + d
+  wv.resize(quads * kQuad);
+  for (std::size_t s = s0; s < s1; ++s) {
+    const std::uint8_t* sw = pw + s * strip_bytes(in);
+    for (std::size_t q = 0; q < quads; ++q)
+      for (std::size_t b = 0; b < kBlock; ++b) wv[q * kQuad + kPlaces[b].d][kPlaces[b].row] = value[sw[q * kBlock + b]];
+    const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* xt = x + t * pin;
+      Vec acc = {};
+      for (std::size_t q = 0; q < quads; ++q) {
+        const Vec* w = &wv[q * kQuad];
+        const float* xk = xt + q * kQuad;
+        acc += w[1] * xk[1];
+        acc += w[0] * xk[0];
+        acc += w[3] * xk[3];
+        acc += w[2] * xk[2];
       }
+      float lanes[kStrip];
+      std::memcpy(lanes, &acc, sizeof lanes);
+      store_row(lanes, rows, y + t * ys + r0, ts ? ts + t : nullptr, rs ? (row_scales == 1 ? rs : rs + r0) : nullptr, row_scales);
     }
   }
 }
@@ -156,9 +136,9 @@ BESTOFN_AVX512_BF16 inline Tables load_tables() {
   return {_mm512_load_si512(b.hi), _mm512_load_si512(b.hi + 64), _mm512_load_si512(b.lo), _mm512_load_si512(b.lo + 64)};
 }
 
-// 64 codes (zero past `left`) -> two vectors of 32 BF16 values in the packed order.
-BESTOFN_AVX512_BF16 inline void decode(const std::uint8_t* p, std::size_t left, const Tables& tb, __m512i& p0, __m512i& p1) {
-  const __m512i w = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(static_cast<__mmask64>((1ull << left) - 1), p);
+// One block -> lane j: row j's BF16 weights for inputs (k, k+1) in p0, (k+2, k+3) in p1.
+BESTOFN_AVX512_BF16 inline void decode(const std::uint8_t* p, const Tables& tb, __m512i& p0, __m512i& p1) {
+  const __m512i w = _mm512_loadu_si512(p);
   // vpermi2b reads index bits 0..6 only: the sign bit is or-ed in after (0xf8: a | (b & c)).
   const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tb.hi0, w, tb.hi1), w, _mm512_set1_epi8(-128), 0xf8);
   const __m512i lo = _mm512_permutex2var_epi8(tb.lo0, w, tb.lo1);
@@ -166,132 +146,103 @@ BESTOFN_AVX512_BF16 inline void decode(const std::uint8_t* p, std::size_t left, 
   p1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
-BESTOFN_AVX512_BF16 inline __m512 dot2(__m512 acc, __m512i w, const std::uint16_t* x) {
-  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(w), reinterpret_cast<__m512bh>(_mm512_loadu_si512(x)));
+// The BF16 pair at x, in every lane.
+BESTOFN_AVX512_BF16 inline __m512bh pair(const std::uint16_t* x) {
+  std::uint32_t v;
+  std::memcpy(&v, x, sizeof v);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(v)));
 }
 
-BESTOFN_AVX512_BF16 inline float tree_sum(__m512 a) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, a);
-  return tree_sum(lanes);
-}
+constexpr int kMaxStrips = 8;  // strips per kernel call
 
-// kRows rows x TT tokens, the weights decoded in registers (few tokens: nothing to amortize a
-// panel over). The next block of rows (contiguous, at `next`) is prefetched line by line as this
-// one is read: four interleaved rows of a few hundred bytes are too short for the hardware
-// prefetcher to pick up.
-template <int TT>
-BESTOFN_AVX512_BF16 void kernel_fused(const std::uint8_t* const* w, std::size_t in, const std::uint16_t* const* xs,
-                                      const Tables& tb, const std::uint8_t* next, float (*out)[kRows]) {
-  __m512 acc[TT][kRows];
+struct StripArgs {
+  const std::uint8_t* w;     // the first strip's blocks; the others follow, sb bytes apart
+  const std::uint8_t* next;  // the strips after them, prefetched a line per block and strip
+  std::size_t sb;            // bytes per strip
+  std::size_t pin;           // padded inputs (the stride of x, in words)
+  const std::uint16_t* x;    // the first token of the chunk
+  float* y;                  // output (token 0 of the chunk, row 0 of the first strip)
+  std::size_t ys;            // y's token stride
+  const float* ts;           // token scales of the chunk, or nullptr: raw sums
+  __mmask16 rows[kMaxStrips];  // each strip's rows that exist
+  __m512 rs[kMaxStrips];       // each strip's row scales
+};
+
+// S strips x TT tokens: S * TT accumulators of 16 rows, the weights decoded once per block for
+// all tokens. Several strips give few tokens independent chains of additions (one accumulator
+// alone would wait on each vdpbf16ps); each output still has its one accumulator and order.
+template <int TT, int S>
+BESTOFN_AVX512_BF16 void strip_kernel(const StripArgs& a, const Tables& tb) {
+  __m512 acc[S][TT];
   for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_ps();
-  for (std::size_t i = 0; i < in; i += 64)
-    for (int k = 0; k < kRows; ++k) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<std::size_t>(k) * in + i), _MM_HINT_T0);
+    for (auto& v : row) v = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < a.pin; k += kQuad)
+    for (int j = 0; j < S; ++j) {
+      const std::size_t at = static_cast<std::size_t>(j) * a.sb + k * kStrip;
+      _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
       __m512i p0, p1;
-      decode(w[k] + i, in - i, tb, p0, p1);
-      for (int t = 0; t < TT; ++t) acc[t][k] = dot2(dot2(acc[t][k], p0, xs[t] + i), p1, xs[t] + i + 32);
+      decode(a.w + at, tb, p0, p1);
+      for (int t = 0; t < TT; ++t) {
+        const std::uint16_t* xt = a.x + static_cast<std::size_t>(t) * a.pin + k;
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xt));
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xt + 2));
+      }
     }
-  for (int t = 0; t < TT; ++t)
-    for (int k = 0; k < kRows; ++k) out[t][k] = tree_sum(acc[t][k]);
+  for (int j = 0; j < S; ++j)
+    for (int t = 0; t < TT; ++t) {
+      __m512 v = acc[j][t];
+      if (a.ts) v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(a.ts[t])), a.rs[j]);
+      _mm512_mask_storeu_ps(a.y + static_cast<std::size_t>(t) * a.ys + static_cast<std::size_t>(j) * kStrip, a.rows[j], v);
+    }
 }
 
-// _mm512_shuffle_f32x4 through its masked form: GCC 12's plain form passes an "undefined" vector
-// that -Wuninitialized reports once inlined (a full mask gives the same instruction).
-template <int Imm>
-BESTOFN_AVX512_BF16 inline __m512 shuffle_quarters(__m512 a, __m512 b) {
-  return _mm512_mask_shuffle_f32x4(a, static_cast<__mmask16>(0xffff), a, b, Imm);
-}
+// Strips per call for TT tokens: up to 16 accumulators.
+constexpr int strips_for(int tt) { return tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
 
-// The tree sums of 16 accumulators at once, in tree_sum's order: each step adds the same pairs
-// of partial sums that tree_sum adds, for 2, 4, 8 and then all 16 accumulators per instruction.
-// Lane 4q + j of the result holds the sum of a[4j + q].
-BESTOFN_AVX512_BF16 inline __m512 tree_sum16(const __m512* a) {
-  __m512 s[8], u[4], w[2];
-  for (int k = 0; k < 8; ++k)  // (j, j + 8): [a0 | a1] halves
-    s[k] = _mm512_add_ps(shuffle_quarters<0x44>(a[2 * k], a[2 * k + 1]), shuffle_quarters<0xee>(a[2 * k], a[2 * k + 1]));
-  for (int k = 0; k < 4; ++k)  // (j, j + 4) within each half: quarters
-    u[k] = _mm512_add_ps(shuffle_quarters<0x88>(s[2 * k], s[2 * k + 1]), shuffle_quarters<0xdd>(s[2 * k], s[2 * k + 1]));
-  for (int k = 0; k < 2; ++k)  // (j, j + 2) within each quarter
-    w[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0x44), _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0xee));
-  return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xdd));  // (0, 1)
+using StripKernel = void (*)(const StripArgs&, const Tables&);
+template <std::size_t... I>
+constexpr std::array<StripKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {strip_kernel<static_cast<int>(I) + 1, strips_for(static_cast<int>(I) + 1)>...};
 }
-
-// kRows rows of a decoded panel (BF16, packed order) x TT tokens. The rows at `next` (the next
-// block, contiguous codes) are prefetched a line per step, so that they arrive while this block
-// computes.
-template <int TT>
-BESTOFN_AVX512_BF16 void kernel_panel(const std::uint16_t* panel, std::size_t pad, const std::uint16_t* const* xs,
-                                      const std::uint8_t* next, std::size_t next_bytes, float (*out)[kRows]) {
-  __m512 acc[TT][kRows];
-  for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_ps();
-  std::size_t line = 0;
-  for (std::size_t i = 0; i < pad; i += 32) {
-    for (int l = 0; l < 2 && line < next_bytes; ++l, line += 64)  // 4 rows x 64 codes per step: 2 lines
-      _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T0);
-    __m512i w[kRows];
-    for (int k = 0; k < kRows; ++k) w[k] = _mm512_loadu_si512(panel + static_cast<std::size_t>(k) * pad + i);
-    for (int t = 0; t < TT; ++t)
-      for (int k = 0; k < kRows; ++k) acc[t][k] = dot2(acc[t][k], w[k], xs[t] + i);
-  }
-  if constexpr (TT == 4 && kRows == 4) {
-    // Lane 4k + t holds out[t][k]: transposed back on the way out.
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, tree_sum16(&acc[0][0]));
-    for (int t = 0; t < TT; ++t)
-      for (int k = 0; k < kRows; ++k) out[t][k] = lanes[4 * k + t];
-  } else {
-    for (int t = 0; t < TT; ++t)
-      for (int k = 0; k < kRows; ++k) out[t][k] = tree_sum(acc[t][k]);
-  }
+constexpr auto kKernels = make_kernels(std::make_index_sequence<kChunk>{});
+// The kernels for one strip (the last strips of a range that a multi-strip kernel cannot fill).
+template <std::size_t... I>
+constexpr std::array<StripKernel, sizeof...(I)> make_single(std::index_sequence<I...>) {
+  return {strip_kernel<static_cast<int>(I) + 1, 1>...};
 }
+constexpr auto kSingle = make_single(std::make_index_sequence<kChunk>{});
 
-BESTOFN_AVX512_BF16 void dot_rows_avx512(const std::uint8_t* w, std::size_t in, std::size_t r0, std::size_t r1,
-                                         const std::uint16_t* x, std::size_t T, float* acc, std::size_t stride) {
-  const std::size_t pad = padded(in);
+BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                                           const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts,
+                                           const float* rs, std::size_t row_scales) {
+  const std::size_t pin = padded(in), sb = strip_bytes(in);
   const Tables tb = load_tables();
-  thread_local std::vector<std::uint16_t> panel;
-  panel.resize(kRows * pad);
-  for (std::size_t t0 = 0; t0 < T; t0 += kTile) {
-    const std::size_t t1 = std::min(T, t0 + kTile);
-    for (std::size_t r = r0; r < r1; r += kRows) {
-      const std::size_t rows = std::min<std::size_t>(kRows, r1 - r);
-      const std::uint8_t* wr[kRows];
-      for (std::size_t k = 0; k < kRows; ++k) wr[k] = w + std::min(r + k, r1 - 1) * in;  // a short block repeats its last row
-      const bool fused = t1 - t0 <= kFusedMax;
-      if (!fused)
-        for (std::size_t k = 0; k < kRows; ++k)
-          for (std::size_t i = 0; i < in; i += 64) {
-            __m512i p0, p1;
-            decode(wr[k] + i, in - i, tb, p0, p1);
-            _mm512_storeu_si512(panel.data() + k * pad + i, p0);
-            _mm512_storeu_si512(panel.data() + k * pad + i + 32, p1);
-          }
-      for (std::size_t t = t0; t < t1; t += kRows) {
-        const std::size_t tt = std::min<std::size_t>(kRows, t1 - t);
-        const std::uint16_t* xs[kRows];
-        for (std::size_t j = 0; j < tt; ++j) xs[j] = x + (t + j) * pad;
-        float out[kRows][kRows];
-        const std::uint8_t* next = w + std::min(r + kRows, r1 - 1) * in;
-        // Panel kernels: the next block's codes, a share per token group (a burst of prefetches
-        // would overrun the misses the core can keep in flight).
-        const std::size_t groups = (t1 - t0 + kRows - 1) / kRows, g = (t - t0) / kRows;
-        const std::size_t all = r + kRows < r1 ? std::min<std::size_t>(kRows, r1 - r - kRows) * in : 0;
-        const std::size_t lb = all * g / groups / 64 * 64, le = g + 1 == groups ? all : all * (g + 1) / groups / 64 * 64;
-        if (fused) {
-          if (tt == 1) kernel_fused<1>(wr, in, xs, tb, next, out);
-          else if (tt == 2) kernel_fused<2>(wr, in, xs, tb, next, out);
-          else if (tt == 3) kernel_fused<3>(wr, in, xs, tb, next, out);
-          else kernel_fused<4>(wr, in, xs, tb, next, out);
+  const std::size_t group = T > kChunk ? std::max<std::size_t>(1, kGroupBytes / sb) : s1 - s0;
+  for (std::size_t g0 = s0; g0 < s1; g0 += group) {
+    const std::size_t g1 = std::min(s1, g0 + group);
+    for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
+      const std::size_t tt = std::min(kChunk, T - c0);
+      const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
+      for (std::size_t s = g0; s < g1;) {
+        const std::size_t n = s + per_call <= g1 ? per_call : 1;
+        StripArgs a;
+        a.w = pw + s * sb;
+        a.next = s + n < s1 ? a.w + n * sb : a.w;  // the last call re-reads its own strips
+        a.sb = sb;
+        a.pin = pin;
+        a.x = x + c0 * pin;
+        a.y = y + c0 * ys + s * kStrip;
+        a.ys = ys;
+        a.ts = ts ? ts + c0 : nullptr;
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::size_t r0 = (s + j) * kStrip, rows = std::min(kStrip, out - r0);
+          a.rows[j] = static_cast<__mmask16>((1u << rows) - 1);
+          a.rs[j] = !ts ? _mm512_setzero_ps()
+                    : row_scales == 1 ? _mm512_set1_ps(rs[0])
+                                      : _mm512_maskz_loadu_ps(a.rows[j], rs + r0);
         }
-        else if (tt == 1) kernel_panel<1>(panel.data(), pad, xs, next + lb, le - lb, out);
-        else if (tt == 2) kernel_panel<2>(panel.data(), pad, xs, next + lb, le - lb, out);
-        else if (tt == 3) kernel_panel<3>(panel.data(), pad, xs, next + lb, le - lb, out);
-        else kernel_panel<4>(panel.data(), pad, xs, next + lb, le - lb, out);
-        for (std::size_t j = 0; j < tt; ++j)
-          for (std::size_t k = 0; k < rows; ++k) acc[(t + j) * stride + r + k] = out[j][k];
+        (n == 1 ? kSingle : kKernels)[tt - 1](a, tb);
+        s += n;
       }
     }
   }
@@ -303,12 +254,13 @@ bool cpu_has_avx512_bf16() {
          __builtin_cpu_supports("avx512bf16");
 }
 
-// Both paths on every pair of codes (all 256 x 256, signs and subnormals included) and on sums
-// long enough to round: the fast path is used only if it gives the generic path's bits here.
+// Both paths on every pair of codes (all 256 x 256, signs and subnormals included), on sums long
+// enough to round, a partial strip and quad, every chunk size the calls below reach and the scaled
+// store: the fast path is used only if it gives the generic path's bits here.
 bool self_check() {
-  constexpr std::size_t in = 256 + 40, rows = 256 + 3, T = 5;
+  constexpr std::size_t in = 256 + 42, rows = 256 + 3, T = kChunk + 1;
   std::vector<std::uint8_t> w(rows * in);
-  std::vector<float> x(T * in);
+  std::vector<float> x(T * in), ts(T), rs(rows);
   std::uint32_t s = 12345;
   auto next = [&s] { return s = s * 1664525u + 1013904223u; };
   for (std::size_t r = 0; r < rows; ++r)
@@ -318,12 +270,23 @@ bool self_check() {
     if ((c & 0x7f) == 0x7f) c = 0x7e;
     x[i] = fp8_e4m3_to_float_finite(c);
   }
-  std::vector<float> a(T * rows), b(T * rows);
+  for (auto& v : ts) v = static_cast<float>(next() >> 8) * 0x1p-30f;
+  for (auto& v : rs) v = static_cast<float>(next() >> 8) * 0x1p-28f;
+  std::vector<std::uint8_t> pw(packed_weight_bytes(rows, in));
+  pack_weights(w.data(), rows, in, 0, strip_count(rows), pw.data());
+  std::vector<float> a, b;
   for (Path p : {Path::Generic, Path::Avx512Bf16}) {
     std::vector<std::uint16_t> packed(T * packed_size(p, in));
     pack_activations(p, x.data(), T, in, packed.data());
-    for (std::size_t t = 1; t <= T; ++t)  // fused and all panel kernels (4 + 1 tokens at T = 5)
-      dot_rows(p, w.data(), in, 0, rows, packed.data(), t, (p == Path::Generic ? a : b).data(), rows);
+    std::vector<float>& y = p == Path::Generic ? a : b;
+    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{5}, T}) {
+      std::vector<float> part(t * rows, 0.0f);
+      dot_strips(p, pw.data(), rows, in, 0, strip_count(rows), packed.data(), t, part.data(), rows);
+      y.insert(y.end(), part.begin(), part.end());
+    }
+    std::vector<float> scaled(T * rows, 0.0f);
+    dot_strips(p, pw.data(), rows, in, 0, strip_count(rows), packed.data(), T, scaled.data(), rows, ts.data(), rs.data(), rows);
+    y.insert(y.end(), scaled.begin(), scaled.end());
   }
   return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -338,32 +301,45 @@ bool available(Path p) {
 
 Path best_path() { return available(Path::Avx512Bf16) ? Path::Avx512Bf16 : Path::Generic; }
 
-std::size_t packed_size(Path p, std::size_t in) { return p == Path::Generic ? 2 * padded(in) : padded(in); }
-
-void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::uint16_t* packed) {
-  const std::size_t pad = padded(in), words = packed_size(p, in);
-  for (std::size_t t = 0; t < T; ++t) {
-    const float* x = xq + t * in;
-    std::uint16_t* out = packed + t * words;
-    for (std::size_t b = 0; b < pad; b += 64)
-      for (std::size_t f = 0; f < 64; ++f) {
-        const std::size_t e = b + (p == Path::Generic ? generic_element(f) : element(f));
-        const float v = e < in ? x[e] : 0.0f;
-        if (p == Path::Generic) std::memcpy(out + 2 * (b + f), &v, sizeof v);
-        else out[b + f] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);  // exact: E4M3 fits BF16
+void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint8_t* packed) {
+  const std::size_t quads = padded(in) / kQuad;
+  for (std::size_t s = s0; s < s1; ++s) {
+    std::uint8_t* dst = packed + s * strip_bytes(in);
+    for (std::size_t q = 0; q < quads; ++q)
+      for (std::size_t b = 0; b < kBlock; ++b) {
+        const std::size_t r = s * kStrip + kPlaces[b].row, k = q * kQuad + kPlaces[b].d;
+        dst[q * kBlock + b] = r < out && k < in ? w[r * in + k] : 0;
       }
   }
 }
 
-void dot_rows(Path p, const std::uint8_t* w, std::size_t in, std::size_t r0, std::size_t r1, const std::uint16_t* packed,
-              std::size_t T, float* acc, std::size_t out_stride) {
-  if (r0 >= r1 || T == 0) return;
+std::size_t packed_size(Path p, std::size_t in) { return p == Path::Generic ? 2 * padded(in) : padded(in); }
+
+void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::uint16_t* packed) {
+  const std::size_t pin = padded(in), words = packed_size(p, in);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* x = xq + t * in;
+    std::uint16_t* out = packed + t * words;
+    for (std::size_t k = 0; k < pin; ++k) {
+      const float v = k < in ? x[k] : 0.0f;
+      if (p == Path::Generic) std::memcpy(out + 2 * k, &v, sizeof v);
+      else out[k] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);  // exact: E4M3 fits BF16
+    }
+  }
+}
+
+void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                const std::uint16_t* x, std::size_t T, float* y, std::size_t y_stride, const float* token_scale,
+                const float* row_scale, std::size_t row_scales) {
+  s1 = std::min(s1, strip_count(out));
+  if (s0 >= s1 || T == 0) return;
   if (p == Path::Avx512Bf16) {
-    dot_rows_avx512(w, in, r0, r1, packed, T, acc, out_stride);
+    dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else {
     // The generic layout holds floats, written by memcpy: read back through a float pointer to the
     // same bytes (std::vector storage is suitably aligned for float).
-    dot_rows_generic(w, in, r0, r1, reinterpret_cast<const float*>(packed), T, acc, out_stride);
+    dot_strips_generic(packed_w, out, in, s0, s1, reinterpret_cast<const float*>(x), T, y, y_stride, token_scale, row_scale,
+                       row_scales);
   }
 }
 

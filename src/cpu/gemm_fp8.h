@@ -4,10 +4,15 @@
 // two paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
 // on its order, and both paths follow this one.
 //
-// The order (what `vdpbf16ps` does on 64-element blocks, see gemm_fp8.cpp): 16 fp32 lanes per dot
-// product; in block b (elements 64b..64b+63, zero past `in`), lane j with e = 64b + 16(j/4) + 2(j%4)
-// adds the products at e+1, e, e+9, e+8, in that order, each rounded once. The lanes are then
-// summed as a tree: (j, j+8), then (j, j+4), then (j, j+2), then (0, 1).
+// The order (what two `vdpbf16ps` per 4 inputs do, see gemm_fp8.cpp): one fp32 accumulator per
+// output, starting at 0; for each quad k = 0, 4, 8, ... (inputs past `in` are zero) it adds the
+// products at k+1, k, k+3, k+2, in that order, each addition rounded once.
+//
+// The weights are re-laid once, at load, in strips of kStrip rows (pack_weights): a strip's codes
+// for 4 inputs are one 64-byte block, which the kernel turns into the BF16 operands of its 16
+// lanes (one row each) without a shuffle. The activations of every token are then broadcast from
+// memory, and each strip is read once per step for all tokens. Same bytes per weight as the
+// checkpoint (plus the padding of the last strip and of `in` to a multiple of 4).
 #include <cstddef>
 #include <cstdint>
 
@@ -20,8 +25,20 @@ enum class Path { Generic, Avx512Bf16 };
 Path best_path();
 bool available(Path p);
 
-// `in` rounded up to whole 64-element blocks.
-inline std::size_t padded(std::size_t in) { return (in + 63) / 64 * 64; }
+constexpr std::size_t kStrip = 16;  // weight rows per strip: the 16 fp32 lanes of one vector
+
+// `in` rounded up to whole quads.
+inline std::size_t padded(std::size_t in) { return (in + 3) / 4 * 4; }
+inline std::size_t strip_count(std::size_t out) { return (out + kStrip - 1) / kStrip; }
+// Bytes of packed weights for an (out, in) matrix, and of one strip.
+inline std::size_t strip_bytes(std::size_t in) { return kStrip * padded(in); }
+inline std::size_t packed_weight_bytes(std::size_t out, std::size_t in) { return strip_count(out) * strip_bytes(in); }
+
+// Strips [s0, s1) of w (out, in) E4M3 codes, row-major, into `packed` (which holds all strips:
+// strip s at s * strip_bytes(in)). Rows past `out` and inputs past `in` are zero codes. Both
+// paths read this layout.
+void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint8_t* packed);
+
 // Words per token of packed activations for path p.
 std::size_t packed_size(Path p, std::size_t in);
 
@@ -29,10 +46,14 @@ std::size_t packed_size(Path p, std::size_t in);
 // (T, packed_size) 16-bit words.
 void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::uint16_t* packed);
 
-// acc[t * out_stride + o] = sum_i xq[t, i] * w[o, i] in the order above, for rows o in [r0, r1)
-// and all T tokens, w (out, in) E4M3 codes, x packed by pack_activations with the same path.
-// Uses the calling thread only.
-void dot_rows(Path p, const std::uint8_t* w, std::size_t in, std::size_t r0, std::size_t r1, const std::uint16_t* packed,
-              std::size_t T, float* acc, std::size_t out_stride);
+// For the rows of strips [s0, s1) (rows past `out` are not written) and all T tokens:
+//   y[t * y_stride + o] = (sum_i xq[t, i] * w[o, i]) * token_scale[t] * row_scale[o]
+// with the sum in the order above and the two products rounded left to right; without
+// token_scale (nullptr) the sum alone. row_scale holds one scale (row_scales == 1) or one per
+// row. `packed_w` from pack_weights, x from pack_activations with the same path. Uses the calling
+// thread only.
+void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                const std::uint16_t* x, std::size_t T, float* y, std::size_t y_stride, const float* token_scale = nullptr,
+                const float* row_scale = nullptr, std::size_t row_scales = 1);
 
 }  // namespace bestofn::cpu::fp8

@@ -200,12 +200,20 @@ fp8::Path fp8_path() {
 }
 
 // FP8 linears that share their input x and its quantization (the same static input_scale, or
-// none): x is quantized and packed once, then one pool loop covers every layer's row blocks.
-// Each y[t, o] is what linear_fp8 alone computes.
-void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool) {
+// none): x is quantized and packed once, then one pool loop covers every layer's strips. Each
+// y[t, o] is what linear_fp8 alone computes. strips[i]: layer i's packed codes, or none (packed
+// here, for this call).
+void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys,
+                     std::span<const std::uint8_t* const> strips, ThreadPool& pool) {
   const Linear& first = *ls[0];
   const auto in = static_cast<std::size_t>(first.in_features());
   const fp8::Path path = fp8_path();
+  std::vector<const std::uint8_t*> ws(ls.size());
+  std::vector<std::vector<std::uint8_t>> own;
+  for (std::size_t i = 0; i < ls.size(); ++i) {
+    ws[i] = i < strips.size() ? strips[i] : nullptr;
+    if (!ws[i]) ws[i] = own.emplace_back(pack_fp8(*ls[i], pool)).data();
+  }
   thread_local std::vector<float> xq, sx;
   thread_local std::vector<std::uint16_t> packed;
   const std::size_t words = fp8::packed_size(path, in);
@@ -223,21 +231,17 @@ void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::siz
   else prepare(0, T);
   const std::uint16_t* xp = xpw;
   const float* sxp = sxw;
-  // Row blocks of all the layers, one after the other: block b is layer i's block b - start[i].
+  // Strips of all the layers, one after the other: strip b is layer i's strip b - start[i].
   std::vector<std::size_t> start(ls.size() + 1, 0);
-  for (std::size_t i = 0; i < ls.size(); ++i)
-    start[i + 1] = start[i] + (static_cast<std::size_t>(ls[i]->out_features()) + kRows - 1) / kRows;
+  for (std::size_t i = 0; i < ls.size(); ++i) start[i + 1] = start[i] + fp8::strip_count(static_cast<std::size_t>(ls[i]->out_features()));
   pool.run(start.back(), [&](std::size_t b0, std::size_t b1) {
     for (std::size_t i = 0; i < ls.size(); ++i) {
       const std::size_t lo = std::max(b0, start[i]), hi = std::min(b1, start[i + 1]);
       if (lo >= hi) continue;
       const Linear& l = *ls[i];
-      float* y = ys[i];
       const auto out = static_cast<std::size_t>(l.out_features());
-      const std::size_t r0 = (lo - start[i]) * kRows, r1 = std::min(out, (hi - start[i]) * kRows);
-      fp8::dot_rows(path, l.weight.data, in, r0, r1, xp, T, y, out);
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t o = r0; o < r1; ++o) y[t * out + o] = y[t * out + o] * sxp[t] * l.weight_scale[l.weight_scale.size() == 1 ? 0 : o];
+      fp8::dot_strips(path, ws[i], out, in, lo - start[i], hi - start[i], xp, T, ys[i], out, sxp, l.weight_scale.data(),
+                      l.weight_scale.size());
     }
   });
 }
@@ -253,21 +257,34 @@ bool share_fp8_input(std::span<const Linear* const> ls) {
 
 }  // namespace
 
-void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool) {
-  if (ls.size() != ys.size()) throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(ys.size()) + " outputs");
-  if (ls.empty()) return;
-  if (share_fp8_input(ls)) {
-    linear_fp8_many(ls, x, T, ys, pool);
-    return;
-  }
-  for (std::size_t i = 0; i < ls.size(); ++i) linear(*ls[i], x, T, ys[i], pool);
+std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool) {
+  if (!l.is_fp8()) throw Error("pack_fp8: " + l.weight.name + " is not an FP8 weight");
+  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  std::vector<std::uint8_t> packed(fp8::packed_weight_bytes(out, in));
+  std::uint8_t* p = packed.data();
+  pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, p); });
+  return packed;
 }
 
-void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool) {
+void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
+                 std::span<const std::uint8_t* const> strips) {
+  if (ls.size() != ys.size()) throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(ys.size()) + " outputs");
+  if (!strips.empty() && strips.size() != ls.size())
+    throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(strips.size()) + " packed weights");
+  if (ls.empty()) return;
+  if (share_fp8_input(ls)) {
+    linear_fp8_many(ls, x, T, ys, strips, pool);
+    return;
+  }
+  for (std::size_t i = 0; i < ls.size(); ++i) linear(*ls[i], x, T, ys[i], pool, strips.empty() ? nullptr : strips[i]);
+}
+
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint8_t* strips) {
   if (l.is_fp8()) {
     const Linear* one[] = {&l};
     float* out[] = {y};
-    linear_fp8_many(one, x, T, out, pool);
+    const std::uint8_t* packed[] = {strips};
+    linear_fp8_many(one, x, T, out, packed, pool);
     return;
   }
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
