@@ -231,12 +231,13 @@ TEST(CpuAttention, DecodeSplitAgreesWithPrefillRow) {
 // attention) against scalar loops in the order the header states, bit for bit: this file is built
 // without FMA contraction (tests/CMakeLists.txt), as the kernels are, so an equal order gives equal
 // bits and any reordering of a sum (an accumulator split across tiles, a tree reduction) fails.
-// Odd sizes cover every tail: R not a multiple of the row block, L not of the tiles, hd not of 16.
+// Odd sizes cover every tail: R not a multiple of the row block (6), L not of the tiles (64), hd not
+// of 16 nor of the 64 columns of a value block.
 TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
   std::uint64_t seed = 7100;
   for (std::size_t hd : {8u, 24u, 64u})
-    for (std::size_t L : {1u, 31u, 33u, 70u})
-      for (std::size_t R : {1u, 3u, 4u, 9u}) {
+    for (std::size_t L : {1u, 31u, 33u, 70u, 130u})
+      for (std::size_t R : {1u, 3u, 4u, 9u, 13u}) {
         SCOPED_TRACE("hd " + std::to_string(hd) + ", L " + std::to_string(L) + ", R " + std::to_string(R));
         const std::size_t width = 2 * hd, off = hd;  // two KV heads per row; the second one's slice
         const std::vector<std::uint16_t> k = random_bf16(L * width, ++seed), v = random_bf16(L * width, ++seed);

@@ -26,43 +26,39 @@ namespace {
 
 // K or V of one layer, len rows of kv_dim values, in F32, BF16 or FP8 (EngineOptions::Kv: E4M3
 // codes with one scale per row and KV head, cpu::quantize_fp8_rows over the row's heads; read as
-// fp8_e4m3_to_float(code) * scale). V is row-major (len, kv_dim). K is kept in tiles of
-// cpu::kKeyTile positions, each (kv_dim, kKeyTile) element-major: one head's slice of a tile is
-// then the transposed block that the score products read (cpu::prefix_scores), contiguous, with
-// zeros past the last row. Appending scatters a row into its tile once; nothing is transposed per
-// query.
+// fp8_e4m3_to_float(code) * scale). Both are kept in tiles of cpu::kKeyTile positions (zeros past
+// the last row). A K tile is (kv_dim, kKeyTile) element-major: one head's slice of it is then the
+// transposed block that the score products read (cpu::prefix_scores), contiguous. A V tile is
+// (head, position, head_dim): one head's rows of a tile are contiguous, so a head's values stream
+// in order. Appending scatters a row into its tile once; nothing is transposed per query.
 class KvRows {
  public:
   using Kv = EngineOptions::Kv;
   static constexpr std::size_t kTile = cpu::kKeyTile;
-  KvRows(Kv kind, std::size_t width, std::size_t head_dim, bool tiled)
-      : kind_(kind), tiled_(tiled), width_(width), hd_(head_dim), heads_(width / head_dim) {}
+  KvRows(Kv kind, std::size_t width, std::size_t head_dim, bool keys)
+      : kind_(kind), keys_(keys), width_(width), hd_(head_dim), heads_(width / head_dim) {}
   void append(const float* row) {
     const std::size_t j = len_++;
-    const std::size_t lane = j % kTile;
-    if (tiled_ && lane == 0) grow(width_ * kTile, heads_ * kTile);
-    if (!tiled_) grow(width_, heads_);
-    // Element e of row j is at at(e): row-major, or in its tile's lane.
-    const std::size_t base = tiled_ ? j / kTile * width_ * kTile + lane : j * width_, stride = tiled_ ? kTile : 1;
+    if (j % kTile == 0) grow(width_ * kTile, heads_ * kTile);
     switch (kind_) {
       case Kv::BF16:
-        for (std::size_t e = 0; e < width_; ++e) h_[base + e * stride] = bf16_from_float(row[e]);
+        for (std::size_t e = 0; e < width_; ++e) h_[at(j, e)] = bf16_from_float(row[e]);
         break;
       case Kv::FP8: {
         thread_local std::vector<std::uint8_t> codes;
         codes.resize(width_);
         cpu::quantize_fp8_rows(row, heads_, hd_, codes.data(), s_.data() + j * heads_);
-        for (std::size_t e = 0; e < width_; ++e) c_[base + e * stride] = codes[e];
+        for (std::size_t e = 0; e < width_; ++e) c_[at(j, e)] = codes[e];
         break;
       }
       default:
-        for (std::size_t e = 0; e < width_; ++e) f_[base + e * stride] = row[e];
+        for (std::size_t e = 0; e < width_; ++e) f_[at(j, e)] = row[e];
     }
   }
-  // Elements [off, off + n) of row j (one head's slice, off a multiple of the head size for FP8),
-  // as floats (V only).
+  // One head's slice of row j (off = head * head_dim, n = head_dim), as floats (V only).
   void read(std::size_t j, std::size_t off, std::size_t n, float* out) const {
-    const std::size_t base = j * width_ + off;
+    const std::size_t base = at(j, off);
+    if (j % kTile == 0 && j + kTile < len_) prefetch(base + width_ * kTile, hd_ * kTile);  // the head's next tile
     switch (kind_) {
       case Kv::BF16:
         for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
@@ -80,7 +76,8 @@ class KvRows {
   // floats: out[i * kTile + p] = row (j0 + p)[off + i], zero past the last row (K only;
   // j0 % kTile == 0).
   void read_tile(std::size_t j0, std::size_t off, std::size_t n, float* out) const {
-    const std::size_t base = j0 * width_ + off * kTile;  // j0 / kTile tiles of width * kTile
+    const std::size_t base = at(j0, off);
+    if (j0 + kTile < len_) prefetch(base + width_ * kTile, n * kTile);  // tiles are read in order: the next one now
     switch (kind_) {
       case Kv::BF16:
         for (std::size_t i = 0; i < n * kTile; ++i) out[i] = bf16_to_float(h_[base + i]);
@@ -99,6 +96,19 @@ class KvRows {
   std::size_t rows() const { return len_; }
 
  private:
+  // Where element e of row j is.
+  std::size_t at(std::size_t j, std::size_t e) const {
+    const std::size_t tile = j / kTile * width_ * kTile, lane = j % kTile;
+    return keys_ ? tile + e * kTile + lane : tile + e / hd_ * hd_ * kTile + lane * hd_ + e % hd_;
+  }
+  // Asks for the cache lines of elements [e, e + n).
+  void prefetch(std::size_t e, std::size_t n) const {
+    const std::size_t bytes = kind_ == Kv::BF16 ? 2 : kind_ == Kv::FP8 ? 1 : 4;
+    const char* p = kind_ == Kv::BF16   ? reinterpret_cast<const char*>(h_.data())
+                    : kind_ == Kv::FP8 ? reinterpret_cast<const char*>(c_.data())
+                                       : reinterpret_cast<const char*>(f_.data());
+    for (std::size_t b = e * bytes; b < (e + n) * bytes; b += 64) __builtin_prefetch(p + b);
+  }
   // Room for `values` more elements (zeros) and, for FP8, `scales` more scales.
   void grow(std::size_t values, std::size_t scales) {
     switch (kind_) {
@@ -108,7 +118,7 @@ class KvRows {
     }
   }
   Kv kind_;
-  bool tiled_;
+  bool keys_;  // K's tiles (else V's)
   std::size_t width_, hd_, heads_, len_ = 0;
   std::vector<float> f_;
   std::vector<std::uint16_t> h_;

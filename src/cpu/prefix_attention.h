@@ -2,8 +2,8 @@
 // The shared-prefix half of decode attention as two blocked matrix products (Hydragen, arXiv
 // 2402.05099): the R queries of every slot of a prefix (for one KV head) against the prefix's L
 // keys, S = Q K^T, and then O = P V. Each K tile / V row is widened from the cache once per call
-// and used by every query; sums stay in registers over a tile of 4 queries x 32 positions (scores) or 4
-// queries x 16 output elements (values).
+// and used by every query; sums stay in registers over blocks of up to 6 queries x 64 positions
+// (scores) or 6 queries x 64 output elements (values).
 //
 // Summation order is fixed per query, whatever R is: score (r, j) adds q_r[i] k_j[i] for
 // i = 0..hd-1 in order; output (r, i) adds p[r, j] v_j[i] for j = 0..L-1 in order. Built without
@@ -16,9 +16,9 @@
 
 namespace bestofn::cpu {
 
-// Query rows per tile; callers pad R to a multiple of it (the padding rows compute garbage that
-// is never read).
-constexpr std::size_t kPrefixRowBlock = 4;
+// Callers may pad the query rows to a multiple of this (the padding rows compute garbage that is
+// never read); the products take any row count.
+constexpr std::size_t kPrefixRowBlock = 1;
 
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 
