@@ -73,8 +73,10 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
     const auto w = weight_codes(s.out, s.in, rng);
     const auto x = activation_values(s.T, s.in, rng);
     for (fp8::Path p : paths) {
-      std::vector<std::uint16_t> packed(s.T * fp8::packed_size(p, s.in));
-      fp8::pack_activations(p, x.data(), s.T, s.in, packed.data());
+      std::vector<std::uint16_t> packed(fp8::packed_size(p, s.T, s.in));
+      const std::size_t units = fp8::pack_units(p, s.T, s.in);
+      fp8::pack_activations(p, x.data(), s.T, s.in, 0, units / 2, packed.data());  // in two parts, as the pool packs
+      fp8::pack_activations(p, x.data(), s.T, s.in, units / 2, units, packed.data());
       std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(s.out, s.in));
       const std::size_t n = fp8::strip_count(s.out);
       fp8::pack_weights(w.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs
@@ -95,6 +97,16 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
       EXPECT_EQ(bad, 0);
     }
   }
+}
+
+// The fast path turns itself off when its self check fails (a CPU that rounds vdpbf16ps another
+// way): on a CPU with the instructions, that check must pass, or every step silently runs the
+// generic path at a fraction of the speed.
+TEST(CpuGemm, Fp8FastPathPassesItsSelfCheckWhereTheCpuHasIt) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vbmi")) GTEST_SKIP() << "no AVX-512 BF16 / VBMI";
+  EXPECT_TRUE(fp8::available(fp8::Path::Avx512Bf16));
+  EXPECT_EQ(fp8::best_path(), fp8::Path::Avx512Bf16);
 }
 
 TEST(CpuGemm, Fp8ReferenceIsTheDotProductWithinFp32Rounding) {

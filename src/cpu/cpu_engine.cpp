@@ -238,7 +238,7 @@ class CpuEngine final : public Engine {
   };
   std::vector<PrefixGroup> group_by_prefix(std::span<Slot* const> batch) const;
   void attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups);
-  void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
+  void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of, bool own_caches,
              const std::function<void()>& attend);
   void ffn(int layer, std::size_t T);
   void logits_rows(std::size_t first, std::size_t T, float* out);
@@ -247,6 +247,7 @@ class CpuEngine final : public Engine {
   const ModelConfig& c_;
   cpu::ThreadPool pool_;
   std::vector<float> inv_freq_;
+  std::vector<float> rope_cs_;  // (T, head_dim): each token's rope_angles in this forward pass
   std::map<const Linear*, std::vector<std::uint8_t>> strips_;  // FP8 layers, in the GEMM's layout
   EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
@@ -284,8 +285,9 @@ void CpuEngine::embed(std::span<const int> tokens) {
 }
 
 // One transformer layer over T = pos.size() tokens; token t sits at position pos[t], its K and V
-// go to cache_of(t), and `attend` fills att_ from q_ and the caches.
-void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
+// go to cache_of(t) (a cache per token when own_caches, else one shared), and `attend` fills att_
+// from q_ and the caches.
+void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of, bool own_caches,
                       const std::function<void()>& attend) {
   const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
   const std::size_t T = pos.size();
@@ -293,13 +295,27 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   norm_rows(L.attn_norm, T);
   linear_many({&L.wq, &L.wk, &L.wv}, xn_.data(), T, {q_.data(), k_.data(), v_.data()});
-  for (std::size_t t = 0; t < T; ++t) {
-    cpu::rope(q_.data() + t * qd, c_.n_heads, c_.head_dim, pos[t], inv_freq_);
-    cpu::rope(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, pos[t], inv_freq_);
-    Cache& cache = cache_of(t);
-    cache.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
-    cache.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
+  const std::size_t ncs = 2 * inv_freq_.size();
+  if (l == 0) {  // the rotation angles of every token, once per forward pass
+    rope_cs_.resize(T * ncs);
+    float* cs = rope_cs_.data();
+    pool_.run(T, [&](std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t) cpu::rope_angles(pos[t], inv_freq_, cs + t * ncs);
+    });
   }
+  auto rotate_append = [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) {
+      cpu::rope_rotate(q_.data() + t * qd, c_.n_heads, c_.head_dim, rope_cs_.data() + t * ncs);
+      cpu::rope_rotate(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, rope_cs_.data() + t * ncs);
+      Cache& cache = cache_of(t);
+      cache.k[static_cast<std::size_t>(l)].append(k_.data() + t * kd);
+      cache.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
+    }
+  };
+  // Tokens with caches of their own (a decode step's slots) go over the pool; a prefill's all
+  // append to one cache, in order.
+  if (own_caches) pool_.run(T, rotate_append);
+  else rotate_append(0, T);
   const auto t_att = Clock::now();
   attend();
   add_since(t_att, &PhaseTimes::attention_ms);
@@ -343,7 +359,7 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
   std::vector<int> pos(T);
   for (std::size_t t = 0; t < T; ++t) pos[t] = static_cast<int>(t);
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t) -> Cache& { return p->kv; }, [&] { attend_prefill(l, *p, T); });
+    layer(l, pos, [&](std::size_t) -> Cache& { return p->kv; }, false, [&] { attend_prefill(l, *p, T); });
   logits_rows(T - 1, 1, last_logits.data());
   return prefixes_.put(std::move(p));
 }
@@ -414,7 +430,7 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
   embed(tokens);
   const std::vector<PrefixGroup> groups = group_by_prefix(batch);  // once per step, not per layer
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, [&] { attend_decode(l, batch, groups); });
+    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, true, [&] { attend_decode(l, batch, groups); });
   logits_rows(0, T, logits.data());
   add_since(t0, &PhaseTimes::total_ms);
   times_.steps++;

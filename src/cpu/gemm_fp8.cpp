@@ -159,8 +159,8 @@ struct StripArgs {
   const std::uint8_t* w;     // the first strip's blocks; the others follow, sb bytes apart
   const std::uint8_t* next;  // the strips after them, prefetched a line per block and strip
   std::size_t sb;            // bytes per strip
-  std::size_t pin;           // padded inputs (the stride of x, in words)
-  const std::uint16_t* x;    // the first token of the chunk
+  std::size_t pin;           // padded inputs
+  const std::uint16_t* x;    // the chunk of tokens (pack_activations' layout)
   float* y;                  // output (token 0 of the chunk, row 0 of the first strip)
   std::size_t ys;            // y's token stride
   const float* ts;           // token scales of the chunk, or nullptr: raw sums
@@ -182,10 +182,10 @@ BESTOFN_AVX512_BF16 void strip_kernel(const StripArgs& a, const Tables& tb) {
       _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
       __m512i p0, p1;
       decode(a.w + at, tb, p0, p1);
+      const std::uint16_t* xk = a.x + k / 2 * 2 * TT;  // the runs of pairs k / 2 and k / 2 + 1
       for (int t = 0; t < TT; ++t) {
-        const std::uint16_t* xt = a.x + static_cast<std::size_t>(t) * a.pin + k;
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xt));
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xt + 2));
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xk + 2 * t));
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xk + 2 * TT + 2 * t));
       }
     }
   for (int j = 0; j < S; ++j)
@@ -230,7 +230,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
         a.next = s + n < s1 ? a.w + n * sb : a.w;  // the last call re-reads its own strips
         a.sb = sb;
         a.pin = pin;
-        a.x = x + c0 * pin;
+        a.x = x + c0 * pin;  // chunk c0 / 16: 16 tokens x pin words before it
         a.y = y + c0 * ys + s * kStrip;
         a.ys = ys;
         a.ts = ts ? ts + c0 : nullptr;
@@ -276,10 +276,11 @@ bool self_check() {
   pack_weights(w.data(), rows, in, 0, strip_count(rows), pw.data());
   std::vector<float> a, b;
   for (Path p : {Path::Generic, Path::Avx512Bf16}) {
-    std::vector<std::uint16_t> packed(T * packed_size(p, in));
-    pack_activations(p, x.data(), T, in, packed.data());
     std::vector<float>& y = p == Path::Generic ? a : b;
-    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{5}, T}) {
+    std::vector<std::uint16_t> packed;
+    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{5}, T}) {  // the first t tokens
+      packed.assign(packed_size(p, t, in), 0);
+      pack_activations(p, x.data(), t, in, 0, pack_units(p, t, in), packed.data());
       std::vector<float> part(t * rows, 0.0f);
       dot_strips(p, pw.data(), rows, in, 0, strip_count(rows), packed.data(), t, part.data(), rows);
       y.insert(y.end(), part.begin(), part.end());
@@ -313,17 +314,31 @@ void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::s
   }
 }
 
-std::size_t packed_size(Path p, std::size_t in) { return p == Path::Generic ? 2 * padded(in) : padded(in); }
+std::size_t packed_size(Path p, std::size_t T, std::size_t in) {
+  return p == Path::Generic ? T * 2 * padded(in) : (T + kChunk - 1) / kChunk * kChunk * padded(in);
+}
 
-void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::uint16_t* packed) {
-  const std::size_t pin = padded(in), words = packed_size(p, in);
-  for (std::size_t t = 0; t < T; ++t) {
-    const float* x = xq + t * in;
-    std::uint16_t* out = packed + t * words;
-    for (std::size_t k = 0; k < pin; ++k) {
-      const float v = k < in ? x[k] : 0.0f;
-      if (p == Path::Generic) std::memcpy(out + 2 * k, &v, sizeof v);
-      else out[k] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);  // exact: E4M3 fits BF16
+std::size_t pack_units(Path p, std::size_t T, std::size_t in) {
+  return p == Path::Generic ? T : (T + kChunk - 1) / kChunk * (padded(in) / 2);
+}
+
+void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::size_t u0, std::size_t u1, std::uint16_t* packed) {
+  const std::size_t pin = padded(in);
+  u1 = std::min(u1, pack_units(p, T, in));
+  auto value = [&](std::size_t t, std::size_t k) { return t < T && k < in ? xq[t * in + k] : 0.0f; };
+  for (std::size_t u = u0; u < u1; ++u) {
+    if (p == Path::Generic) {
+      for (std::size_t k = 0; k < pin; ++k) {
+        const float v = value(u, k);
+        std::memcpy(packed + (u * pin + k) * 2, &v, sizeof v);
+      }
+    } else {
+      // Unit u = chunk c, pair m: word 2t + d of the pair's run holds token 16c + t's input 2m + d.
+      const std::size_t pairs = pin / 2, c = u / pairs, m = u % pairs, n = std::min(kChunk, T - c * kChunk);
+      std::uint16_t* out = packed + c * kChunk * pin + m * 2 * n;
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t d = 0; d < 2; ++d)  // exact: E4M3 fits BF16
+          out[2 * t + d] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value(c * kChunk + t, 2 * m + d)) >> 16);
     }
   }
 }

@@ -39,18 +39,23 @@ inline std::size_t packed_weight_bytes(std::size_t out, std::size_t in) { return
 // paths read this layout.
 void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint8_t* packed);
 
-// Words per token of packed activations for path p.
-std::size_t packed_size(Path p, std::size_t in);
+// 16-bit words of packed activations for T tokens on path p.
+std::size_t packed_size(Path p, std::size_t T, std::size_t in);
 
-// Packs T rows of E4M3 values held as floats (T, in) into the layout path p reads:
-// (T, packed_size) 16-bit words.
-void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::uint16_t* packed);
+// Packs T rows of E4M3 values held as floats (T, in) into the layout path p reads (packed_size
+// words), in pack_units(p, T, in) independent units: [u0, u1) here, so that threads can share the
+// work with no two writing one cache line. Generic: the rows as floats, `in` padded; a unit is a
+// row. AVX-512: chunks of 16 tokens (the last one may have fewer, n),
+// each a run per pair of inputs of the chunk's n BF16 pairs (16 tokens: one 64-byte line), so
+// that the pairs a kernel call broadcasts for one block sit together; a unit is one such run.
+std::size_t pack_units(Path p, std::size_t T, std::size_t in);
+void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::size_t u0, std::size_t u1, std::uint16_t* packed);
 
 // For the rows of strips [s0, s1) (rows past `out` are not written) and all T tokens:
 //   y[t * y_stride + o] = (sum_i xq[t, i] * w[o, i]) * token_scale[t] * row_scale[o]
 // with the sum in the order above and the two products rounded left to right; without
 // token_scale (nullptr) the sum alone. row_scale holds one scale (row_scales == 1) or one per
-// row. `packed_w` from pack_weights, x from pack_activations with the same path. Uses the calling
+// row. `packed_w` from pack_weights, x from pack_activations with the same path and T. Uses the calling
 // thread only.
 void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                 const std::uint16_t* x, std::size_t T, float* y, std::size_t y_stride, const float* token_scale = nullptr,

@@ -216,19 +216,21 @@ void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::siz
   }
   thread_local std::vector<float> xq, sx;
   thread_local std::vector<std::uint16_t> packed;
-  const std::size_t words = fp8::packed_size(path, in);
-  xq.resize(T * in), sx.resize(T), packed.resize(T * words);
+  xq.resize(T * in), sx.resize(T), packed.resize(fp8::packed_size(path, T, in));
   // Plain pointers into this thread's buffers: inside the lambdas, on a worker, the names of the
   // thread_local vectors would mean the worker's own.
   float* xqp = xq.data();
   float* sxw = sx.data();
   std::uint16_t* xpw = packed.data();
-  auto prepare = [&](std::size_t t0, std::size_t t1) {  // rows are independent: split over the pool
-    quantize_activations(first, x, t0, t1, in, xqp, sxw);
-    fp8::pack_activations(path, xqp + t0 * in, t1 - t0, in, xpw + t0 * words);
-  };
-  if (T >= 4) pool.run(T, prepare);
-  else prepare(0, T);
+  auto quantize = [&](std::size_t t0, std::size_t t1) { quantize_activations(first, x, t0, t1, in, xqp, sxw); };
+  auto pack = [&](std::size_t u0, std::size_t u1) { fp8::pack_activations(path, xqp, T, in, u0, u1, xpw); };
+  if (T >= 4) {  // rows, then units of packing, are independent: split over the pool
+    pool.run(T, quantize);
+    pool.run(fp8::pack_units(path, T, in), pack);
+  } else {
+    quantize(0, T);
+    pack(0, fp8::pack_units(path, T, in));
+  }
   const std::uint16_t* xp = xpw;
   const float* sxp = sxw;
   // Strips of all the layers, one after the other: strip b is layer i's strip b - start[i].
@@ -355,11 +357,25 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return f;
 }
 
+void rope_angles(int pos, const std::vector<float>& inv_freq, float* cs) {
+  const std::size_t half = inv_freq.size();
+  for (std::size_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    cs[i] = std::cos(angle), cs[half + i] = std::sin(angle);
+  }
+}
+
 void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<float>& inv_freq) {
+  thread_local std::vector<float> cs;
+  cs.resize(2 * inv_freq.size());
+  rope_angles(pos, inv_freq, cs.data());
+  rope_rotate(vec, n_heads, head_dim, cs.data());
+}
+
+void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    const float angle = static_cast<float>(pos) * inv_freq[static_cast<std::size_t>(i)];
-    const float c = std::cos(angle), s = std::sin(angle);
+    const float c = cs[i], s = cs[half + i];
     for (int h = 0; h < n_heads; ++h) {
       float* x = vec + h * head_dim;
       const float a = x[i], b = x[i + half];

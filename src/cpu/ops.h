@@ -43,6 +43,11 @@ void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t 
 std::vector<float> rope_inv_freq(const ModelConfig& c);
 // Rotates each of `n_heads` heads of `vec` (HF rotate_half layout: pairs (i, i + head_dim/2)).
 void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<float>& inv_freq);
+// rope in two steps, the angles of a position computed once for all its heads and layers:
+// cs (head_dim) = cos of pos * inv_freq[i] for i < head_dim / 2, then their sines; then the
+// rotation with them (rope's numbers exactly).
+void rope_angles(int pos, const std::vector<float>& inv_freq, float* cs);
+void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs);
 
 // gate = silu(gate) * up, elementwise.
 void silu_mul(float* gate, const float* up, std::size_t n);
