@@ -333,12 +333,22 @@ void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, st
         std::memcpy(packed + (u * pin + k) * 2, &v, sizeof v);
       }
     } else {
-      // Unit u = chunk c, pair m: word 2t + d of the pair's run holds token 16c + t's input 2m + d.
+      // Unit u = chunk c, pair m: word 2t + d of the pair's run holds token 16c + t's input 2m + d,
+      // the top half of the float (exact: E4M3 values fit BF16).
       const std::size_t pairs = pin / 2, c = u / pairs, m = u % pairs, n = std::min(kChunk, T - c * kChunk);
       std::uint16_t* out = packed + c * kChunk * pin + m * 2 * n;
-      for (std::size_t t = 0; t < n; ++t)
-        for (std::size_t d = 0; d < 2; ++d)  // exact: E4M3 fits BF16
-          out[2 * t + d] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value(c * kChunk + t, 2 * m + d)) >> 16);
+      const float* x = xq + c * kChunk * in + 2 * m;
+      if (2 * m + 1 < in) {
+        for (std::size_t t = 0; t < n; ++t) {
+          const std::uint32_t lo = std::bit_cast<std::uint32_t>(x[t * in]), hi = std::bit_cast<std::uint32_t>(x[t * in + 1]);
+          const std::uint32_t word = (lo >> 16) | (hi & 0xffff0000u);
+          std::memcpy(out + 2 * t, &word, sizeof word);
+        }
+      } else {
+        for (std::size_t t = 0; t < n; ++t)
+          for (std::size_t d = 0; d < 2; ++d)
+            out[2 * t + d] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value(c * kChunk + t, 2 * m + d)) >> 16);
+      }
     }
   }
 }
