@@ -24,13 +24,15 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::work(int index) {
   std::size_t seen = 0;
   for (;;) {
-    // Poll, then sleep until the generation moves.
+    // Poll (reading the clock every 64 polls), then sleep until the generation moves.
     const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load() && std::chrono::steady_clock::now() < until) {
-    }
-    if (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+    for (unsigned polls = 1; generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed); ++polls)
+      if (polls % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+    if (generation_.load() == seen && !stop_.load()) {
       std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);  // before the predicate's check: run() sees it or we see its generation
       wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
@@ -53,15 +55,19 @@ void ThreadPool::run(std::size_t n, const std::function<void(std::size_t, std::s
     fn(0, n);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);  // publishes fn_ and n_ before the generation moves
-    fn_ = &fn;
-    n_ = n;
-    error_ = nullptr;
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+  // Workers read fn_, n_ and error_ only after they see the new generation (acquire), and no
+  // worker runs between loops: plain stores, published by the generation's move.
+  fn_ = &fn;
+  n_ = n;
+  error_ = nullptr;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1);  // sequentially consistent, as is the read of sleepers_ below and the
+                             // workers' increment of it: a worker going to sleep either is counted
+                             // here or finds the new generation in its predicate
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }  // a worker between its predicate and its wait holds mu_
+    wake_.notify_all();
   }
-  wake_.notify_all();
   std::exception_ptr mine;
   try {
     if (n / parts > 0) fn(0, n / parts);

@@ -30,12 +30,16 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
-  const std::function<void(std::size_t, std::size_t)>* fn_ = nullptr;
+  std::exception_ptr error_;
+  // What the caller publishes (one cache line, written once per loop), and what the workers
+  // write back (another): a worker polling for the next loop does not pull the line the caller
+  // is writing, nor the caller the one the workers count down on.
+  alignas(64) const std::function<void(std::size_t, std::size_t)>* fn_ = nullptr;
   std::size_t n_ = 0;
   std::atomic<std::size_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  std::exception_ptr error_;
+  alignas(64) std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};  // workers asleep on wake_ (else polling): a loop wakes them only if any
 };
 
 }  // namespace bestofn::cpu

@@ -1,0 +1,69 @@
+// cpu::ThreadPool, the CPU engine's parallel loops: every index of a loop runs exactly once, in
+// the chunks the header promises, whatever the pool's size; a worker that fell asleep between
+// loops (idle past its polling window) is woken by the next one, so no loop hangs; a chunk's
+// exception reaches the caller and the pool stays usable.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+
+namespace bestofn {
+namespace {
+
+TEST(ThreadPool, EveryIndexRunsOnceInFixedChunks) {
+  for (int threads : {1, 2, 3, 4}) {
+    cpu::ThreadPool pool(threads);
+    for (std::size_t n : {1u, 2u, 3u, 7u, 16u, 1000u}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::vector<std::pair<std::size_t, std::size_t>> chunks(static_cast<std::size_t>(threads));
+      std::atomic<int> calls{0};
+      pool.run(n, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) hits[i]++;
+        calls++;
+      });
+      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "threads " << threads << ", n " << n << ", index " << i;
+      EXPECT_LE(calls.load(), threads);
+    }
+  }
+}
+
+// Pauses around the workers' polling window (200 us) between loops, so that loops meet workers
+// polling, going to sleep and asleep; each loop must run all of its indices (a lost wake-up hangs
+// here, and ctest's timeout reports it).
+TEST(ThreadPool, LoopsAfterIdlePausesWakeTheWorkers) {
+  cpu::ThreadPool pool(3);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> pause_us(0, 600);
+  for (int loop = 0; loop < 400; ++loop) {
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us(rng)));
+    std::atomic<std::size_t> sum{0};
+    pool.run(30, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) sum += i + 1;
+    });
+    ASSERT_EQ(sum.load(), 30u * 31u / 2u) << "loop " << loop;
+  }
+}
+
+TEST(ThreadPool, AChunksExceptionReachesTheCaller) {
+  cpu::ThreadPool pool(2);
+  for (std::size_t bad : {0u, 9u}) {  // the caller's chunk, then a worker's
+    EXPECT_THROW(pool.run(10,
+                          [&](std::size_t b, std::size_t e) {
+                            if (bad >= b && bad < e) throw std::runtime_error("chunk failed");
+                          }),
+                 std::runtime_error);
+  }
+  std::atomic<int> ran{0};
+  pool.run(10, [&](std::size_t b, std::size_t e) { ran += static_cast<int>(e - b); });
+  EXPECT_EQ(ran.load(), 10);
+}
+
+}  // namespace
+}  // namespace bestofn
