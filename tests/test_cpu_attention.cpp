@@ -25,6 +25,9 @@
 #include "cpu/prefix_attention.h"
 #include "test_util.h"
 
+// cpu::ExpV16 passes 64-byte vectors by value to an inline function: -Wpsabi's ABI note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace bestofn {
 namespace {
 
@@ -242,17 +245,18 @@ TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
         const std::size_t width = 2 * hd, off = hd;  // two KV heads per row; the second one's slice
         const std::vector<std::uint16_t> k = random_bf16(L * width, ++seed), v = random_bf16(L * width, ++seed);
         const std::vector<float> q = test::random_floats(R * hd, ++seed, 2.0f);
-        auto row = [&](const std::vector<std::uint16_t>& kv) {
-          return [&kv, width, off, hd](std::size_t j, float* out) {
-            for (std::size_t i = 0; i < hd; ++i) out[i] = bf16_to_float(kv[j * width + off + i]);
-          };
+        const std::size_t hdp = cpu::round_up(hd, 16);
+        auto value_tile = [&](std::size_t j0, float* out) {  // rows j0.. at stride hdp, zeros past hd and L
+          for (std::size_t p = 0; p < cpu::kKeyTile; ++p)
+            for (std::size_t i = 0; i < hdp; ++i)
+              out[p * hdp + i] = j0 + p < L && i < hd ? bf16_to_float(v[(j0 + p) * width + off + i]) : 0.0f;
         };
         auto tile = [&](std::size_t j0, float* out) {  // keys j0.. transposed, zeros past L
           for (std::size_t i = 0; i < hd; ++i)
             for (std::size_t p = 0; p < cpu::kKeyTile; ++p)
               out[i * cpu::kKeyTile + p] = j0 + p < L ? bf16_to_float(k[(j0 + p) * width + off + i]) : 0.0f;
         };
-        const std::size_t Rp = cpu::round_up(R, cpu::kPrefixRowBlock), hdp = cpu::round_up(hd, 16);
+        const std::size_t Rp = cpu::round_up(R, cpu::kPrefixRowBlock);
         std::vector<float> qt(hd * Rp, 0.0f);
         for (std::size_t r = 0; r < R; ++r)
           for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q[r * hd + i];
@@ -270,7 +274,7 @@ TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
               ADD_FAILURE() << "score r " << r << " j " << j << ": " << scores[r * L + j] << " vs " << s;
             p[r * L + j] = std::exp(s);
           }
-        cpu::prefix_values(row(v), L, hd, p.data(), Rp, acc);
+        cpu::prefix_values(value_tile, L, hd, p.data(), Rp, acc);
         ASSERT_EQ(acc.size(), Rp * hdp);
         for (std::size_t r = 0; r < R; ++r)
           for (std::size_t i = 0; i < hdp; ++i) {
@@ -299,6 +303,19 @@ TEST(CpuAttention, ExpPolyIsWithinTwoUlp) {
   EXPECT_LE(worst, 2.4e-7) << "at x = " << worst_x;
   EXPECT_EQ(cpu::exp_poly(0.0f), 1.0f);
   EXPECT_TRUE(std::isnan(cpu::exp_poly(NAN)));
+  // The 16-lane form (softmax_rows) gives each lane exp_poly's bits, clamped ends and NaN included.
+  int differ = 0;
+  for (int i = 0; i <= 200000; i += 16) {
+    cpu::ExpV16 v;
+    for (int k = 0; k < 16; ++k) v[k] = -100.0f + 200.0f * static_cast<float>(i + k) / 200000.0f;
+    if (i == 0) v[3] = NAN, v[4] = -INFINITY, v[5] = INFINITY;
+    const cpu::ExpV16 e = cpu::exp_poly(v);
+    for (int k = 0; k < 16; ++k) {
+      const float one = cpu::exp_poly(static_cast<float>(v[k])), lane = e[k];
+      differ += std::memcmp(&one, &lane, sizeof one) != 0;
+    }
+  }
+  EXPECT_EQ(differ, 0);
   EXPECT_GT(cpu::exp_poly(5.0f), 148.41f);
   EXPECT_LT(cpu::exp_poly(5.0f), 148.42f);
 }

@@ -72,6 +72,30 @@ class KvRows {
         std::memcpy(out, f_.data() + base, n * sizeof(float));
     }
   }
+  // One head's slice (off = head * head_dim, n = head_dim) of V rows j0 .. j0 + kTile - 1 as
+  // floats, row p at out + p * stride, zeros from n to stride and past the last row (V only;
+  // j0 % kTile == 0): cpu::ValueTileReader.
+  void read_value_tile(std::size_t j0, std::size_t off, std::size_t n, std::size_t stride, float* out) const {
+    const std::size_t base = at(j0, off);  // the head's kTile rows of n, contiguous
+    if (j0 + kTile < len_) prefetch(base + width_ * kTile, n * kTile);  // tiles are read in order: the next one now
+    for (std::size_t p = 0; p < kTile; ++p) {
+      float* o = out + p * stride;
+      const std::size_t b = base + p * n;
+      switch (kind_) {
+        case Kv::BF16:
+          for (std::size_t i = 0; i < n; ++i) o[i] = bf16_to_float(h_[b + i]);
+          break;
+        case Kv::FP8: {
+          const float scale = s_[(j0 + p) * heads_ + off / hd_];  // zero past the last row, as the codes are
+          for (std::size_t i = 0; i < n; ++i) o[i] = fp8_e4m3_to_float_finite(c_[b + i]) * scale;
+          break;
+        }
+        default:
+          std::memcpy(o, f_.data() + b, n * sizeof(float));
+      }
+      std::fill(o + n, o + stride, 0.0f);
+    }
+  }
   // Elements [off, off + n) (one head's slice) of the rows j0 .. j0 + kTile - 1, transposed, as
   // floats: out[i * kTile + p] = row (j0 + p)[off + i], zero past the last row (K only;
   // j0 % kTile == 0).
@@ -452,7 +476,8 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
 // Row softmax statistics and weights, in place: for each of R rows of L scores, m = max, the
 // scores become exp_poly(s - m) (a loop that vectorizes), l = their sum in order.
 // The max in 16 lanes (a max does not depend on its order; NaNs are skipped as std::max(m, s) in
-// order skips them); the sums in order, four rows at a time so that four chains of adds overlap.
+// order skips them); the weights 16 at a time (cpu::exp_poly's vector form, the same bits); the sums
+// in order, eight rows at a time so that eight chains of adds overlap.
 void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
   typedef float V16 __attribute__((vector_size(64)));
   for (std::size_t r = 0; r < R; ++r) {
@@ -469,14 +494,21 @@ void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
     for (int k = 0; k < 16; ++k) m = std::max(m, mv[k]);
     for (; j < L; ++j) m = std::max(m, e[j]);
     st[r] = Softmax{m, 0.0f};
-    for (j = 0; j < L; ++j) e[j] = cpu::exp_poly(e[j] - m);
+    for (j = 0; j + 16 <= L; j += 16) {
+      V16 v;
+      std::memcpy(&v, e + j, sizeof v);
+      v = cpu::exp_poly(v - m);
+      std::memcpy(e + j, &v, sizeof v);
+    }
+    for (; j < L; ++j) e[j] = cpu::exp_poly(e[j] - m);
   }
   std::size_t r = 0;
-  for (; r + 4 <= R; r += 4) {
-    const float *e0 = scores + r * L, *e1 = e0 + L, *e2 = e1 + L, *e3 = e2 + L;
-    float l0 = 0.0f, l1 = 0.0f, l2 = 0.0f, l3 = 0.0f;
-    for (std::size_t j = 0; j < L; ++j) l0 += e0[j], l1 += e1[j], l2 += e2[j], l3 += e3[j];
-    st[r].l = l0, st[r + 1].l = l1, st[r + 2].l = l2, st[r + 3].l = l3;
+  for (; r + 8 <= R; r += 8) {
+    const float* e0 = scores + r * L;
+    float l[8] = {};
+    for (std::size_t j = 0; j < L; ++j)
+      for (std::size_t k = 0; k < 8; ++k) l[k] += e0[k * L + j];
+    for (std::size_t k = 0; k < 8; ++k) st[r + k].l = l[k];
   }
   for (; r < R; ++r)
     for (std::size_t j = 0; j < L; ++j) st[r].l += scores[r * L + j];
@@ -509,7 +541,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       cpu::prefix_scores([&](std::size_t j0, float* out) { PK.read_tile(j0, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
       std::vector<Softmax> sp(R);
       softmax_rows(scores.data(), R, Lp, sp.data());
-      cpu::prefix_values([&](std::size_t j, float* out) { PV.read(j, off, hd, out); }, Lp, hd, scores.data(), Rp, acc);
+      cpu::prefix_values([&](std::size_t j0, float* out) { PV.read_value_tile(j0, off, hd, hdp, out); }, Lp, hd, scores.data(), Rp, acc);
       // Suffix, per slot: its `group` query heads against the slot's own K and V, the same two
       // blocked products (every query's sums in the same order as alone); then the log-sum-exp
       // merge into att.
@@ -526,7 +558,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
                            s_scores);
         softmax_rows(s_scores.data(), group, Ls, ss.data());
         std::fill(s_scores.begin() + static_cast<std::ptrdiff_t>(group * Ls), s_scores.end(), 0.0f);  // padding rows
-        cpu::prefix_values([&](std::size_t j, float* out) { SV.read(j, off, hd, out); }, Ls, hd, s_scores.data(), Gp, acc_s);
+        cpu::prefix_values([&](std::size_t j0, float* out) { SV.read_value_tile(j0, off, hd, hdp, out); }, Ls, hd, s_scores.data(), Gp, acc_s);
         for (std::size_t g = 0; g < group; ++g) {
           const std::size_t r = b * group + g;
           const float m = std::max(sp[r].m, ss[g].m);

@@ -46,8 +46,12 @@ void score_block(const float* kt, std::size_t hd, const float* qt, std::size_t R
     }
   }
   const std::size_t np = std::min(NC * kLanes, L - j0);
-  for (std::size_t r = 0; r < RB; ++r)
-    for (std::size_t p = 0; p < np; ++p) out[(r0 + r) * L + j0 + p] = a[r][p / kLanes][p % kLanes] * scale;
+  for (std::size_t r = 0; r < RB; ++r) {
+    float* o = out + (r0 + r) * L + j0;
+    std::size_t c = 0;
+    for (; (c + 1) * kLanes <= np; ++c) store(o + c * kLanes, a[r][c] * scale);  // whole vectors
+    for (std::size_t p = c * kLanes; p < np; ++p) o[p] = a[r][c][p % kLanes] * scale;
+  }
 }
 
 // Values of RB rows x NC output vectors (columns i0.. of acc, stride hdp): o[r][c] += p[r, j] v_j
@@ -102,18 +106,16 @@ void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, c
   }
 }
 
-void prefix_values(const KvRowReader& v_row, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
+void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                    std::vector<float>& acc) {
+  static_assert(kValTile % kKeyTile == 0, "whole tiles of values");
   const std::size_t hdp = round_up(hd, kLanes), vecs = hdp / kLanes;
   thread_local std::vector<float> vt;
   vt.resize(kValTile * hdp);
   acc.assign(Rp * hdp, 0.0f);
   for (std::size_t j0 = 0; j0 < L; j0 += kValTile) {
     const std::size_t np = std::min(kValTile, L - j0);
-    for (std::size_t j = 0; j < np; ++j) {
-      v_row(j0 + j, vt.data() + j * hdp);
-      std::fill(vt.data() + j * hdp + hd, vt.data() + (j + 1) * hdp, 0.0f);  // columns hd.. stay 0
-    }
+    for (std::size_t j = 0; j < np; j += kKeyTile) v_tile(j0 + j, vt.data() + j * hdp);
     for (std::size_t r0 = 0; r0 < Rp; r0 += kRowBlock) {
       const std::size_t rb = std::min(kRowBlock, Rp - r0);
       for (std::size_t c0 = 0; c0 < vecs; c0 += kCols) {

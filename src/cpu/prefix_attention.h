@@ -26,8 +26,10 @@ inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) /
 // a tile's slice for one head is already the transposed block the score products read).
 constexpr std::size_t kKeyTile = 16;
 
-// Writes the hd floats of V row j (one KV head's slice) into out.
-using KvRowReader = std::function<void(std::size_t j, float* out)>;
+// Writes V rows j0 .. j0 + kKeyTile - 1 of one KV head into out, row p at out + p * hdp (hdp =
+// round_up(hd, 16)): hd floats, then zeros to hdp; rows at or past the end all zeros. j0 is a
+// multiple of kKeyTile.
+using ValueTileReader = std::function<void(std::size_t j0, float* out)>;
 // Writes the keys j0 .. j0 + kKeyTile - 1 of one KV head, transposed: out[i * kKeyTile + p] =
 // k_{j0 + p}[i] (hd x kKeyTile floats), zeros for positions at or past the end. j0 is a multiple
 // of kKeyTile.
@@ -40,7 +42,7 @@ void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, c
 
 // acc (Rp, hdp) row-major, hdp = round_up(hd, 16): acc[r, i] = sum_j p[r, j] v_j[i], p (Rp, L)
 // row-major (the unnormalized softmax weights); columns hd..hdp-1 are zero.
-void prefix_values(const KvRowReader& v_row, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
+void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                    std::vector<float>& acc);
 
 }  // namespace bestofn::cpu
