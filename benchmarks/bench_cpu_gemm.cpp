@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
         std::vector<float> x(T * s.in);
         for (auto& v : x) v = bestofn::fp8_e4m3_to_float_finite(static_cast<std::uint8_t>(rng() % 0x7e));
         std::vector<std::uint16_t> packed(packed_size(path, T, s.in));
-        pack_activations(path, x.data(), T, s.in, 0, pack_units(path, T, s.in), packed.data());
+        const std::vector<float> ones(T, 1.0f);
+        pack_activations(path, x.data(), ones.data(), T, s.in, 0, T, packed.data());
         std::vector<float> acc(T * s.out);
         std::size_t calls = 0;
         const auto t0 = std::chrono::steady_clock::now();

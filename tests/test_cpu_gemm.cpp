@@ -74,9 +74,9 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
     const auto x = activation_values(s.T, s.in, rng);
     for (fp8::Path p : paths) {
       std::vector<std::uint16_t> packed(fp8::packed_size(p, s.T, s.in));
-      const std::size_t units = fp8::pack_units(p, s.T, s.in);
-      fp8::pack_activations(p, x.data(), s.T, s.in, 0, units / 2, packed.data());  // in two parts, as the pool packs
-      fp8::pack_activations(p, x.data(), s.T, s.in, units / 2, units, packed.data());
+      const std::vector<float> ones(s.T, 1.0f);  // E4M3 values over a scale of 1: packed as they are
+      fp8::pack_activations(p, x.data(), ones.data(), s.T, s.in, 0, s.T / 2, packed.data());  // in two parts, as the pool packs
+      fp8::pack_activations(p, x.data(), ones.data(), s.T, s.in, s.T / 2, s.T, packed.data());
       std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(s.out, s.in));
       const std::size_t n = fp8::strip_count(s.out);
       fp8::pack_weights(w.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs

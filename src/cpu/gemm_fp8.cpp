@@ -182,10 +182,11 @@ BESTOFN_AVX512_BF16 void strip_kernel(const StripArgs& a, const Tables& tb) {
       _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
       __m512i p0, p1;
       decode(a.w + at, tb, p0, p1);
-      const std::uint16_t* xk = a.x + k / 2 * 2 * TT;  // the runs of pairs k / 2 and k / 2 + 1
+      const std::uint16_t* xk = a.x + k * TT;  // the chunk's values for this quad, 4 per token
       for (int t = 0; t < TT; ++t) {
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xk + 2 * t));
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xk + 2 * TT + 2 * t));
+        const std::uint16_t* xt = xk + 4 * t;
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xt));
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xt + 2));
       }
     }
   for (int j = 0; j < S; ++j)
@@ -260,7 +261,7 @@ bool cpu_has_avx512_bf16() {
 bool self_check() {
   constexpr std::size_t in = 256 + 42, rows = 256 + 3, T = kChunk + 1;
   std::vector<std::uint8_t> w(rows * in);
-  std::vector<float> x(T * in), ts(T), rs(rows);
+  std::vector<float> x(T * in), ts(T), rs(rows), ones(T, 1.0f);
   std::uint32_t s = 12345;
   auto next = [&s] { return s = s * 1664525u + 1013904223u; };
   for (std::size_t r = 0; r < rows; ++r)
@@ -280,7 +281,7 @@ bool self_check() {
     std::vector<std::uint16_t> packed;
     for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{5}, T}) {  // the first t tokens
       packed.assign(packed_size(p, t, in), 0);
-      pack_activations(p, x.data(), t, in, 0, pack_units(p, t, in), packed.data());
+      pack_activations(p, x.data(), ones.data(), t, in, 0, t, packed.data());
       std::vector<float> part(t * rows, 0.0f);
       dot_strips(p, pw.data(), rows, in, 0, strip_count(rows), packed.data(), t, part.data(), rows);
       y.insert(y.end(), part.begin(), part.end());
@@ -318,37 +319,37 @@ std::size_t packed_size(Path p, std::size_t T, std::size_t in) {
   return p == Path::Generic ? T * 2 * padded(in) : (T + kChunk - 1) / kChunk * kChunk * padded(in);
 }
 
-std::size_t pack_units(Path p, std::size_t T, std::size_t in) {
-  return p == Path::Generic ? T : (T + kChunk - 1) / kChunk * (padded(in) / 2);
-}
-
-void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::size_t u0, std::size_t u1, std::uint16_t* packed) {
+void pack_activations(Path p, const float* x, const float* scale, std::size_t T, std::size_t in, std::size_t t0, std::size_t t1,
+                      std::uint16_t* packed) {
   const std::size_t pin = padded(in);
-  u1 = std::min(u1, pack_units(p, T, in));
-  auto value = [&](std::size_t t, std::size_t k) { return t < T && k < in ? xq[t * in + k] : 0.0f; };
-  for (std::size_t u = u0; u < u1; ++u) {
+  constexpr std::size_t kSpan = 16;  // inputs quantized per vector loop
+  for (std::size_t t = t0; t < std::min(t1, T); ++t) {
+    const float* row = x + t * in;
+    const float s = scale[t];
+    // The row's E4M3 values kSpan at a time (a fixed-length loop GCC vectorizes), zeros past `in`.
+    auto values = [&](std::size_t k, float* v) {
+      if (k + kSpan <= in)
+        for (std::size_t i = 0; i < kSpan; ++i) v[i] = fp8_e4m3_round(row[k + i] / s);
+      else
+        for (std::size_t i = 0; i < kSpan; ++i) v[i] = k + i < in ? fp8_e4m3_round(row[k + i] / s) : 0.0f;
+    };
+    float v[kSpan];
     if (p == Path::Generic) {
-      for (std::size_t k = 0; k < pin; ++k) {
-        const float v = value(u, k);
-        std::memcpy(packed + (u * pin + k) * 2, &v, sizeof v);
+      float* out = reinterpret_cast<float*>(packed) + t * pin;  // vector storage: aligned for float
+      for (std::size_t k = 0; k < pin; k += kSpan) {
+        values(k, v);
+        std::memcpy(out + k, v, std::min(kSpan, pin - k) * sizeof(float));
       }
-    } else {
-      // Unit u = chunk c, pair m: word 2t + d of the pair's run holds token 16c + t's input 2m + d,
-      // the top half of the float (exact: E4M3 values fit BF16).
-      const std::size_t pairs = pin / 2, c = u / pairs, m = u % pairs, n = std::min(kChunk, T - c * kChunk);
-      std::uint16_t* out = packed + c * kChunk * pin + m * 2 * n;
-      const float* x = xq + c * kChunk * in + 2 * m;
-      if (2 * m + 1 < in) {
-        for (std::size_t t = 0; t < n; ++t) {
-          const std::uint32_t lo = std::bit_cast<std::uint32_t>(x[t * in]), hi = std::bit_cast<std::uint32_t>(x[t * in + 1]);
-          const std::uint32_t word = (lo >> 16) | (hi & 0xffff0000u);
-          std::memcpy(out + 2 * t, &word, sizeof word);
-        }
-      } else {
-        for (std::size_t t = 0; t < n; ++t)
-          for (std::size_t d = 0; d < 2; ++d)
-            out[2 * t + d] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value(c * kChunk + t, 2 * m + d)) >> 16);
-      }
+      continue;
+    }
+    // Token t: chunk c of n tokens, place j in it; its values of the quad at input k at k * n + 4j.
+    const std::size_t c = t / kChunk, n = std::min(kChunk, T - c * kChunk), j = t % kChunk;
+    std::uint16_t* chunk = packed + c * kChunk * pin;
+    for (std::size_t k = 0; k < pin; k += kSpan) {
+      values(k, v);
+      std::uint16_t w[kSpan];
+      for (std::size_t i = 0; i < kSpan; ++i) w[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v[i]) >> 16);  // exact
+      for (std::size_t q = k; q < std::min(k + kSpan, pin); q += kQuad) std::memcpy(chunk + q * n + kQuad * j, w + (q - k), 8);
     }
   }
 }

@@ -42,14 +42,16 @@ void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::s
 // 16-bit words of packed activations for T tokens on path p.
 std::size_t packed_size(Path p, std::size_t T, std::size_t in);
 
-// Packs T rows of E4M3 values held as floats (T, in) into the layout path p reads (packed_size
-// words), in pack_units(p, T, in) independent units: [u0, u1) here, so that threads can share the
-// work with no two writing one cache line. Generic: the rows as floats, `in` padded; a unit is a
-// row. AVX-512: chunks of 16 tokens (the last one may have fewer, n),
-// each a run per pair of inputs of the chunk's n BF16 pairs (16 tokens: one 64-byte line), so
-// that the pairs a kernel call broadcasts for one block sit together; a unit is one such run.
-std::size_t pack_units(Path p, std::size_t T, std::size_t in);
-void pack_activations(Path p, const float* xq, std::size_t T, std::size_t in, std::size_t u0, std::size_t u1, std::uint16_t* packed);
+// Quantizes rows [t0, t1) of T rows of activations x (T, in) to E4M3, fp8_e4m3_round(x / scale[t])
+// (the numerics contract), and packs them into the layout path p reads (packed_size words for all
+// T rows). Rows are independent: threads may pack disjoint row ranges at once. Generic: the rows
+// as floats, `in` padded. AVX-512: chunks of 16 tokens (the last one: n <= 16), each holding,
+// quad of inputs by quad, its n tokens' four BF16 values (8 bytes each; 16 tokens: two 64-byte
+// lines, tokens 0-7 and 8-15), so that the values a kernel call broadcasts for one block sit
+// together, and two threads packing tokens 0-7 and 8-15 write different lines (packed is 64-byte
+// aligned).
+void pack_activations(Path p, const float* x, const float* scale, std::size_t T, std::size_t in, std::size_t t0, std::size_t t1,
+                      std::uint16_t* packed);
 
 // For the rows of strips [s0, s1) (rows past `out` are not written) and all T tokens:
 //   y[t * y_stride + o] = (sum_i xq[t, i] * w[o, i]) * token_scale[t] * row_scale[o]

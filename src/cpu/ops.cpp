@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -162,17 +163,6 @@ float abs_max(const float* x, std::size_t n) {
   return amax;
 }
 
-// The activations as the GEMM sees them, rows t0..t1-1: E4M3 values (as floats, xq (T, in)) and a
-// scale per token (sx).
-void quantize_activations(const Linear& l, const float* x, std::size_t t0, std::size_t t1, std::size_t in, float* xq, float* sx) {
-  for (std::size_t t = t0; t < t1; ++t) {
-    const float* row = x + t * in;
-    const float scale = l.input_scale ? *l.input_scale : fp8_row_scale(abs_max(row, in));
-    sx[t] = scale;
-    for (std::size_t i = 0; i < in; ++i) xq[t * in + i] = fp8_e4m3_round(row[i] / scale);
-  }
-}
-
 }  // namespace
 
 void tensor_row(const Tensor& t, std::int64_t r, float* out) { widen(t, r, static_cast<std::size_t>(t.shape.back()), out); }
@@ -214,23 +204,23 @@ void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::siz
     ws[i] = i < strips.size() ? strips[i] : nullptr;
     if (!ws[i]) ws[i] = own.emplace_back(pack_fp8(*ls[i], pool)).data();
   }
-  thread_local std::vector<float> xq, sx;
+  thread_local std::vector<float> sx;
   thread_local std::vector<std::uint16_t> packed;
-  xq.resize(T * in), sx.resize(T), packed.resize(fp8::packed_size(path, T, in));
+  sx.resize(T), packed.resize(fp8::packed_size(path, T, in) + 32);
   // Plain pointers into this thread's buffers: inside the lambdas, on a worker, the names of the
-  // thread_local vectors would mean the worker's own.
-  float* xqp = xq.data();
+  // thread_local vectors would mean the worker's own. The packed words start on a cache line.
   float* sxw = sx.data();
-  std::uint16_t* xpw = packed.data();
-  auto quantize = [&](std::size_t t0, std::size_t t1) { quantize_activations(first, x, t0, t1, in, xqp, sxw); };
-  auto pack = [&](std::size_t u0, std::size_t u1) { fp8::pack_activations(path, xqp, T, in, u0, u1, xpw); };
-  if (T >= 4) {  // rows, then units of packing, are independent: split over the pool
-    pool.run(T, quantize);
-    pool.run(fp8::pack_units(path, T, in), pack);
-  } else {
-    quantize(0, T);
-    pack(0, fp8::pack_units(path, T, in));
-  }
+  void* line = packed.data();
+  std::size_t room = packed.size() * sizeof(std::uint16_t);
+  std::uint16_t* xpw = static_cast<std::uint16_t*>(std::align(64, fp8::packed_size(path, T, in) * sizeof(std::uint16_t), line, room));
+  // Each row's scale (the static input_scale, else amax / 448), then its E4M3 values packed for
+  // the kernels; rows are independent, so the pool splits them.
+  auto prepare = [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) sxw[t] = first.input_scale ? *first.input_scale : fp8_row_scale(abs_max(x + t * in, in));
+    fp8::pack_activations(path, x, sxw, T, in, t0, t1, xpw);
+  };
+  if (T >= 4) pool.run(T, prepare);
+  else prepare(0, T);
   const std::uint16_t* xp = xpw;
   const float* sxp = sxw;
   // Strips of all the layers, one after the other: strip b is layer i's strip b - start[i].
