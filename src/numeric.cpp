@@ -49,13 +49,6 @@ float fp8_e5m2_to_float(std::uint8_t code) {
   return f16_to_float(static_cast<std::uint16_t>(code << 8));
 }
 
-std::uint16_t bf16_from_float(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>(rounded >> 16);
-}
-
 float f16_to_float(std::uint16_t h) {
   const float sign = (h & 0x8000) ? -1.0f : 1.0f;
   const int exp = (h >> 10) & 0x1f;

@@ -36,7 +36,14 @@ inline float fp8_e4m3_round(float x) {
 }
 
 inline float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
-std::uint16_t bf16_from_float(float x);
+// Round to nearest even; NaN stays a quiet NaN with its sign. Inline: the KV cache converts every
+// appended element.
+inline std::uint16_t bf16_from_float(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  const std::uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(rounded >> 16);
+}
 
 float f16_to_float(std::uint16_t h);
 std::uint16_t f16_from_float(float x);

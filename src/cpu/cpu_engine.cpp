@@ -40,19 +40,29 @@ class KvRows {
   void append(const float* row) {
     const std::size_t j = len_++;
     if (j % kTile == 0) grow(width_ * kTile, heads_ * kTile);
+    // Head by head: element i of head h at at(j, h * hd) + i * step (at()'s layouts, without a
+    // division per element).
+    const std::size_t step = keys_ ? kTile : 1;
+    auto scatter = [&](auto* dst, auto value) {
+      for (std::size_t h = 0; h < heads_; ++h) {
+        auto* d = dst + at(j, h * hd_);
+        const std::size_t e0 = h * hd_;
+        for (std::size_t i = 0; i < hd_; ++i) d[i * step] = value(e0 + i);
+      }
+    };
     switch (kind_) {
       case Kv::BF16:
-        for (std::size_t e = 0; e < width_; ++e) h_[at(j, e)] = bf16_from_float(row[e]);
+        scatter(h_.data(), [&](std::size_t e) { return bf16_from_float(row[e]); });
         break;
       case Kv::FP8: {
         thread_local std::vector<std::uint8_t> codes;
         codes.resize(width_);
         cpu::quantize_fp8_rows(row, heads_, hd_, codes.data(), s_.data() + j * heads_);
-        for (std::size_t e = 0; e < width_; ++e) c_[at(j, e)] = codes[e];
+        scatter(c_.data(), [&](std::size_t e) { return codes[e]; });
         break;
       }
       default:
-        for (std::size_t e = 0; e < width_; ++e) f_[at(j, e)] = row[e];
+        scatter(f_.data(), [&](std::size_t e) { return row[e]; });
     }
   }
   // One head's slice of row j (off = head * head_dim, n = head_dim), as floats (V only).
