@@ -13,6 +13,7 @@
 #include "bestofn/numeric.h"
 #include "bestofn/quantize.h"
 #include "cpu/gemm_bf16.h"
+#include "cpu/exp_poly.h"
 #include "cpu/gemm_fp8.h"
 #include "cpu/thread_pool.h"
 
@@ -376,7 +377,23 @@ void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs) {
 }
 
 void silu_mul(float* gate, const float* up, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  // 16 elements at a time, the last few through a zero-padded vector: every element takes the
+  // same instructions wherever it sits. exp_poly covers -g <= 88; past that (g < -88) libm's exp,
+  // which overflows to inf there as exp_poly's clamp would not.
+  for (std::size_t i = 0; i < n; i += 16) {
+    const std::size_t k = std::min<std::size_t>(16, n - i);
+    ExpV16 g{}, u{};
+    if (k == 16) std::memcpy(&g, gate + i, sizeof g), std::memcpy(&u, up + i, sizeof u);  // fixed sizes: no memcpy call
+    else std::memcpy(&g, gate + i, k * sizeof(float)), std::memcpy(&u, up + i, k * sizeof(float));
+    ExpV16 e = exp_poly(-g);
+    const ExpI16 far = g < -88.0f, none{};
+    if (std::memcmp(&far, &none, sizeof far) != 0)
+      for (std::size_t j = 0; j < 16; ++j)
+        if (g[j] < -88.0f) e[j] = std::exp(-g[j]);
+    const ExpV16 r = g / (1.0f + e) * u;
+    if (k == 16) std::memcpy(gate + i, &r, sizeof r);
+    else std::memcpy(gate + i, &r, k * sizeof(float));
+  }
 }
 
 }  // namespace bestofn::cpu

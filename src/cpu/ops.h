@@ -49,7 +49,9 @@ void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<floa
 void rope_angles(int pos, const std::vector<float>& inv_freq, float* cs);
 void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs);
 
-// gate = silu(gate) * up, elementwise.
+// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise; exp by cpu::exp_poly
+// (within 2 ulp; libm's exp for gate < -88, where exp(-gate) overflows or nearly). An element's
+// result depends on its values alone, not on n or where it sits.
 void silu_mul(float* gate, const float* up, std::size_t n);
 
 }  // namespace bestofn::cpu
