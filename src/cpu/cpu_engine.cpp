@@ -4,10 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
+#include <memory>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <utility>
+
+#include <sys/mman.h>
 
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
@@ -192,13 +196,29 @@ class CpuEngine final : public Engine {
     kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
     if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
     // Every FP8 layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h): as many bytes as the
-    // checkpoint's codes, which the engine then no longer reads.
-    auto pack = [&](const Linear& l) {
-      if (l.is_fp8()) strips_.emplace(&l, cpu::pack_fp8(l, pool_));
-    };
+    // checkpoint's codes, which the engine then no longer reads. One arena in 2 MB pages where
+    // the kernel grants them (madvise: a decode step streams all of it, 4 KB pages cost a TLB
+    // miss per 4 KB).
+    std::vector<const Linear*> fp8;
     for (const LayerWeights& L : w_->layers)
-      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*l);
-    pack(w_->lm_head);
+      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        if (l->is_fp8()) fp8.push_back(l);
+    if (w_->lm_head.is_fp8()) fp8.push_back(&w_->lm_head);
+    constexpr std::size_t kHuge = 2u << 20;
+    std::size_t total = 0;
+    for (const Linear* l : fp8) total += cpu::round_up(cpu::fp8_packed_bytes(*l), 64);
+    if (total > 0) {
+      const std::size_t bytes = cpu::round_up(total, kHuge);
+      arena_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kHuge, bytes)));
+      if (!arena_) throw Error("out of memory for the FP8 weights' strips (" + std::to_string(bytes >> 20) + " MB)");
+      ::madvise(arena_.get(), bytes, MADV_HUGEPAGE);  // a hint: without it, 4 KB pages
+      std::size_t at = 0;
+      for (const Linear* l : fp8) {
+        cpu::pack_fp8(*l, pool_, arena_.get() + at);
+        strips_.emplace(l, arena_.get() + at);
+        at += cpu::round_up(cpu::fp8_packed_bytes(*l), 64);
+      }
+    }
   }
 
   const ModelConfig& config() const override { return c_; }
@@ -257,7 +277,7 @@ class CpuEngine final : public Engine {
   // The packed codes of an FP8 layer of this model (nullptr for other layers).
   const std::uint8_t* strips_of(const Linear& l) const {
     const auto it = strips_.find(&l);
-    return it == strips_.end() ? nullptr : it->second.data();
+    return it == strips_.end() ? nullptr : it->second;
   }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
@@ -282,7 +302,11 @@ class CpuEngine final : public Engine {
   cpu::ThreadPool pool_;
   std::vector<float> inv_freq_;
   std::vector<float> rope_cs_;  // (T, head_dim): each token's rope_angles in this forward pass
-  std::map<const Linear*, std::vector<std::uint8_t>> strips_;  // FP8 layers, in the GEMM's layout
+  struct FreeBytes {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::uint8_t, FreeBytes> arena_;      // every FP8 layer's strips
+  std::map<const Linear*, const std::uint8_t*> strips_;  // FP8 layer -> its strips in arena_
   EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};

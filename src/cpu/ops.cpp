@@ -250,12 +250,20 @@ bool share_fp8_input(std::span<const Linear* const> ls) {
 
 }  // namespace
 
-std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool) {
+std::size_t fp8_packed_bytes(const Linear& l) {
   if (!l.is_fp8()) throw Error("pack_fp8: " + l.weight.name + " is not an FP8 weight");
+  return fp8::packed_weight_bytes(static_cast<std::size_t>(l.out_features()), static_cast<std::size_t>(l.in_features()));
+}
+
+void pack_fp8(const Linear& l, ThreadPool& pool, std::uint8_t* packed) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
-  std::vector<std::uint8_t> packed(fp8::packed_weight_bytes(out, in));
-  std::uint8_t* p = packed.data();
-  pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, p); });
+  fp8_packed_bytes(l);  // checks the dtype
+  pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, packed); });
+}
+
+std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool) {
+  std::vector<std::uint8_t> packed(fp8_packed_bytes(l));
+  pack_fp8(l, pool, packed.data());
   return packed;
 }
 

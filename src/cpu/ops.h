@@ -24,6 +24,9 @@ void tensor_row(const Tensor& t, std::int64_t r, float* out);
 // size as the codes): an engine packs every FP8 layer once and hands them to linear(). The rows
 // are split over the pool.
 std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool);
+// The same into `packed`, fp8_packed_bytes(l) bytes (an engine's arena of all its layers).
+std::size_t fp8_packed_bytes(const Linear& l);
+void pack_fp8(const Linear& l, ThreadPool& pool, std::uint8_t* packed);
 
 // y (T x out) = x (T x in) W^T. FP8 weights: the activations are quantized to E4M3 first (the
 // static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
