@@ -276,6 +276,23 @@ TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
           }
         cpu::prefix_values(value_tile, L, hd, p.data(), Rp, acc);
         ASSERT_EQ(acc.size(), Rp * hdp);
+        if (hd % 16 == 0) {
+          // The in-place BF16 forms on the engine's tile layouts (both heads, the second one's
+          // slice read; zeros past L): the same bits as the copying forms, which the loops below
+          // check against the stated order.
+          const std::size_t T16 = cpu::kKeyTile, tiles = (L + T16 - 1) / T16, ts = width * T16;
+          std::vector<std::uint16_t> ktiles(tiles * ts, 0), vtiles(tiles * ts, 0);
+          for (std::size_t j = 0; j < L; ++j)
+            for (std::size_t e = 0; e < width; ++e) {
+              ktiles[j / T16 * ts + e * T16 + j % T16] = k[j * width + e];
+              vtiles[j / T16 * ts + e / hd * hd * T16 + j % T16 * hd + e % hd] = v[j * width + e];
+            }
+          std::vector<float> scores2, acc2;
+          cpu::prefix_scores_bf16(ktiles.data() + off * T16, ts, L, hd, qt.data(), Rp, scale, scores2);
+          EXPECT_EQ(std::memcmp(scores2.data(), scores.data(), R * L * sizeof(float)), 0) << "in-place scores";
+          cpu::prefix_values_bf16(vtiles.data() + off * T16, ts, L, hd, p.data(), Rp, acc2);
+          EXPECT_EQ(std::memcmp(acc2.data(), acc.data(), R * hdp * sizeof(float)), 0) << "in-place values";
+        }
         for (std::size_t r = 0; r < R; ++r)
           for (std::size_t i = 0; i < hdp; ++i) {
             float o = 0.0f;

@@ -132,6 +132,11 @@ class KvRows {
     }
   }
   std::size_t rows() const { return len_; }
+  // A BF16 cache read in place (cpu::prefix_scores_bf16 / prefix_values_bf16): one head's slice
+  // (off = head * head_dim) of the first tile, tiles tile_stride() elements apart; nullptr for
+  // other kinds and an empty cache.
+  const std::uint16_t* bf16_head(std::size_t off) const { return kind_ == Kv::BF16 && len_ > 0 ? h_.data() + at(0, off) : nullptr; }
+  std::size_t tile_stride() const { return width_ * kTile; }
 
  private:
   // Where element e of row j is.
@@ -548,6 +553,9 @@ void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
     for (std::size_t j = 0; j < L; ++j) st[r].l += scores[r * L + j];
 }
 
+// Up to this many queries of one KV head read a BF16 cache in place (two register blocks of 6).
+constexpr std::size_t kInPlaceRows = 12;
+
 void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
@@ -555,6 +563,22 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t items = groups.size() * static_cast<std::size_t>(c_.n_kv_heads);
 
+  // The two products for R queries over L positions of one KV head (off) of a cache: a BF16
+  // cache in place when the queries are few (a widened copy of each tile serves many queries
+  // better), else through widened tiles. Either gives the same bits.
+  const bool in_place = kv_ == EngineOptions::Kv::BF16 && hd % 16 == 0;
+  auto scores_of = [&](const KvRows& K, std::size_t off, std::size_t L, const float* qt, std::size_t R, std::vector<float>& out) {
+    if (in_place && R <= kInPlaceRows && L > 0)
+      cpu::prefix_scores_bf16(K.bf16_head(off), K.tile_stride(), L, hd, qt, R, scale, out);
+    else
+      cpu::prefix_scores([&](std::size_t j0, float* o) { K.read_tile(j0, off, hd, o); }, L, hd, qt, R, scale, out);
+  };
+  auto values_of = [&](const KvRows& V, std::size_t off, std::size_t L, const float* p, std::size_t R, std::vector<float>& out) {
+    if (in_place && R <= kInPlaceRows && L > 0)
+      cpu::prefix_values_bf16(V.bf16_head(off), V.tile_stride(), L, hd, p, R, out);
+    else
+      cpu::prefix_values([&](std::size_t j0, float* o) { V.read_value_tile(j0, off, hd, hdp, o); }, L, hd, p, R, out);
+  };
   pool_.run(items, [&](std::size_t i0, std::size_t i1) {
     std::vector<float> scores, acc, qt, s_scores, acc_s;
     std::vector<Softmax> ss(group);
@@ -572,10 +596,10 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       qt.assign(hd * Rp, 0.0f);
       for (std::size_t r = 0; r < R; ++r)
         for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_of(r)[i];
-      cpu::prefix_scores([&](std::size_t j0, float* out) { PK.read_tile(j0, off, hd, out); }, Lp, hd, qt.data(), Rp, scale, scores);
+      scores_of(PK, off, Lp, qt.data(), Rp, scores);
       std::vector<Softmax> sp(R);
       softmax_rows(scores.data(), R, Lp, sp.data());
-      cpu::prefix_values([&](std::size_t j0, float* out) { PV.read_value_tile(j0, off, hd, hdp, out); }, Lp, hd, scores.data(), Rp, acc);
+      values_of(PV, off, Lp, scores.data(), Rp, acc);
       // Suffix, per slot: its `group` query heads against the slot's own K and V, the same two
       // blocked products (every query's sums in the same order as alone); then the log-sum-exp
       // merge into att.
@@ -588,11 +612,10 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         qt.assign(hd * Gp, 0.0f);
         for (std::size_t g = 0; g < group; ++g)
           for (std::size_t i = 0; i < hd; ++i) qt[i * Gp + g] = q_of(b * group + g)[i];
-        cpu::prefix_scores([&](std::size_t j0, float* out) { SK.read_tile(j0, off, hd, out); }, Ls, hd, qt.data(), Gp, scale,
-                           s_scores);
+        scores_of(SK, off, Ls, qt.data(), Gp, s_scores);
         softmax_rows(s_scores.data(), group, Ls, ss.data());
         std::fill(s_scores.begin() + static_cast<std::ptrdiff_t>(group * Ls), s_scores.end(), 0.0f);  // padding rows
-        cpu::prefix_values([&](std::size_t j0, float* out) { SV.read_value_tile(j0, off, hd, hdp, out); }, Ls, hd, s_scores.data(), Gp, acc_s);
+        values_of(SV, off, Ls, s_scores.data(), Gp, acc_s);
         for (std::size_t g = 0; g < group; ++g) {
           const std::size_t r = b * group + g;
           const float m = std::max(sp[r].m, ss[g].m);

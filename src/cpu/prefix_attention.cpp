@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 namespace bestofn::cpu {
@@ -28,21 +31,30 @@ inline v16 load(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+// 16 BF16 values widened to floats (exact: the top halves of the floats).
+inline v16 load(const std::uint16_t* p) {
+  typedef std::uint16_t u16x16 __attribute__((vector_size(32)));
+  typedef std::uint32_t u32x16 __attribute__((vector_size(64)));
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  return std::bit_cast<v16>(__builtin_convertvector(h, u32x16) << 16);
+}
 inline void store(float* p, const v16& v) { std::memcpy(p, &v, sizeof v); }
 
-// Scores of RB rows x NC key tiles: kt holds the tiles (hd x 16 each, kt + c * hd * 16), qt the
-// queries transposed (stride Rp), rows r0..r0+RB-1; a[r][c] over i = 0..hd-1 in order.
-template <std::size_t RB, std::size_t NC>
-void score_block(const float* kt, std::size_t hd, const float* qt, std::size_t Rp, std::size_t r0, float scale, float* out,
+// Scores of RB rows x NC key tiles: tile c's (hd x 16, element-major) at k + c * ts, qt the
+// queries transposed (stride Rp), rows r0..r0+RB-1; a[r][c] over i = 0..hd-1 in order. S: float
+// (a widened copy) or std::uint16_t (BF16 in place).
+template <class S, std::size_t RB, std::size_t NC>
+void score_block(const S* k, std::size_t ts, std::size_t hd, const float* qt, std::size_t Rp, std::size_t r0, float scale, float* out,
                  std::size_t L, std::size_t j0) {
   v16 a[RB][NC] = {};
   for (std::size_t i = 0; i < hd; ++i) {
-    v16 k[NC];
-    for (std::size_t c = 0; c < NC; ++c) k[c] = load(kt + (c * hd + i) * kLanes);
+    v16 kv[NC];
+    for (std::size_t c = 0; c < NC; ++c) kv[c] = load(k + c * ts + i * kLanes);
     const float* q = qt + i * Rp + r0;
     for (std::size_t r = 0; r < RB; ++r) {
       const float qr = q[r];
-      for (std::size_t c = 0; c < NC; ++c) a[r][c] += qr * k[c];
+      for (std::size_t c = 0; c < NC; ++c) a[r][c] += qr * kv[c];
     }
   }
   const std::size_t np = std::min(NC * kLanes, L - j0);
@@ -55,19 +67,21 @@ void score_block(const float* kt, std::size_t hd, const float* qt, std::size_t R
 }
 
 // Values of RB rows x NC output vectors (columns i0.. of acc, stride hdp): o[r][c] += p[r, j] v_j
-// for the np positions of vt (rows of hdp floats), j in order, continuing the sums in acc.
-template <std::size_t RB, std::size_t NC>
-void value_block(const float* vt, std::size_t hdp, std::size_t np, const float* p, std::size_t L, std::size_t j0, std::size_t r0,
-                 std::size_t i0, float* acc) {
+// for the np positions from j0, j in order, continuing the sums in acc. Row j of the window at
+// v + (j / 16) * ts + (j % 16) * rs.
+template <class S, std::size_t RB, std::size_t NC>
+void value_block(const S* v, std::size_t ts, std::size_t rs, std::size_t hdp, std::size_t np, const float* p, std::size_t L,
+                 std::size_t j0, std::size_t r0, std::size_t i0, float* acc) {
   v16 o[RB][NC];
   for (std::size_t r = 0; r < RB; ++r)
     for (std::size_t c = 0; c < NC; ++c) o[r][c] = load(acc + (r0 + r) * hdp + i0 + c * kLanes);
   for (std::size_t j = 0; j < np; ++j) {
-    v16 v[NC];
-    for (std::size_t c = 0; c < NC; ++c) v[c] = load(vt + j * hdp + i0 + c * kLanes);
+    const S* row = v + j / kKeyTile * ts + j % kKeyTile * rs + i0;
+    v16 vv[NC];
+    for (std::size_t c = 0; c < NC; ++c) vv[c] = load(row + c * kLanes);
     for (std::size_t r = 0; r < RB; ++r) {
       const float pr = p[(r0 + r) * L + j0 + j];
-      for (std::size_t c = 0; c < NC; ++c) o[r][c] += pr * v[c];
+      for (std::size_t c = 0; c < NC; ++c) o[r][c] += pr * vv[c];
     }
   }
   for (std::size_t r = 0; r < RB; ++r)
@@ -75,18 +89,56 @@ void value_block(const float* vt, std::size_t hdp, std::size_t np, const float* 
 }
 
 // Dispatch tables over (rows in the block - 1, vectors - 1).
-using ScoreFn = void (*)(const float*, std::size_t, const float*, std::size_t, std::size_t, float, float*, std::size_t, std::size_t);
-using ValueFn = void (*)(const float*, std::size_t, std::size_t, const float*, std::size_t, std::size_t, std::size_t, std::size_t, float*);
-template <std::size_t... I>
-constexpr std::array<ScoreFn, sizeof...(I)> score_table(std::index_sequence<I...>) {
-  return {score_block<I / kCols + 1, I % kCols + 1>...};
+template <class S>
+using ScoreFn = void (*)(const S*, std::size_t, std::size_t, const float*, std::size_t, std::size_t, float, float*, std::size_t,
+                         std::size_t);
+template <class S>
+using ValueFn = void (*)(const S*, std::size_t, std::size_t, std::size_t, std::size_t, const float*, std::size_t, std::size_t,
+                         std::size_t, std::size_t, float*);
+template <class S, std::size_t... I>
+constexpr std::array<ScoreFn<S>, sizeof...(I)> score_table(std::index_sequence<I...>) {
+  return {score_block<S, I / kCols + 1, I % kCols + 1>...};
 }
-template <std::size_t... I>
-constexpr std::array<ValueFn, sizeof...(I)> value_table(std::index_sequence<I...>) {
-  return {value_block<I / kCols + 1, I % kCols + 1>...};
+template <class S, std::size_t... I>
+constexpr std::array<ValueFn<S>, sizeof...(I)> value_table(std::index_sequence<I...>) {
+  return {value_block<S, I / kCols + 1, I % kCols + 1>...};
 }
-constexpr auto kScore = score_table(std::make_index_sequence<kRowBlock * kCols>{});
-constexpr auto kValue = value_table(std::make_index_sequence<kRowBlock * kCols>{});
+template <class S>
+constexpr auto kScore = score_table<S>(std::make_index_sequence<kRowBlock * kCols>{});
+template <class S>
+constexpr auto kValue = value_table<S>(std::make_index_sequence<kRowBlock * kCols>{});
+
+// Both products over positions in windows: `tiles(j0, nc)` gives the source of the window's nc
+// tiles (a pointer and its tile stride).
+template <class S, class Tiles>
+void scores_over(Tiles tiles, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp, float scale, std::vector<float>& scores) {
+  scores.resize(Rp * L);
+  for (std::size_t j0 = 0; j0 < L; j0 += kPosTile) {
+    const std::size_t nc = std::min(kCols, (L - j0 + kLanes - 1) / kLanes);
+    const auto [k, ts] = tiles(j0, nc);
+    for (std::size_t r0 = 0; r0 < Rp; r0 += kRowBlock) {
+      const std::size_t rb = std::min(kRowBlock, Rp - r0);
+      kScore<S>[(rb - 1) * kCols + nc - 1](k, ts, hd, qt, Rp, r0, scale, scores.data(), L, j0);
+    }
+  }
+}
+// `rows(j0, np)`: the window's source, its tile stride and its row stride.
+template <class S, class Rows>
+void values_over(Rows rows, std::size_t L, std::size_t hd, const float* p, std::size_t Rp, std::vector<float>& acc) {
+  const std::size_t hdp = round_up(hd, kLanes), vecs = hdp / kLanes;
+  acc.assign(Rp * hdp, 0.0f);
+  for (std::size_t j0 = 0; j0 < L; j0 += kValTile) {
+    const std::size_t np = std::min(kValTile, L - j0);
+    const auto [v, ts, rs] = rows(j0, np);
+    for (std::size_t r0 = 0; r0 < Rp; r0 += kRowBlock) {
+      const std::size_t rb = std::min(kRowBlock, Rp - r0);
+      for (std::size_t c0 = 0; c0 < vecs; c0 += kCols) {
+        const std::size_t nc = std::min(kCols, vecs - c0);
+        kValue<S>[(rb - 1) * kCols + nc - 1](v, ts, rs, hdp, np, p, L, j0, r0, c0 * kLanes, acc.data());
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -95,35 +147,40 @@ void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, c
   static_assert(kKeyTile == kLanes, "one key tile per score vector");
   thread_local std::vector<float> kt;  // kCols tiles of keys: (hd, 16) each
   kt.resize(kCols * hd * kLanes);
-  scores.resize(Rp * L);
-  for (std::size_t j0 = 0; j0 < L; j0 += kPosTile) {
-    const std::size_t nc = std::min(kCols, (L - j0 + kLanes - 1) / kLanes);
+  auto tiles = [&](std::size_t j0, std::size_t nc) {
     for (std::size_t c = 0; c < nc; ++c) k_tile(j0 + c * kLanes, kt.data() + c * hd * kLanes);
-    for (std::size_t r0 = 0; r0 < Rp; r0 += kRowBlock) {
-      const std::size_t rb = std::min(kRowBlock, Rp - r0);
-      kScore[(rb - 1) * kCols + nc - 1](kt.data(), hd, qt, Rp, r0, scale, scores.data(), L, j0);
-    }
-  }
+    return std::pair<const float*, std::size_t>{kt.data(), hd * kLanes};
+  };
+  scores_over<float>(tiles, L, hd, qt, Rp, scale, scores);
 }
 
 void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                    std::vector<float>& acc) {
   static_assert(kValTile % kKeyTile == 0, "whole tiles of values");
-  const std::size_t hdp = round_up(hd, kLanes), vecs = hdp / kLanes;
+  const std::size_t hdp = round_up(hd, kLanes);
   thread_local std::vector<float> vt;
   vt.resize(kValTile * hdp);
-  acc.assign(Rp * hdp, 0.0f);
-  for (std::size_t j0 = 0; j0 < L; j0 += kValTile) {
-    const std::size_t np = std::min(kValTile, L - j0);
+  auto rows = [&](std::size_t j0, std::size_t np) {
     for (std::size_t j = 0; j < np; j += kKeyTile) v_tile(j0 + j, vt.data() + j * hdp);
-    for (std::size_t r0 = 0; r0 < Rp; r0 += kRowBlock) {
-      const std::size_t rb = std::min(kRowBlock, Rp - r0);
-      for (std::size_t c0 = 0; c0 < vecs; c0 += kCols) {
-        const std::size_t nc = std::min(kCols, vecs - c0);
-        kValue[(rb - 1) * kCols + nc - 1](vt.data(), hdp, np, p, L, j0, r0, c0 * kLanes, acc.data());
-      }
-    }
-  }
+    return std::tuple<const float*, std::size_t, std::size_t>{vt.data(), kKeyTile * hdp, hdp};
+  };
+  values_over<float>(rows, L, hd, p, Rp, acc);
+}
+
+void prefix_scores_bf16(const std::uint16_t* k, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp,
+                        float scale, std::vector<float>& scores) {
+  auto tiles = [&](std::size_t j0, std::size_t) {
+    return std::pair<const std::uint16_t*, std::size_t>{k + j0 / kKeyTile * tile_stride, tile_stride};
+  };
+  scores_over<std::uint16_t>(tiles, L, hd, qt, Rp, scale, scores);
+}
+
+void prefix_values_bf16(const std::uint16_t* v, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
+                        std::vector<float>& acc) {
+  auto rows = [&](std::size_t j0, std::size_t) {
+    return std::tuple<const std::uint16_t*, std::size_t, std::size_t>{v + j0 / kKeyTile * tile_stride, tile_stride, hd};
+  };
+  values_over<std::uint16_t>(rows, L, hd, p, Rp, acc);
 }
 
 }  // namespace bestofn::cpu

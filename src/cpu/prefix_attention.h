@@ -11,6 +11,7 @@
 // bit-identical to the scalar loops of cpu::decode_attention (src/cpu/attention.cpp) and a
 // candidate's numbers never depend on how many others share its prefix.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -44,5 +45,15 @@ void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, c
 // row-major (the unnormalized softmax weights); columns hd..hdp-1 are zero.
 void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                    std::vector<float>& acc);
+
+// The same two products reading a BF16 cache in place, with no widened copy (the engine's
+// suffixes: a few queries per slot, too few to amortize a copy): K tile t's head slice (hd x
+// kKeyTile, element-major) at k + t * tile_stride, V tile t's head slice (kKeyTile rows of hd) at
+// v + t * tile_stride, zeros past the last row; hd a multiple of 16. The same sums in the same
+// order as prefix_scores / prefix_values.
+void prefix_scores_bf16(const std::uint16_t* k, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp,
+                        float scale, std::vector<float>& scores);
+void prefix_values_bf16(const std::uint16_t* v, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
+                        std::vector<float>& acc);
 
 }  // namespace bestofn::cpu
