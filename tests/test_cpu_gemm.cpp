@@ -155,15 +155,10 @@ TEST(CpuGemm, Fp8LinearScalesTheOrderedSums) {
   }
 }
 
-// The BF16 order of gemm_bf16.h: lane l takes i = l mod 16 by fused multiply-adds, lanes summed in
-// order, then the tail.
+// The BF16 order of gemm_bf16.h: one accumulator, one fused multiply-add per input, in order.
 float bf16_reference(const float* x, const std::uint16_t* w, std::size_t in) {
-  float lanes[16] = {};
-  const std::size_t body = in / 16 * 16;
-  for (std::size_t i = 0; i < body; ++i) lanes[i % 16] = std::fma(x[i], bf16_to_float(w[i]), lanes[i % 16]);
   float a = 0.0f;
-  for (float l : lanes) a += l;
-  for (std::size_t i = body; i < in; ++i) a = std::fma(x[i], bf16_to_float(w[i]), a);
+  for (std::size_t i = 0; i < in; ++i) a = std::fma(x[i], bf16_to_float(w[i]), a);
   return a;
 }
 
@@ -204,8 +199,7 @@ TEST(CpuGemm, LinearManyGivesEachLayersOwnNumbers) {
   }
 }
 
-TEST(CpuGemm, Bf16KernelFollowsTheStatedOrderBitForBit) {
-  if (!cpu::bf16::available()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TEST(CpuGemm, Bf16PathsFollowTheStatedOrderBitForBit) {
   std::mt19937 rng(10);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Shape& s : kShapes) {
@@ -214,18 +208,54 @@ TEST(CpuGemm, Bf16KernelFollowsTheStatedOrderBitForBit) {
     w[0] = 0x0001, w[1] = 0x8000, w[2] = 0x7f7f;  // a denormal, -0, the largest finite
     std::vector<float> x(s.T * s.in);
     for (auto& v : x) v = nd(rng);
-    std::vector<float> y(s.T * s.out, NAN);
-    cpu::bf16::dot_rows(w.data(), s.in, 0, s.out / 2, x.data(), s.T, y.data(), s.out);
-    cpu::bf16::dot_rows(w.data(), s.in, s.out / 2, s.out, x.data(), s.T, y.data(), s.out);
-    int bad = 0;
-    for (std::size_t t = 0; t < s.T; ++t)
-      for (std::size_t o = 0; o < s.out; ++o) {
-        const float ref = bf16_reference(x.data() + t * s.in, w.data() + o * s.in, s.in), got = y[t * s.out + o];
-        if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
-          ADD_FAILURE() << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o << "]: " << got << " vs " << ref;
-      }
-    EXPECT_EQ(bad, 0);
+    const std::size_t n = cpu::bf16::strip_count(s.out);
+    std::vector<std::uint16_t> strips(cpu::bf16::packed_weight_words(s.out, s.in));
+    cpu::bf16::pack_weights(w.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs
+    cpu::bf16::pack_weights(w.data(), s.out, s.in, n / 2, n, strips.data());
+    std::vector<float> xp(cpu::bf16::packed_size(s.T, s.in));
+    cpu::bf16::pack_activations(x.data(), s.T, s.in, 0, s.in / 2, xp.data());
+    cpu::bf16::pack_activations(x.data(), s.T, s.in, s.in / 2, s.in, xp.data());
+    for (bool portable : {false, true}) {
+      if (!portable && !cpu::bf16::available()) continue;  // dot_strips would take the portable path too
+      std::vector<float> y(s.T * s.out, NAN);
+      auto dot = portable ? cpu::bf16::dot_strips_portable : cpu::bf16::dot_strips;
+      dot(strips.data(), s.out, s.in, 0, n / 2, xp.data(), s.T, y.data(), s.out);  // two strip ranges, as two threads
+      dot(strips.data(), s.out, s.in, n / 2, n, xp.data(), s.T, y.data(), s.out);
+      int bad = 0;
+      for (std::size_t t = 0; t < s.T; ++t)
+        for (std::size_t o = 0; o < s.out; ++o) {
+          const float ref = bf16_reference(x.data() + t * s.in, w.data() + o * s.in, s.in), got = y[t * s.out + o];
+          if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
+            ADD_FAILURE() << (portable ? "portable " : "avx512 ") << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o
+                          << "]: " << got << " vs " << ref;
+        }
+      EXPECT_EQ(bad, 0);
+    }
   }
+}
+
+// cpu::linear on a BF16 Linear (packed for the call, activations packed over the pool by input):
+// the stated order whatever the thread count and the token count.
+TEST(CpuGemm, Bf16LinearGivesTheOrderedSums) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::size_t out = 70, in = 300;
+  std::vector<std::uint16_t> w(out * in);
+  for (auto& h : w) h = bf16_from_float(nd(rng) * 0.05f);
+  Linear l;
+  l.weight = Tensor{"w", DType::BF16, {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)},
+                    reinterpret_cast<const std::uint8_t*>(w.data()), w.size() * 2};
+  for (std::size_t T : {1u, 5u, 20u})
+    for (int threads : {1, 2}) {
+      std::vector<float> x(T * in), y(T * out);
+      for (auto& v : x) v = nd(rng);
+      cpu::ThreadPool pool(threads);
+      cpu::linear(l, x.data(), T, y.data(), pool);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t o = 0; o < out; ++o)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(y[t * out + o]), std::bit_cast<std::uint32_t>(bf16_reference(x.data() + t * in, w.data() + o * in, in)))
+              << "T " << T << ", threads " << threads << " [" << t << ", " << o << "]";
+    }
 }
 
 }  // namespace

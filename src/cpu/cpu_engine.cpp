@@ -200,28 +200,29 @@ class CpuEngine final : public Engine {
     const bool f32 = w_->token_embedding.dtype == DType::F32;
     kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
     if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
-    // Every FP8 layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h): as many bytes as the
-    // checkpoint's codes, which the engine then no longer reads. One arena in 2 MB pages where
-    // the kernel grants them (madvise: a decode step streams all of it, 4 KB pages cost a TLB
-    // miss per 4 KB).
-    std::vector<const Linear*> fp8;
+    // Every FP8 and BF16 layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h, gemm_bf16.h):
+    // as many bytes as the checkpoint's, which the engine then no longer reads (a tied lm_head is
+    // copied; the embedding lookups still read the checkpoint's table). One arena in 2 MB pages
+    // where the kernel grants them (madvise: a decode step streams all of it, 4 KB pages cost a
+    // TLB miss per 4 KB).
+    std::vector<const Linear*> packed;
     for (const LayerWeights& L : w_->layers)
       for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        if (l->is_fp8()) fp8.push_back(l);
-    if (w_->lm_head.is_fp8()) fp8.push_back(&w_->lm_head);
+        if (cpu::packed_bytes(*l) > 0) packed.push_back(l);
+    if (cpu::packed_bytes(w_->lm_head) > 0) packed.push_back(&w_->lm_head);
     constexpr std::size_t kHuge = 2u << 20;
     std::size_t total = 0;
-    for (const Linear* l : fp8) total += cpu::round_up(cpu::fp8_packed_bytes(*l), 64);
+    for (const Linear* l : packed) total += cpu::round_up(cpu::packed_bytes(*l), 64);
     if (total > 0) {
       const std::size_t bytes = cpu::round_up(total, kHuge);
       arena_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kHuge, bytes)));
-      if (!arena_) throw Error("out of memory for the FP8 weights' strips (" + std::to_string(bytes >> 20) + " MB)");
+      if (!arena_) throw Error("out of memory for the packed weights (" + std::to_string(bytes >> 20) + " MB)");
       ::madvise(arena_.get(), bytes, MADV_HUGEPAGE);  // a hint: without it, 4 KB pages
       std::size_t at = 0;
-      for (const Linear* l : fp8) {
-        cpu::pack_fp8(*l, pool_, arena_.get() + at);
+      for (const Linear* l : packed) {
+        cpu::pack_linear(*l, pool_, arena_.get() + at);
         strips_.emplace(l, arena_.get() + at);
-        at += cpu::round_up(cpu::fp8_packed_bytes(*l), 64);
+        at += cpu::round_up(cpu::packed_bytes(*l), 64);
       }
     }
   }
@@ -273,14 +274,14 @@ class CpuEngine final : public Engine {
   }
   void linear_many(std::initializer_list<const Linear*> ws, const float* x, std::size_t T, std::initializer_list<float*> ys) {
     const auto t0 = Clock::now();
-    std::vector<const std::uint8_t*> strips;
+    std::vector<const void*> strips;
     for (const Linear* w : ws) strips.push_back(strips_of(*w));
     cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_,
                      strips);
     add_since(t0, &PhaseTimes::gemm_ms);
   }
-  // The packed codes of an FP8 layer of this model (nullptr for other layers).
-  const std::uint8_t* strips_of(const Linear& l) const {
+  // The packed weights of a layer of this model (nullptr for layers read in place).
+  const void* strips_of(const Linear& l) const {
     const auto it = strips_.find(&l);
     return it == strips_.end() ? nullptr : it->second;
   }
@@ -310,8 +311,8 @@ class CpuEngine final : public Engine {
   struct FreeBytes {
     void operator()(std::uint8_t* p) const { std::free(p); }
   };
-  std::unique_ptr<std::uint8_t, FreeBytes> arena_;      // every FP8 layer's strips
-  std::map<const Linear*, const std::uint8_t*> strips_;  // FP8 layer -> its strips in arena_
+  std::unique_ptr<std::uint8_t, FreeBytes> arena_;      // every packed layer's strips
+  std::map<const Linear*, const std::uint8_t*> strips_;  // layer -> its strips in arena_
   EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};

@@ -1,118 +1,123 @@
-// BF16-weight GEMM kernels on AVX-512 (the order is in gemm_bf16.h). Few tokens: the weights are
-// widened in registers (BF16 -> fp32 is a zero-extend and a shift), so an N=1 decode step reads
-// each weight once from memory and never writes it back; more tokens: 4 rows are widened once into
-// an L1 panel and every group of 4 tokens reads them from there.
+// BF16-weight GEMM kernels (the order and layouts are in gemm_bf16.h).
+//
+// AVX-512: a strip's 16 weights for input k are one 32-byte load, widened (zero-extend, shift:
+// BF16 is the top half of a float) into 16 lanes, one row each; each token's activation for k is
+// broadcast from its chunk's line and meets them in one vfmadd231ps. Lane j accumulates output j
+// in input order, so there is no horizontal sum. Few tokens take several strips per call, so that
+// enough independent chains of FMAs are in flight.
+//
+// Portable path: the same FMAs (std::fma, one rounding each) in the same order, lane by lane.
 #include "cpu/gemm_bf16.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
 
 #define BESTOFN_AVX512 __attribute__((target("avx512f,fma")))
 
 namespace bestofn::cpu::bf16 {
 namespace {
 
-constexpr int kRows = 4;
-constexpr std::size_t kTile = 32;     // tokens per tile, as in ops.cpp
-constexpr std::size_t kFusedMax = 2;  // up to this many tokens, no panel
+constexpr std::size_t kChunk = kStrip;  // tokens per kernel call
+constexpr int kMaxStrips = 4;
 
-// (The zero-masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized on their own
-// undefined pass-through operand.)
+inline float widen(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                        std::size_t T, float* y, std::size_t ys) {
+  for (std::size_t s = s0; s < s1; ++s) {
+    const std::uint16_t* sw = pw + s * kStrip * in;
+    const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t c = t / kChunk, n = std::min(kChunk, T - c * kChunk);
+      const float* xt = x + c * kChunk * in + t % kChunk;  // token t's value for input k at xt[k * n]
+      float acc[kStrip] = {};
+      for (std::size_t k = 0; k < in; ++k)
+        for (std::size_t j = 0; j < kStrip; ++j) acc[j] = std::fma(xt[k * n], widen(sw[k * kStrip + j]), acc[j]);
+      for (std::size_t j = 0; j < rows; ++j) y[t * ys + r0 + j] = acc[j];
+    }
+  }
+}
+
+struct StripArgs {
+  const std::uint16_t* w;     // the first strip; the others follow, kStrip * in words apart
+  const std::uint16_t* next;  // the strips after them, prefetched a line per two inputs and strip
+  std::size_t in;
+  const float* x;  // the chunk of tokens
+  float* y;        // token 0 of the chunk, row 0 of the first strip
+  std::size_t ys;
+  __mmask16 rows[kMaxStrips];
+};
+
 BESTOFN_AVX512 inline __m512 widen16(const std::uint16_t* p) {
+  // (The zero-masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized on their own
+  // undefined pass-through operand.)
   const __m512i h = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, h, 16));
 }
 
-BESTOFN_AVX512 inline float bf16_value(std::uint16_t h) {
-  return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(static_cast<std::uint32_t>(h) << 16))));
-}
-
-// Rows as BF16 in memory, or as floats in a panel. From memory, the next block of rows
-// (contiguous, at `next`) is prefetched as this one is read: four interleaved rows of 1-2 KB are
-// too short for the hardware prefetcher.
-struct Bf16Rows {
-  const std::uint16_t* w[kRows];
-  const std::uint16_t* next;
-  std::size_t in;
-  BESTOFN_AVX512 __m512 load(int k, std::size_t i) const {
-    _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<std::size_t>(k) * in + i), _MM_HINT_T0);
-    return widen16(w[k] + i);
-  }
-  BESTOFN_AVX512 float at(int k, std::size_t i) const { return bf16_value(w[k][i]); }
-};
-struct PanelRows {
-  const float* w[kRows];
-  BESTOFN_AVX512 __m512 load(int k, std::size_t i) const { return _mm512_loadu_ps(w[k] + i); }
-  BESTOFN_AVX512 float at(int k, std::size_t i) const { return w[k][i]; }
-};
-
-template <int TT, class Rows>
-BESTOFN_AVX512 void kernel(const Rows& rows, const float* const* xs, std::size_t n, float (*out)[kRows]) {
-  __m512 acc[TT][kRows];
-  for (auto& r : acc)
-    for (auto& a : r) a = _mm512_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 w[kRows];
-    for (int k = 0; k < kRows; ++k) w[k] = rows.load(k, i);
-    for (int t = 0; t < TT; ++t) {
-      const __m512 x = _mm512_loadu_ps(xs[t] + i);
-      for (int k = 0; k < kRows; ++k) acc[t][k] = _mm512_fmadd_ps(x, w[k], acc[t][k]);
+template <int TT, int S>
+BESTOFN_AVX512 void strip_kernel(const StripArgs& a) {
+  __m512 acc[S][TT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  const std::size_t sw = kStrip * a.in;
+  for (std::size_t k = 0; k < a.in; ++k) {
+    const float* xk = a.x + k * TT;
+    for (int j = 0; j < S; ++j) {
+      const std::size_t at = static_cast<std::size_t>(j) * sw + k * kStrip;
+      if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
+      const __m512 w = widen16(a.w + at);
+      for (int t = 0; t < TT; ++t) acc[j][t] = _mm512_fmadd_ps(_mm512_set1_ps(xk[t]), w, acc[j][t]);
     }
   }
-  for (int t = 0; t < TT; ++t)
-    for (int k = 0; k < kRows; ++k) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, acc[t][k]);
-      float a = 0.0f;
-      for (float l : lanes) a += l;
-      for (std::size_t j = i; j < n; ++j) a = __builtin_fmaf(xs[t][j], rows.at(k, j), a);
-      out[t][k] = a;
-    }
+  for (int j = 0; j < S; ++j)
+    for (int t = 0; t < TT; ++t)
+      _mm512_mask_storeu_ps(a.y + static_cast<std::size_t>(t) * a.ys + static_cast<std::size_t>(j) * kStrip, a.rows[j], acc[j][t]);
 }
 
-template <class Rows>
-BESTOFN_AVX512 void run(const Rows& rows, std::size_t tt, const float* const* xs, std::size_t n, float (*out)[kRows]) {
-  switch (tt) {
-    case 1: kernel<1>(rows, xs, n, out); break;
-    case 2: kernel<2>(rows, xs, n, out); break;
-    case 3: kernel<3>(rows, xs, n, out); break;
-    default: kernel<4>(rows, xs, n, out); break;
-  }
-}
+// Strips per call for TT tokens: at least 8 chains of FMAs (4 cycles each, 2 per cycle).
+constexpr int strips_for(int tt) { return tt <= 2 ? 4 : tt <= 4 ? 2 : 1; }
 
-BESTOFN_AVX512 void dot_rows_avx512(const std::uint16_t* w, std::size_t in, std::size_t r0, std::size_t r1, const float* x,
-                                    std::size_t T, float* y, std::size_t stride) {
-  thread_local std::vector<float> panel;
-  panel.resize(kRows * in);
-  for (std::size_t t0 = 0; t0 < T; t0 += kTile) {
-    const std::size_t t1 = std::min(T, t0 + kTile);
-    const bool fused = t1 - t0 <= kFusedMax;
-    for (std::size_t r = r0; r < r1; r += kRows) {
-      const std::size_t nrows = std::min<std::size_t>(kRows, r1 - r);
-      Bf16Rows src;
-      PanelRows pan;
-      src.next = w + std::min(r + kRows, r1 - 1) * in, src.in = in;
-      for (std::size_t k = 0; k < kRows; ++k) {
-        src.w[k] = w + std::min(r + k, r1 - 1) * in;  // a short block repeats its last row
-        pan.w[k] = panel.data() + k * in;
-        if (fused) continue;
-        std::size_t i = 0;
-        for (; i + 16 <= in; i += 16) _mm512_storeu_ps(panel.data() + k * in + i, widen16(src.w[k] + i));
-        for (; i < in; ++i) panel[k * in + i] = bf16_value(src.w[k][i]);
-      }
-      for (std::size_t t = t0; t < t1; t += kRows) {
-        const std::size_t tt = std::min<std::size_t>(kRows, t1 - t);
-        const float* xs[kRows];
-        for (std::size_t j = 0; j < tt; ++j) xs[j] = x + (t + j) * in;
-        float out[kRows][kRows];
-        if (fused) run(src, tt, xs, in, out);
-        else run(pan, tt, xs, in, out);
-        for (std::size_t j = 0; j < tt; ++j)
-          for (std::size_t k = 0; k < nrows; ++k) y[(t + j) * stride + r + k] = out[j][k];
-      }
+using StripKernel = void (*)(const StripArgs&);
+template <std::size_t... I>
+constexpr std::array<StripKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
+  return {strip_kernel<static_cast<int>(I) + 1, strips_for(static_cast<int>(I) + 1)>...};
+}
+template <std::size_t... I>
+constexpr std::array<StripKernel, sizeof...(I)> make_single(std::index_sequence<I...>) {
+  return {strip_kernel<static_cast<int>(I) + 1, 1>...};
+}
+constexpr auto kKernels = make_kernels(std::make_index_sequence<kChunk>{});
+constexpr auto kSingle = make_single(std::make_index_sequence<kChunk>{});
+
+BESTOFN_AVX512 void dot_strips_avx512(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                                      const float* x, std::size_t T, float* y, std::size_t ys) {
+  const std::size_t sw = kStrip * in;
+  for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
+    const std::size_t tt = std::min(kChunk, T - c0);
+    const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
+    for (std::size_t s = s0; s < s1;) {
+      const std::size_t n = s + per_call <= s1 ? per_call : 1;
+      StripArgs a;
+      a.w = pw + s * sw;
+      a.next = s + n < s1 ? a.w + n * sw : a.w;
+      a.in = in;
+      a.x = x + c0 * in;
+      a.y = y + c0 * ys + s * kStrip;
+      a.ys = ys;
+      for (std::size_t j = 0; j < n; ++j) a.rows[j] = static_cast<__mmask16>((1u << std::min(kStrip, out - (s + j) * kStrip)) - 1);
+      (n == 1 ? kSingle : kKernels)[tt - 1](a);
+      s += n;
     }
   }
 }
@@ -127,9 +132,36 @@ bool available() {
   return ok;
 }
 
-void dot_rows(const std::uint16_t* w, std::size_t in, std::size_t r0, std::size_t r1, const float* x, std::size_t T, float* y,
-              std::size_t out_stride) {
-  if (r0 < r1 && T > 0) dot_rows_avx512(w, in, r0, r1, x, T, y, out_stride);
+void pack_weights(const std::uint16_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint16_t* packed) {
+  for (std::size_t s = s0; s < s1; ++s)
+    for (std::size_t j = 0; j < kStrip; ++j) {
+      const std::size_t r = s * kStrip + j;
+      std::uint16_t* dst = packed + s * kStrip * in + j;
+      for (std::size_t k = 0; k < in; ++k) dst[k * kStrip] = r < out ? w[r * in + k] : 0;
+    }
+}
+
+void pack_activations(const float* x, std::size_t T, std::size_t in, std::size_t k0, std::size_t k1, float* packed) {
+  for (std::size_t c = 0; c * kChunk < T; ++c) {
+    const std::size_t n = std::min(kChunk, T - c * kChunk);
+    float* chunk = packed + c * kChunk * in;
+    for (std::size_t k = k0; k < std::min(k1, in); ++k)
+      for (std::size_t j = 0; j < n; ++j) chunk[k * n + j] = x[(c * kChunk + j) * in + k];
+  }
+}
+
+void dot_strips(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                std::size_t T, float* y, std::size_t y_stride) {
+  s1 = std::min(s1, strip_count(out));
+  if (s0 >= s1 || T == 0) return;
+  if (available()) dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride);
+  else dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride);
+}
+
+void dot_strips_portable(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                         const float* x, std::size_t T, float* y, std::size_t y_stride) {
+  s1 = std::min(s1, strip_count(out));
+  if (s0 < s1 && T > 0) dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride);
 }
 
 }  // namespace bestofn::cpu::bf16

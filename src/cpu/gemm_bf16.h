@@ -1,18 +1,43 @@
 #pragma once
-// BF16-weight GEMM on AVX-512: the same sums as the portable kernels in ops.cpp (16 fp32 lanes,
-// lane l takes elements i = l mod 16 in order with fused multiply-adds, then lanes 0..15 in order,
-// then the tail), with the weights widened in registers instead of through a buffer. Used for
-// every token count when the CPU has AVX-512, so a token's numbers never depend on the batch.
+// The BF16-weight GEMM behind cpu::linear (fp32 activations, BF16 weights widened exactly to
+// fp32): one order of fused multiply-adds for every output, on AVX-512 where the CPU has it and
+// in portable code elsewhere, the same bits on both.
+//
+// The order: one fp32 accumulator per output, starting at 0; for k = 0, 1, ..., in - 1 it becomes
+// fma(x[k], w[k], accumulator) (one rounding per input).
+//
+// As for FP8 (gemm_fp8.h), the weights are re-laid once in strips of kStrip rows, input by
+// input: a strip's 16 weights for one input are 32 contiguous bytes, widened into the 16 lanes
+// (one row each) of one vector, and each token's activation is broadcast to multiply them. Same
+// bytes as the checkpoint's (plus the padding of the last strip).
 #include <cstddef>
 #include <cstdint>
 
 namespace bestofn::cpu::bf16 {
 
-bool available();  // AVX-512F with FMA on this CPU
+bool available();  // AVX-512F with FMA on this CPU: the fast path (else the portable one)
 
-// y[t * out_stride + o] = sum_i x[t, i] * w[o, i] for rows o in [r0, r1), w (out, in) BF16 bits,
-// x (T, in) fp32. Uses the calling thread only.
-void dot_rows(const std::uint16_t* w, std::size_t in, std::size_t r0, std::size_t r1, const float* x, std::size_t T, float* y,
-              std::size_t out_stride);
+constexpr std::size_t kStrip = 16;
+inline std::size_t strip_count(std::size_t out) { return (out + kStrip - 1) / kStrip; }
+inline std::size_t packed_weight_words(std::size_t out, std::size_t in) { return strip_count(out) * kStrip * in; }
+
+// Strips [s0, s1) of w (out, in) BF16 bits, row-major, into `packed` (strip s at s * kStrip * in,
+// input k's 16 rows at k * kStrip within it; rows past `out` are zero).
+void pack_weights(const std::uint16_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint16_t* packed);
+
+// Floats of packed activations for T tokens: chunks of 16 tokens (the last: n <= 16), each
+// holding, input by input, its n tokens' values (16 tokens: one 64-byte line per input).
+inline std::size_t packed_size(std::size_t T, std::size_t in) { return (T + kStrip - 1) / kStrip * kStrip * in; }
+// Inputs [k0, k1) of all T rows of x (T, in) into that layout: threads may pack disjoint input
+// ranges at once (each writes whole lines).
+void pack_activations(const float* x, std::size_t T, std::size_t in, std::size_t k0, std::size_t k1, float* packed);
+
+// y[t * y_stride + o] = sum_k x[t, k] * w[o, k] in the order above, for the rows of strips
+// [s0, s1) (rows past `out` are not written) and all T tokens. Uses the calling thread only.
+void dot_strips(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                std::size_t T, float* y, std::size_t y_stride);
+// The portable path alone, whatever the CPU (for tests: the two paths give the same bits).
+void dot_strips_portable(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                         const float* x, std::size_t T, float* y, std::size_t y_stride);
 
 }  // namespace bestofn::cpu::bf16

@@ -195,15 +195,19 @@ fp8::Path fp8_path() {
 // y[t, o] is what linear_fp8 alone computes. strips[i]: layer i's packed codes, or none (packed
 // here, for this call).
 void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys,
-                     std::span<const std::uint8_t* const> strips, ThreadPool& pool) {
+                     std::span<const void* const> strips, ThreadPool& pool) {
   const Linear& first = *ls[0];
   const auto in = static_cast<std::size_t>(first.in_features());
   const fp8::Path path = fp8_path();
   std::vector<const std::uint8_t*> ws(ls.size());
   std::vector<std::vector<std::uint8_t>> own;
   for (std::size_t i = 0; i < ls.size(); ++i) {
-    ws[i] = i < strips.size() ? strips[i] : nullptr;
-    if (!ws[i]) ws[i] = own.emplace_back(pack_fp8(*ls[i], pool)).data();
+    ws[i] = static_cast<const std::uint8_t*>(i < strips.size() ? strips[i] : nullptr);
+    if (!ws[i]) {
+      std::vector<std::uint8_t>& buf = own.emplace_back(packed_bytes(*ls[i]));
+      pack_linear(*ls[i], pool, buf.data());
+      ws[i] = buf.data();
+    }
   }
   thread_local std::vector<float> sx;
   thread_local std::vector<std::uint16_t> packed;
@@ -250,25 +254,53 @@ bool share_fp8_input(std::span<const Linear* const> ls) {
 
 }  // namespace
 
-std::size_t fp8_packed_bytes(const Linear& l) {
-  if (!l.is_fp8()) throw Error("pack_fp8: " + l.weight.name + " is not an FP8 weight");
-  return fp8::packed_weight_bytes(static_cast<std::size_t>(l.out_features()), static_cast<std::size_t>(l.in_features()));
-}
-
-void pack_fp8(const Linear& l, ThreadPool& pool, std::uint8_t* packed) {
+std::size_t packed_bytes(const Linear& l) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
-  fp8_packed_bytes(l);  // checks the dtype
-  pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, packed); });
+  if (l.is_fp8()) return fp8::packed_weight_bytes(out, in);
+  if (l.weight.dtype == DType::BF16) return bf16::packed_weight_words(out, in) * sizeof(std::uint16_t);
+  return 0;
 }
 
-std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool) {
-  std::vector<std::uint8_t> packed(fp8_packed_bytes(l));
-  pack_fp8(l, pool, packed.data());
-  return packed;
+void pack_linear(const Linear& l, ThreadPool& pool, void* packed) {
+  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  if (l.is_fp8()) {
+    auto* p = static_cast<std::uint8_t*>(packed);
+    pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, p); });
+  } else if (l.weight.dtype == DType::BF16) {
+    auto* p = static_cast<std::uint16_t*>(packed);
+    const auto* w = reinterpret_cast<const std::uint16_t*>(l.weight.data);
+    pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::pack_weights(w, out, in, s0, s1, p); });
+  } else {
+    throw Error("pack_linear: " + l.weight.name + " is read in place, not packed");
+  }
 }
+
+namespace {
+
+// A BF16 layer: x packed input by input into chunks of 16 tokens (split over the pool by input),
+// then the strips over the pool.
+void linear_bf16(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint16_t* strips) {
+  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  std::vector<std::uint8_t> own;
+  if (!strips) {
+    own.resize(packed_bytes(l));
+    pack_linear(l, pool, own.data());
+    strips = reinterpret_cast<const std::uint16_t*>(own.data());  // vector storage: aligned for uint16_t
+  }
+  thread_local std::vector<float> xp;
+  xp.resize(bf16::packed_size(T, in));
+  float* xpw = xp.data();  // this thread's buffer, named plainly for the workers
+  auto pack = [&](std::size_t k0, std::size_t k1) { bf16::pack_activations(x, T, in, k0, k1, xpw); };
+  if (T >= 4) pool.run(in, pack);
+  else pack(0, in);
+  const float* xs = xpw;
+  pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::dot_strips(strips, out, in, s0, s1, xs, T, y, out); });
+}
+
+}  // namespace
 
 void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
-                 std::span<const std::uint8_t* const> strips) {
+                 std::span<const void* const> strips) {
   if (ls.size() != ys.size()) throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(ys.size()) + " outputs");
   if (!strips.empty() && strips.size() != ls.size())
     throw Error("linear_many: " + std::to_string(ls.size()) + " layers but " + std::to_string(strips.size()) + " packed weights");
@@ -280,22 +312,20 @@ void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t 
   for (std::size_t i = 0; i < ls.size(); ++i) linear(*ls[i], x, T, ys[i], pool, strips.empty() ? nullptr : strips[i]);
 }
 
-void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint8_t* strips) {
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const void* strips) {
   if (l.is_fp8()) {
     const Linear* one[] = {&l};
     float* out[] = {y};
-    const std::uint8_t* packed[] = {strips};
+    const void* packed[] = {strips};
     linear_fp8_many(one, x, T, out, packed, pool);
+    return;
+  }
+  if (l.weight.dtype == DType::BF16) {
+    linear_bf16(l, x, T, y, pool, static_cast<const std::uint16_t*>(strips));
     return;
   }
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
   const std::size_t blocks = (out + kRows - 1) / kRows;
-  if (l.weight.dtype == DType::BF16 && bf16::available()) {  // the same sums, widened in registers
-    pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
-      bf16::dot_rows(reinterpret_cast<const std::uint16_t*>(l.weight.data), in, b0 * kRows, std::min(out, b1 * kRows), x, T, y, out);
-    });
-    return;
-  }
   pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
     thread_local std::vector<float> wbuf;
     wbuf.resize(kRows * in);

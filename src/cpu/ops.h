@@ -20,27 +20,28 @@ void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std:
 // Row r of an embedding / weight tensor, widened to float.
 void tensor_row(const Tensor& t, std::int64_t r, float* out);
 
-// An FP8 Linear's codes re-laid in the strips the CPU GEMM reads (fp8::pack_weights, the same
-// size as the codes): an engine packs every FP8 layer once and hands them to linear(). The rows
-// are split over the pool.
-std::vector<std::uint8_t> pack_fp8(const Linear& l, ThreadPool& pool);
-// The same into `packed`, fp8_packed_bytes(l) bytes (an engine's arena of all its layers).
-std::size_t fp8_packed_bytes(const Linear& l);
-void pack_fp8(const Linear& l, ThreadPool& pool, std::uint8_t* packed);
+// A Linear's weights re-laid in the strips the CPU GEMM reads (FP8: fp8::pack_weights, BF16:
+// bf16::pack_weights; the same bytes as the checkpoint's plus padding): an engine packs its
+// layers once and hands them to linear(). packed_bytes is 0 for weights read in place (F32, F16).
+// pack_linear writes packed_bytes(l) bytes (64-byte aligned), the strips split over the pool.
+std::size_t packed_bytes(const Linear& l);
+void pack_linear(const Linear& l, ThreadPool& pool, void* packed);
 
 // y (T x out) = x (T x in) W^T. FP8 weights: the activations are quantized to E4M3 first (the
 // static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
 // summed in fp32 (in the order cpu/gemm_fp8.h states, on every CPU) and scaled by
-// x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does.
+// x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does. BF16 weights: fp32 FMAs in
+// the order cpu/gemm_bf16.h states. F32 / F16: fp32 FMAs, 16 lanes then the tail.
 // Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
 // a candidate's numbers never depend on the batch around it.
-// `strips`: pack_fp8(l) (FP8 layers); without it an FP8 layer is packed for this call alone.
-void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint8_t* strips = nullptr);
+// `packed`: pack_linear(l) for FP8 / BF16 layers; without it such a layer is packed for this call
+// alone.
+void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const void* packed = nullptr);
 // ys[i] = linear(*ls[i], x): the same numbers, but FP8 layers that quantize x alike (q/k/v,
 // gate/up) quantize it once and share one pass of the thread pool.
-// strips: one per layer (nullptr for a layer that is not FP8), or empty.
+// packed: one per layer (as linear's), or empty.
 void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
-                 std::span<const std::uint8_t* const> strips = {});
+                 std::span<const void* const> packed = {});
 
 // RoPE inverse frequencies (head_dim / 2), with llama3 or linear scaling, in fp32 as HF computes them.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
