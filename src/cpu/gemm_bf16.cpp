@@ -8,6 +8,7 @@
 //
 // Portable path: the same FMAs (std::fma, one rounding each) in the same order, lane by lane.
 #include "cpu/gemm_bf16.h"
+#include "cpu/strip_calls.h"
 
 #include <immintrin.h>
 
@@ -106,8 +107,7 @@ BESTOFN_AVX512 void dot_strips_avx512(const std::uint16_t* pw, std::size_t out, 
   for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
     const std::size_t tt = std::min(kChunk, T - c0);
     const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
-    for (std::size_t s = s0; s < s1;) {
-      const std::size_t n = s + per_call <= s1 ? per_call : 1;
+    for_strip_calls(s0, s1, per_call, [&](std::size_t s, std::size_t n) {
       StripArgs a;
       a.w = pw + s * sw;
       a.next = s + n < s1 ? a.w + n * sw : a.w;
@@ -117,8 +117,7 @@ BESTOFN_AVX512 void dot_strips_avx512(const std::uint16_t* pw, std::size_t out, 
       a.ys = ys;
       for (std::size_t j = 0; j < n; ++j) a.rows[j] = static_cast<__mmask16>((1u << std::min(kStrip, out - (s + j) * kStrip)) - 1);
       (n == 1 ? kSingle : kKernels)[tt - 1](a);
-      s += n;
-    }
+    });
   }
 }
 

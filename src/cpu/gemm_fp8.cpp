@@ -18,6 +18,7 @@
 // vector extension), on the strip widened to floats; each product is exact, so a fused or a
 // separate multiply-add rounds the same.
 #include "cpu/gemm_fp8.h"
+#include "cpu/strip_calls.h"
 
 #include <immintrin.h>
 
@@ -224,8 +225,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
     for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
       const std::size_t tt = std::min(kChunk, T - c0);
       const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
-      for (std::size_t s = g0; s < g1;) {
-        const std::size_t n = s + per_call <= g1 ? per_call : 1;
+      for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) {
         StripArgs a;
         a.w = pw + s * sb;
         a.next = s + n < s1 ? a.w + n * sb : a.w;  // the last call re-reads its own strips
@@ -243,8 +243,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
                                       : _mm512_maskz_loadu_ps(a.rows[j], rs + r0);
         }
         (n == 1 ? kSingle : kKernels)[tt - 1](a, tb);
-        s += n;
-      }
+      });
     }
   }
 }
