@@ -34,7 +34,8 @@ struct Shape {
   std::size_t out, in, T;
 };
 const Shape kShapes[] = {{768, 768, 1}, {256, 768, 2}, {2048, 768, 3}, {768, 2048, 16}, {132, 768, 33}, {2048, 768, 17},
-                         {259, 296, 1}, {259, 296, 5}, {7, 40, 2},     {13, 64, 4},   {37, 298, 17},  {5, 7, 3}};
+                         {259, 296, 1}, {259, 296, 5}, {7, 40, 2},     {13, 64, 4},   {37, 298, 17},  {5, 7, 3},
+                         {70, 130, 6},  {70, 130, 8},  {70, 130, 9},   {70, 130, 12}, {70, 130, 15}};
 
 // The FP8 order of gemm_fp8.h, one scalar addition at a time: per quad k, the products at k+1,
 // k, k+3, k+2.
@@ -215,18 +216,17 @@ TEST(CpuGemm, Bf16PathsFollowTheStatedOrderBitForBit) {
     std::vector<float> xp(cpu::bf16::packed_size(s.T, s.in));
     cpu::bf16::pack_activations(x.data(), s.T, s.in, 0, s.in / 2, xp.data());
     cpu::bf16::pack_activations(x.data(), s.T, s.in, s.in / 2, s.in, xp.data());
-    for (bool portable : {false, true}) {
-      if (!portable && !cpu::bf16::available()) continue;  // dot_strips would take the portable path too
+    for (cpu::bf16::Path p : {cpu::bf16::Path::Avx512, cpu::bf16::Path::Avx2Fma, cpu::bf16::Path::Portable}) {
+      if (!cpu::bf16::available(p)) continue;
       std::vector<float> y(s.T * s.out, NAN);
-      auto dot = portable ? cpu::bf16::dot_strips_portable : cpu::bf16::dot_strips;
-      dot(strips.data(), s.out, s.in, 0, n / 2, xp.data(), s.T, y.data(), s.out);  // two strip ranges, as two threads
-      dot(strips.data(), s.out, s.in, n / 2, n, xp.data(), s.T, y.data(), s.out);
+      cpu::bf16::dot_strips(p, strips.data(), s.out, s.in, 0, n / 2, xp.data(), s.T, y.data(), s.out);  // two strip ranges, as two threads
+      cpu::bf16::dot_strips(p, strips.data(), s.out, s.in, n / 2, n, xp.data(), s.T, y.data(), s.out);
       int bad = 0;
       for (std::size_t t = 0; t < s.T; ++t)
         for (std::size_t o = 0; o < s.out; ++o) {
           const float ref = bf16_reference(x.data() + t * s.in, w.data() + o * s.in, s.in), got = y[t * s.out + o];
           if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
-            ADD_FAILURE() << (portable ? "portable " : "avx512 ") << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o
+            ADD_FAILURE() << "path " << static_cast<int>(p) << " " << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o
                           << "]: " << got << " vs " << ref;
         }
       EXPECT_EQ(bad, 0);

@@ -276,9 +276,10 @@ TEST(CpuEngine, BatchInvarianceAloneOrAmong64) {
     const std::vector<int> prompt = {1, 17, 300, 42, 99, 7};
     for (float temperature : {0.0f, 0.8f}) {
       const auto alone = trajectory(*make_cpu_engine(w, o), prompt, 12, temperature, 0);
-      // Batch sizes 2, 3, 4, 6 and 65 put the candidate in every GEMM tile shape (1, 2, 4 tokens,
-      // and a 3-token tile padded to 4) and at different places in the batch.
-      for (int others : {1, 2, 3, 5, 64}) {
+      // Batch sizes 2 to 65 put the candidate in GEMM kernel calls of 1 to 16 tokens with 4, 2 or 1
+      // strips per call (cpu/gemm_fp8.cpp, gemm_bf16.cpp), several chunks of 16 at 65, and at
+      // different places in the batch.
+      for (int others : {1, 2, 3, 5, 7, 11, 15, 64}) {
         const auto crowd = trajectory(*make_cpu_engine(w, o), prompt, 12, temperature, others);
         ASSERT_EQ(alone.size(), crowd.size());
         std::size_t diff = 0;

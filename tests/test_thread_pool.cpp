@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <mutex>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -22,21 +24,29 @@ TEST(ThreadPool, EveryIndexRunsOnceInFixedChunks) {
     cpu::ThreadPool pool(threads);
     for (std::size_t n : {1u, 2u, 3u, 7u, 16u, 1000u}) {
       std::vector<std::atomic<int>> hits(n);
-      std::vector<std::pair<std::size_t, std::size_t>> chunks(static_cast<std::size_t>(threads));
-      std::atomic<int> calls{0};
+      std::mutex mu;
+      std::set<std::pair<std::size_t, std::size_t>> chunks;
       pool.run(n, [&](std::size_t b, std::size_t e) {
         for (std::size_t i = b; i < e; ++i) hits[i]++;
-        calls++;
+        std::lock_guard<std::mutex> lock(mu);
+        chunks.insert({b, e});
       });
       for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "threads " << threads << ", n " << n << ", index " << i;
-      EXPECT_LE(calls.load(), threads);
+      // Chunk k is [n k / threads, n (k + 1) / threads), the empty ones not called (a single
+      // chunk when n is 1: the caller runs it alone).
+      std::set<std::pair<std::size_t, std::size_t>> expected;
+      const auto parts = static_cast<std::size_t>(threads);
+      for (std::size_t k = 0; k < parts; ++k)
+        if (n * k / parts < n * (k + 1) / parts) expected.insert({n * k / parts, n * (k + 1) / parts});
+      if (n == 1) expected = {{0, 1}};
+      EXPECT_EQ(chunks, expected) << "threads " << threads << ", n " << n;
     }
   }
 }
 
 // Pauses around the workers' polling window (200 us) between loops, so that loops meet workers
 // polling, going to sleep and asleep; each loop must run all of its indices (a lost wake-up hangs
-// here, and ctest's timeout reports it).
+// here, and the test's ctest TIMEOUT, tests/CMakeLists.txt, reports it).
 TEST(ThreadPool, LoopsAfterIdlePausesWakeTheWorkers) {
   cpu::ThreadPool pool(3);
   std::mt19937 rng(5);

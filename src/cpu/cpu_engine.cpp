@@ -166,7 +166,7 @@ class KvRows {
   std::vector<float> f_;
   std::vector<std::uint16_t> h_;
   std::vector<std::uint8_t> c_;
-  std::vector<float> s_;  // FP8: (rows, heads), in tile granularity for K
+  std::vector<float> s_;  // FP8: (rows, heads), grown a whole tile at a time (zeros past len_)
 };
 
 struct Cache {  // per layer K and V
@@ -501,9 +501,10 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
 }
 
 // Decode attention (Hydragen, arXiv 2402.05099): for each prefix, the queries of all its slots
-// meet the prefix keys together as two blocked matrix products (each K/V row is widened once per
-// prefix and KV head, src/cpu/prefix_attention.h); each slot then attends over its own suffix; the
-// two softmaxes merge by log-sum-exp.
+// meet the prefix keys together as two blocked matrix products (src/cpu/prefix_attention.h: each
+// K/V tile widened once per prefix and KV head into a copy the queries share, or, for up to 12
+// queries, read in place); each slot then attends over its own suffix; the two softmaxes merge by
+// log-sum-exp.
 // Row arithmetic depends only on that row: a slot gets the same numbers in any batch.
 std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* const> batch) const {
   std::map<int, std::vector<std::size_t>> by_prefix;  // prefix -> batch rows

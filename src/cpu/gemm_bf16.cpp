@@ -33,8 +33,10 @@ inline float widen(std::uint16_t h) {
   return f;
 }
 
-void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                        std::size_t T, float* y, std::size_t ys) {
+// Built twice: plain (dot_strips_generic) and for AVX2 + FMA (dot_strips_avx2), where the lane loop
+// becomes vector FMAs.
+__attribute__((always_inline)) inline void generic_body(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0,
+                                                        std::size_t s1, const float* x, std::size_t T, float* y, std::size_t ys) {
   for (std::size_t s = s0; s < s1; ++s) {
     const std::uint16_t* sw = pw + s * kStrip * in;
     const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
@@ -47,6 +49,15 @@ void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in
       for (std::size_t j = 0; j < rows; ++j) y[t * ys + r0 + j] = acc[j];
     }
   }
+}
+
+void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                        std::size_t T, float* y, std::size_t ys) {
+  generic_body(pw, out, in, s0, s1, x, T, y, ys);
+}
+__attribute__((target("avx2,fma"))) void dot_strips_avx2(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0,
+                                                         std::size_t s1, const float* x, std::size_t T, float* y, std::size_t ys) {
+  generic_body(pw, out, in, s0, s1, x, T, y, ys);
 }
 
 struct StripArgs {
@@ -86,7 +97,8 @@ BESTOFN_AVX512 void strip_kernel(const StripArgs& a) {
       _mm512_mask_storeu_ps(a.y + static_cast<std::size_t>(t) * a.ys + static_cast<std::size_t>(j) * kStrip, a.rows[j], acc[j][t]);
 }
 
-// Strips per call for TT tokens: at least 8 chains of FMAs (4 cycles each, 2 per cycle).
+// Strips per call for TT tokens: S * TT independent chains of FMAs (4 cycles each, 2 per cycle: 8
+// keep the units busy; few tokens get 4 to 8, N = 1 being bound by memory anyway).
 constexpr int strips_for(int tt) { return tt <= 2 ? 4 : tt <= 4 ? 2 : 1; }
 
 using StripKernel = void (*)(const StripArgs&);
@@ -110,7 +122,7 @@ BESTOFN_AVX512 void dot_strips_avx512(const std::uint16_t* pw, std::size_t out, 
     for_strip_calls(s0, s1, per_call, [&](std::size_t s, std::size_t n) {
       StripArgs a;
       a.w = pw + s * sw;
-      a.next = s + n < s1 ? a.w + n * sw : a.w;
+      a.next = s + 2 * n <= s1 ? a.w + n * sw : a.w;  // the next n strips, if the range has them
       a.in = in;
       a.x = x + c0 * in;
       a.y = y + c0 * ys + s * kStrip;
@@ -123,12 +135,18 @@ BESTOFN_AVX512 void dot_strips_avx512(const std::uint16_t* pw, std::size_t out, 
 
 }  // namespace
 
-bool available() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  }();
-  return ok;
+bool available(Path p) {
+  __builtin_cpu_init();
+  switch (p) {
+    case Path::Avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    case Path::Avx2Fma: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return true;
+  }
+}
+
+Path best_path() {
+  static const Path p = available(Path::Avx512) ? Path::Avx512 : available(Path::Avx2Fma) ? Path::Avx2Fma : Path::Portable;
+  return p;
 }
 
 void pack_weights(const std::uint16_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint16_t* packed) {
@@ -149,18 +167,15 @@ void pack_activations(const float* x, std::size_t T, std::size_t in, std::size_t
   }
 }
 
-void dot_strips(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                std::size_t T, float* y, std::size_t y_stride) {
+void dot_strips(Path p, const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                const float* x, std::size_t T, float* y, std::size_t y_stride) {
   s1 = std::min(s1, strip_count(out));
   if (s0 >= s1 || T == 0) return;
-  if (available()) dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride);
-  else dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride);
-}
-
-void dot_strips_portable(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
-                         const float* x, std::size_t T, float* y, std::size_t y_stride) {
-  s1 = std::min(s1, strip_count(out));
-  if (s0 < s1 && T > 0) dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride);
+  switch (p) {
+    case Path::Avx512: dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride); break;
+    case Path::Avx2Fma: dot_strips_avx2(packed_w, out, in, s0, s1, x, T, y, y_stride); break;
+    default: dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride);
+  }
 }
 
 }  // namespace bestofn::cpu::bf16

@@ -15,7 +15,12 @@
 
 namespace bestofn::cpu::bf16 {
 
-bool available();  // AVX-512F with FMA on this CPU: the fast path (else the portable one)
+// The paths, fastest first; all give the same bits. Avx512: AVX-512F + FMA. Avx2Fma: the portable
+// code built for AVX2 + FMA (vectorized, hardware FMAs). Portable: plain C++ (std::fma; a libm call
+// per product where the CPU has no FMA).
+enum class Path { Avx512, Avx2Fma, Portable };
+bool available(Path p);
+Path best_path();
 
 constexpr std::size_t kStrip = 16;
 inline std::size_t strip_count(std::size_t out) { return (out + kStrip - 1) / kStrip; }
@@ -26,18 +31,16 @@ inline std::size_t packed_weight_words(std::size_t out, std::size_t in) { return
 void pack_weights(const std::uint16_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint16_t* packed);
 
 // Floats of packed activations for T tokens: chunks of 16 tokens (the last: n <= 16), each
-// holding, input by input, its n tokens' values (16 tokens: one 64-byte line per input).
+// holding, input by input, its n tokens' values (16 tokens: 64 bytes per input).
 inline std::size_t packed_size(std::size_t T, std::size_t in) { return (T + kStrip - 1) / kStrip * kStrip * in; }
 // Inputs [k0, k1) of all T rows of x (T, in) into that layout: threads may pack disjoint input
-// ranges at once (each writes whole lines).
+// ranges at once (on a 64-byte aligned buffer, whole lines but where a partial chunk's runs
+// straddle one: false sharing, not a race).
 void pack_activations(const float* x, std::size_t T, std::size_t in, std::size_t k0, std::size_t k1, float* packed);
 
 // y[t * y_stride + o] = sum_k x[t, k] * w[o, k] in the order above, for the rows of strips
 // [s0, s1) (rows past `out` are not written) and all T tokens. Uses the calling thread only.
-void dot_strips(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                std::size_t T, float* y, std::size_t y_stride);
-// The portable path alone, whatever the CPU (for tests: the two paths give the same bits).
-void dot_strips_portable(const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
-                         const float* x, std::size_t T, float* y, std::size_t y_stride);
+void dot_strips(Path p, const std::uint16_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                const float* x, std::size_t T, float* y, std::size_t y_stride);
 
 }  // namespace bestofn::cpu::bf16

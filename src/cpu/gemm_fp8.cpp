@@ -26,6 +26,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -78,8 +79,10 @@ inline void store_row(const float* acc, std::size_t rows, float* y, const float*
     y[j] = ts ? acc[j] * *ts * rs[row_scales == 1 ? 0 : j] : acc[j];
 }
 
-void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                        std::size_t T, float* y, std::size_t ys, const float* ts, const float* rs, std::size_t row_scales) {
+// x: the generic layout, floats held in 16-bit words (pack_activations), read by memcpy.
+void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                        const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts, const float* rs,
+                        std::size_t row_scales) {
   const std::size_t pin = padded(in), quads = pin / kQuad;
   const auto& value = code_values();
   thread_local std::vector<Vec> wv;  // (quad, d): the 16 rows' weights for input 4q + d
@@ -90,11 +93,12 @@ void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in,
       for (std::size_t b = 0; b < kBlock; ++b) wv[q * kQuad + kPlaces[b].d][kPlaces[b].row] = value[sw[q * kBlock + b]];
     const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
     for (std::size_t t = 0; t < T; ++t) {
-      const float* xt = x + t * pin;
+      const std::uint16_t* xt = x + t * 2 * pin;
       Vec acc = {};
       for (std::size_t q = 0; q < quads; ++q) {
         const Vec* w = &wv[q * kQuad];
-        const float* xk = xt + q * kQuad;
+        float xk[kQuad];
+        std::memcpy(xk, xt + 2 * q * kQuad, sizeof xk);
         acc += w[1] * xk[1];
         acc += w[0] * xk[0];
         acc += w[3] * xk[3];
@@ -228,7 +232,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
       for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) {
         StripArgs a;
         a.w = pw + s * sb;
-        a.next = s + n < s1 ? a.w + n * sb : a.w;  // the last call re-reads its own strips
+        a.next = s + 2 * n <= s1 ? a.w + n * sb : a.w;  // the next n strips, if the range has them
         a.sb = sb;
         a.pin = pin;
         a.x = x + c0 * pin;  // chunk c0 / 16: 16 tokens x pin words before it
@@ -278,7 +282,7 @@ bool self_check() {
   for (Path p : {Path::Generic, Path::Avx512Bf16}) {
     std::vector<float>& y = p == Path::Generic ? a : b;
     std::vector<std::uint16_t> packed;
-    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{5}, T}) {  // the first t tokens
+    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{7}, std::size_t{9}, T}) {  // the first t tokens
       packed.assign(packed_size(p, t, in), 0);
       pack_activations(p, x.data(), ones.data(), t, in, 0, t, packed.data());
       std::vector<float> part(t * rows, 0.0f);
@@ -334,10 +338,10 @@ void pack_activations(Path p, const float* x, const float* scale, std::size_t T,
     };
     float v[kSpan];
     if (p == Path::Generic) {
-      float* out = reinterpret_cast<float*>(packed) + t * pin;  // vector storage: aligned for float
+      std::uint16_t* out = packed + t * 2 * pin;  // the floats' bytes, two words each
       for (std::size_t k = 0; k < pin; k += kSpan) {
         values(k, v);
-        std::memcpy(out + k, v, std::min(kSpan, pin - k) * sizeof(float));
+        std::memcpy(out + 2 * k, v, std::min(kSpan, pin - k) * sizeof(float));
       }
       continue;
     }
@@ -358,13 +362,11 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
                 const float* row_scale, std::size_t row_scales) {
   s1 = std::min(s1, strip_count(out));
   if (s0 >= s1 || T == 0) return;
+  if (token_scale && !row_scale) throw std::invalid_argument("fp8::dot_strips: token scales without row scales");
   if (p == Path::Avx512Bf16) {
     dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else {
-    // The generic layout holds floats, written by memcpy: read back through a float pointer to the
-    // same bytes (std::vector storage is suitably aligned for float).
-    dot_strips_generic(packed_w, out, in, s0, s1, reinterpret_cast<const float*>(x), T, y, y_stride, token_scale, row_scale,
-                       row_scales);
+    dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   }
 }
 

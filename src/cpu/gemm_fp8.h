@@ -48,17 +48,16 @@ std::size_t packed_size(Path p, std::size_t T, std::size_t in);
 // as floats, `in` padded. AVX-512: chunks of 16 tokens (the last one: n <= 16), each holding,
 // quad of inputs by quad, its n tokens' four BF16 values (8 bytes each; 16 tokens: two 64-byte
 // lines, tokens 0-7 and 8-15), so that the values a kernel call broadcasts for one block sit
-// together, and two threads packing tokens 0-7 and 8-15 write different lines (packed is 64-byte
-// aligned).
+// together. (Threads packing neighbouring rows may write one line: false sharing only.)
 void pack_activations(Path p, const float* x, const float* scale, std::size_t T, std::size_t in, std::size_t t0, std::size_t t1,
                       std::uint16_t* packed);
 
 // For the rows of strips [s0, s1) (rows past `out` are not written) and all T tokens:
 //   y[t * y_stride + o] = (sum_i xq[t, i] * w[o, i]) * token_scale[t] * row_scale[o]
 // with the sum in the order above and the two products rounded left to right; without
-// token_scale (nullptr) the sum alone. row_scale holds one scale (row_scales == 1) or one per
-// row. `packed_w` from pack_weights, x from pack_activations with the same path and T. Uses the calling
-// thread only.
+// token_scale (nullptr) the sum alone (token_scale without row_scale: std::invalid_argument).
+// row_scale holds one scale (row_scales == 1) or one per row. `packed_w` from pack_weights, x
+// from pack_activations with the same path and T. Uses the calling thread only.
 void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                 const std::uint16_t* x, std::size_t T, float* y, std::size_t y_stride, const float* token_scale = nullptr,
                 const float* row_scale = nullptr, std::size_t row_scales = 1);

@@ -288,13 +288,17 @@ void linear_bf16(const Linear& l, const float* x, std::size_t T, float* y, Threa
     strips = reinterpret_cast<const std::uint16_t*>(own.data());  // vector storage: aligned for uint16_t
   }
   thread_local std::vector<float> xp;
-  xp.resize(bf16::packed_size(T, in));
-  float* xpw = xp.data();  // this thread's buffer, named plainly for the workers
+  xp.resize(bf16::packed_size(T, in) + 16);
+  void* line = xp.data();
+  std::size_t room = xp.size() * sizeof(float);
+  // This thread's buffer from a cache line on, named plainly for the workers.
+  float* xpw = static_cast<float*>(std::align(64, bf16::packed_size(T, in) * sizeof(float), line, room));
   auto pack = [&](std::size_t k0, std::size_t k1) { bf16::pack_activations(x, T, in, k0, k1, xpw); };
   if (T >= 4) pool.run(in, pack);
   else pack(0, in);
   const float* xs = xpw;
-  pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::dot_strips(strips, out, in, s0, s1, xs, T, y, out); });
+  const bf16::Path path = bf16::best_path();
+  pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::dot_strips(path, strips, out, in, s0, s1, xs, T, y, out); });
 }
 
 }  // namespace

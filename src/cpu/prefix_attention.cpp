@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -169,6 +170,7 @@ void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd,
 
 void prefix_scores_bf16(const std::uint16_t* k, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp,
                         float scale, std::vector<float>& scores) {
+  if (hd % kLanes != 0) throw std::invalid_argument("prefix_scores_bf16: head_dim not a multiple of 16");
   auto tiles = [&](std::size_t j0, std::size_t) {
     return std::pair<const std::uint16_t*, std::size_t>{k + j0 / kKeyTile * tile_stride, tile_stride};
   };
@@ -177,6 +179,7 @@ void prefix_scores_bf16(const std::uint16_t* k, std::size_t tile_stride, std::si
 
 void prefix_values_bf16(const std::uint16_t* v, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                         std::vector<float>& acc) {
+  if (hd % kLanes != 0) throw std::invalid_argument("prefix_values_bf16: head_dim not a multiple of 16");
   auto rows = [&](std::size_t j0, std::size_t) {
     return std::tuple<const std::uint16_t*, std::size_t, std::size_t>{v + j0 / kKeyTile * tile_stride, tile_stride, hd};
   };

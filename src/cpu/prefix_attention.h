@@ -1,7 +1,7 @@
 #pragma once
 // The shared-prefix half of decode attention as two blocked matrix products (Hydragen, arXiv
 // 2402.05099): the R queries of every slot of a prefix (for one KV head) against the prefix's L
-// keys, S = Q K^T, and then O = P V. Each K tile / V row is widened from the cache once per call
+// keys, S = Q K^T, and then O = P V. Each K / V tile is widened from the cache once per call
 // and used by every query; sums stay in registers over blocks of up to 6 queries x 64 positions
 // (scores) or 6 queries x 64 output elements (values).
 //
@@ -46,11 +46,12 @@ void prefix_scores(const KeyTileReader& k_tile, std::size_t L, std::size_t hd, c
 void prefix_values(const ValueTileReader& v_tile, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
                    std::vector<float>& acc);
 
-// The same two products reading a BF16 cache in place, with no widened copy (the engine's
-// suffixes: a few queries per slot, too few to amortize a copy): K tile t's head slice (hd x
-// kKeyTile, element-major) at k + t * tile_stride, V tile t's head slice (kKeyTile rows of hd) at
-// v + t * tile_stride, zeros past the last row; hd a multiple of 16. The same sums in the same
-// order as prefix_scores / prefix_values.
+// The same two products reading a BF16 cache in place, with no widened copy (the engine's use:
+// up to 12 queries of a KV head, a slot's suffix or a prefix with few candidates, too few to
+// amortize a copy): K tile t's head slice (hd x kKeyTile, element-major) at k + t * tile_stride,
+// V tile t's head slice (kKeyTile rows of hd) at v + t * tile_stride, zeros past the last row; hd
+// a multiple of 16 (else std::invalid_argument). The same sums in the same order as
+// prefix_scores / prefix_values.
 void prefix_scores_bf16(const std::uint16_t* k, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* qt, std::size_t Rp,
                         float scale, std::vector<float>& scores);
 void prefix_values_bf16(const std::uint16_t* v, std::size_t tile_stride, std::size_t L, std::size_t hd, const float* p, std::size_t Rp,
