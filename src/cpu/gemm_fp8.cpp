@@ -229,7 +229,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
     for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
       const std::size_t tt = std::min(kChunk, T - c0);
       const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
-      for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) {
+      for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) BESTOFN_AVX512_BF16 {  // (a lambda does not inherit its function's target)
         StripArgs a;
         a.w = pw + s * sb;
         a.next = s + 2 * n <= s1 ? a.w + n * sb : a.w;  // the next n strips, if the range has them
