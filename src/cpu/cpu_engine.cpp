@@ -1,6 +1,7 @@
 // The CPU reference engine: the full Llama forward over a batch of slots. Its step comments are
 // the ones the CUDA engine's forward repeats.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -73,18 +74,7 @@ class KvRows {
   void read(std::size_t j, std::size_t off, std::size_t n, float* out) const {
     const std::size_t base = at(j, off);
     if (j % kTile == 0 && j + kTile < len_) prefetch(base + width_ * kTile, hd_ * kTile);  // the head's next tile
-    switch (kind_) {
-      case Kv::BF16:
-        for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
-        break;
-      case Kv::FP8: {
-        const float scale = s_[j * heads_ + off / hd_];
-        for (std::size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_float_finite(c_[base + i]) * scale;
-        break;
-      }
-      default:
-        std::memcpy(out, f_.data() + base, n * sizeof(float));
-    }
+    widen_row(j, off, base, n, out);
   }
   // One head's slice (off = head * head_dim, n = head_dim) of V rows j0 .. j0 + kTile - 1 as
   // floats, row p at out + p * stride, zeros from n to stride and past the last row (V only;
@@ -94,19 +84,7 @@ class KvRows {
     if (j0 + kTile < len_) prefetch(base + width_ * kTile, n * kTile);  // tiles are read in order: the next one now
     for (std::size_t p = 0; p < kTile; ++p) {
       float* o = out + p * stride;
-      const std::size_t b = base + p * n;
-      switch (kind_) {
-        case Kv::BF16:
-          for (std::size_t i = 0; i < n; ++i) o[i] = bf16_to_float(h_[b + i]);
-          break;
-        case Kv::FP8: {
-          const float scale = s_[(j0 + p) * heads_ + off / hd_];  // zero past the last row, as the codes are
-          for (std::size_t i = 0; i < n; ++i) o[i] = fp8_e4m3_to_float_finite(c_[b + i]) * scale;
-          break;
-        }
-        default:
-          std::memcpy(o, f_.data() + b, n * sizeof(float));
-      }
+      widen_row(j0 + p, off, base + p * n, n, o);  // past the last row: zero codes and scales
       std::fill(o + n, o + stride, 0.0f);
     }
   }
@@ -139,6 +117,21 @@ class KvRows {
   std::size_t tile_stride() const { return width_ * kTile; }
 
  private:
+  // Elements [base, base + n) of V row j (the head of element off) as floats.
+  void widen_row(std::size_t j, std::size_t off, std::size_t base, std::size_t n, float* out) const {
+    switch (kind_) {
+      case Kv::BF16:
+        for (std::size_t i = 0; i < n; ++i) out[i] = bf16_to_float(h_[base + i]);
+        break;
+      case Kv::FP8: {
+        const float scale = s_[j * heads_ + off / hd_];
+        for (std::size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_float_finite(c_[base + i]) * scale;
+        break;
+      }
+      default:
+        std::memcpy(out, f_.data() + base, n * sizeof(float));
+    }
+  }
   // Where element e of row j is.
   std::size_t at(std::size_t j, std::size_t e) const {
     const std::size_t tile = j / kTile * width_ * kTile, lane = j % kTile;
@@ -205,24 +198,23 @@ class CpuEngine final : public Engine {
     // copied; the embedding lookups still read the checkpoint's table). One arena in 2 MB pages
     // where the kernel grants them (madvise: a decode step streams all of it, 4 KB pages cost a
     // TLB miss per 4 KB).
-    std::vector<const Linear*> packed;
-    for (const LayerWeights& L : w_->layers)
-      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        if (cpu::packed_bytes(*l) > 0) packed.push_back(l);
-    if (cpu::packed_bytes(w_->lm_head) > 0) packed.push_back(&w_->lm_head);
-    constexpr std::size_t kHuge = 2u << 20;
+    std::vector<std::pair<const Linear*, std::size_t>> packed;  // layer, its offset in the arena
     std::size_t total = 0;
-    for (const Linear* l : packed) total += cpu::round_up(cpu::packed_bytes(*l), 64);
+    auto place = [&](const Linear* l) {
+      if (const std::size_t bytes = cpu::packed_bytes(*l)) packed.emplace_back(l, total), total += cpu::round_up(bytes, 64);
+    };
+    for (const LayerWeights& L : w_->layers)
+      for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) place(l);
+    place(&w_->lm_head);
+    constexpr std::size_t kHuge = 2u << 20;
     if (total > 0) {
       const std::size_t bytes = cpu::round_up(total, kHuge);
       arena_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(kHuge, bytes)));
       if (!arena_) throw Error("out of memory for the packed weights (" + std::to_string(bytes >> 20) + " MB)");
       ::madvise(arena_.get(), bytes, MADV_HUGEPAGE);  // a hint: without it, 4 KB pages
-      std::size_t at = 0;
-      for (const Linear* l : packed) {
+      for (const auto& [l, at] : packed) {
         cpu::pack_linear(*l, pool_, arena_.get() + at);
         strips_.emplace(l, arena_.get() + at);
-        at += cpu::round_up(cpu::packed_bytes(*l), 64);
       }
     }
   }
@@ -274,10 +266,12 @@ class CpuEngine final : public Engine {
   }
   void linear_many(std::initializer_list<const Linear*> ws, const float* x, std::size_t T, std::initializer_list<float*> ys) {
     const auto t0 = Clock::now();
-    std::vector<const void*> strips;
-    for (const Linear* w : ws) strips.push_back(strips_of(*w));
+    std::array<const void*, 3> strips{};  // q/k/v or gate/up
+    if (ws.size() > strips.size()) throw Error("linear_many: more layers than the engine shares an input among");
+    std::size_t i = 0;
+    for (const Linear* w : ws) strips[i++] = strips_of(*w);
     cpu::linear_many(std::span<const Linear* const>(ws.begin(), ws.size()), x, T, std::span<float* const>(ys.begin(), ys.size()), pool_,
-                     strips);
+                     std::span<const void* const>(strips.data(), ws.size()));
     add_since(t0, &PhaseTimes::gemm_ms);
   }
   // The packed weights of a layer of this model (nullptr for layers read in place).
@@ -290,6 +284,8 @@ class CpuEngine final : public Engine {
 
   void resize(std::size_t T);
   void embed(std::span<const int> tokens);
+  // rope_cs_ = every token's rotation angles (cpu::rope_angles), once per forward pass.
+  void rope_angles(const std::vector<int>& pos);
   void attend_prefill(int layer, const Prefix& p, std::size_t T);
   // The batch rows of each prefix in a decode step: attention shares the prefix's K/V among them.
   struct PrefixGroup {
@@ -348,6 +344,15 @@ void CpuEngine::embed(std::span<const int> tokens) {
   }
 }
 
+void CpuEngine::rope_angles(const std::vector<int>& pos) {
+  const std::size_t ncs = 2 * inv_freq_.size();
+  rope_cs_.resize(pos.size() * ncs);
+  float* cs = rope_cs_.data();
+  pool_.run(pos.size(), [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) cpu::rope_angles(pos[t], inv_freq_, cs + t * ncs);
+  });
+}
+
 // One transformer layer over T = pos.size() tokens; token t sits at position pos[t], its K and V
 // go to cache_of(t) (a cache per token when own_caches, else one shared), and `attend` fills att_
 // from q_ and the caches.
@@ -359,14 +364,7 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   norm_rows(L.attn_norm, T);
   linear_many({&L.wq, &L.wk, &L.wv}, xn_.data(), T, {q_.data(), k_.data(), v_.data()});
-  const std::size_t ncs = 2 * inv_freq_.size();
-  if (l == 0) {  // the rotation angles of every token, once per forward pass
-    rope_cs_.resize(T * ncs);
-    float* cs = rope_cs_.data();
-    pool_.run(T, [&](std::size_t t0, std::size_t t1) {
-      for (std::size_t t = t0; t < t1; ++t) cpu::rope_angles(pos[t], inv_freq_, cs + t * ncs);
-    });
-  }
+  const std::size_t ncs = 2 * inv_freq_.size();  // rope_cs_ per token (rope_angles)
   auto rotate_append = [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
       cpu::rope_rotate(q_.data() + t * qd, c_.n_heads, c_.head_dim, rope_cs_.data() + t * ncs);
@@ -422,6 +420,7 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
   embed(tokens);
   std::vector<int> pos(T);
   for (std::size_t t = 0; t < T; ++t) pos[t] = static_cast<int>(t);
+  rope_angles(pos);
   for (int l = 0; l < c_.n_layers; ++l)
     layer(l, pos, [&](std::size_t) -> Cache& { return p->kv; }, false, [&] { attend_prefill(l, *p, T); });
   logits_rows(T - 1, 1, last_logits.data());
@@ -493,6 +492,7 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
   resize(T);
   embed(tokens);
   const std::vector<PrefixGroup> groups = group_by_prefix(batch);  // once per step, not per layer
+  rope_angles(pos);
   for (int l = 0; l < c_.n_layers; ++l)
     layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, true, [&] { attend_decode(l, batch, groups); });
   logits_rows(0, T, logits.data());

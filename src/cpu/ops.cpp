@@ -183,6 +183,24 @@ void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std:
 
 namespace {
 
+// n elements of `buf` (this thread's scratch, grown as needed) from a 64-byte boundary on, so
+// that threads writing neighbouring ranges of it share as few cache lines as possible.
+template <class T>
+T* line_aligned(std::vector<T>& buf, std::size_t n) {
+  buf.resize(n + 64 / sizeof(T));
+  void* p = buf.data();
+  std::size_t room = buf.size() * sizeof(T);
+  return static_cast<T*>(std::align(64, n * sizeof(T), p, room));
+}
+
+// A layer's packed weights: `given`, else packed into `own` for this call alone.
+const void* packed_or_own(const Linear& l, const void* given, ThreadPool& pool, std::vector<std::uint8_t>& own) {
+  if (given) return given;
+  own.resize(packed_bytes(l));
+  pack_linear(l, pool, own.data());
+  return own.data();  // vector storage: aligned for the codes' and BF16 words' types
+}
+
 // The GEMM path for FP8 weights: fp8::best_path() unless BESTOFN_FP8_GENERIC is set (both give
 // the same bits; the variable is there to measure one against the other).
 fp8::Path fp8_path() {
@@ -200,24 +218,16 @@ void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::siz
   const auto in = static_cast<std::size_t>(first.in_features());
   const fp8::Path path = fp8_path();
   std::vector<const std::uint8_t*> ws(ls.size());
-  std::vector<std::vector<std::uint8_t>> own;
-  for (std::size_t i = 0; i < ls.size(); ++i) {
-    ws[i] = static_cast<const std::uint8_t*>(i < strips.size() ? strips[i] : nullptr);
-    if (!ws[i]) {
-      std::vector<std::uint8_t>& buf = own.emplace_back(packed_bytes(*ls[i]));
-      pack_linear(*ls[i], pool, buf.data());
-      ws[i] = buf.data();
-    }
-  }
+  std::vector<std::vector<std::uint8_t>> own(ls.size());
+  for (std::size_t i = 0; i < ls.size(); ++i)
+    ws[i] = static_cast<const std::uint8_t*>(packed_or_own(*ls[i], i < strips.size() ? strips[i] : nullptr, pool, own[i]));
   thread_local std::vector<float> sx;
   thread_local std::vector<std::uint16_t> packed;
-  sx.resize(T), packed.resize(fp8::packed_size(path, T, in) + 32);
+  sx.resize(T);
   // Plain pointers into this thread's buffers: inside the lambdas, on a worker, the names of the
-  // thread_local vectors would mean the worker's own. The packed words start on a cache line.
+  // thread_local vectors would mean the worker's own.
   float* sxw = sx.data();
-  void* line = packed.data();
-  std::size_t room = packed.size() * sizeof(std::uint16_t);
-  std::uint16_t* xpw = static_cast<std::uint16_t*>(std::align(64, fp8::packed_size(path, T, in) * sizeof(std::uint16_t), line, room));
+  std::uint16_t* xpw = line_aligned(packed, fp8::packed_size(path, T, in));
   // Each row's scale (the static input_scale, else amax / 448), then its E4M3 values packed for
   // the kernels; rows are independent, so the pool splits them.
   auto prepare = [&](std::size_t t0, std::size_t t1) {
@@ -282,17 +292,9 @@ namespace {
 void linear_bf16(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint16_t* strips) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
   std::vector<std::uint8_t> own;
-  if (!strips) {
-    own.resize(packed_bytes(l));
-    pack_linear(l, pool, own.data());
-    strips = reinterpret_cast<const std::uint16_t*>(own.data());  // vector storage: aligned for uint16_t
-  }
+  strips = static_cast<const std::uint16_t*>(packed_or_own(l, strips, pool, own));
   thread_local std::vector<float> xp;
-  xp.resize(bf16::packed_size(T, in) + 16);
-  void* line = xp.data();
-  std::size_t room = xp.size() * sizeof(float);
-  // This thread's buffer from a cache line on, named plainly for the workers.
-  float* xpw = static_cast<float*>(std::align(64, bf16::packed_size(T, in) * sizeof(float), line, room));
+  float* xpw = line_aligned(xp, bf16::packed_size(T, in));  // this thread's buffer, named plainly for the workers
   auto pack = [&](std::size_t k0, std::size_t k1) { bf16::pack_activations(x, T, in, k0, k1, xpw); };
   if (T >= 4) pool.run(in, pack);
   else pack(0, in);
