@@ -69,6 +69,35 @@ TEST(CpuEngine, Llama260kMatchesLlama2cGreedyIdsAndLogits) {
   EXPECT_EQ(got, want);
 }
 
+// Prefill as the matrix path: the prompt is BOS plus the first n - 1 golden ids (n = 49 and 97: the
+// causal prefill takes queries in chunks of 48, so two and three chunks with a partial last one);
+// its last row must choose golden id n - 1 and greedy decoding must continue llama2.c's path to
+// the end. A query that saw a later position, or missed an earlier one, changes these ids.
+TEST(CpuEngine, Llama260kPrefillOfLongPromptsContinuesTheGoldenGreedyPath) {
+  const auto golden = json::parse(test::read_text(test::require_shared("models/llama-260k/golden.json")));
+  auto w = load(test::require_shared("models/llama-260k"));
+  auto engine = make_cpu_engine(w, {});
+  std::vector<float> logits(static_cast<std::size_t>(w->config.vocab_size));
+  const auto want = golden["greedy_ids"].get<std::vector<int>>();
+  ASSERT_EQ(golden["prompt_ids"].size(), 1u);
+  for (std::size_t n : {std::size_t{49}, std::size_t{97}}) {
+    SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
+    ASSERT_LT(n, want.size());
+    std::vector<int> prompt = golden["prompt_ids"];
+    prompt.insert(prompt.end(), want.begin(), want.begin() + static_cast<std::ptrdiff_t>(n - 1));
+    const int prefix = engine->prefill(prompt, logits);
+    const int slot = engine->add_slot(prefix);
+    std::vector<int> got;
+    for (std::size_t step = n - 1; step < want.size(); ++step) {
+      got.push_back(argmax(logits));
+      if (step + 1 < want.size()) engine->decode(std::vector<int>{slot}, std::vector<int>{got.back()}, logits);
+    }
+    EXPECT_EQ(got, std::vector<int>(want.begin() + static_cast<std::ptrdiff_t>(n - 1), want.end()));
+    engine->release_slot(slot);
+    engine->release_prefix(prefix);
+  }
+}
+
 namespace {
 
 const json& hf() {

@@ -97,7 +97,7 @@ void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16
         m = std::max(m, scores[j]);
       }
       float sum = 0.0f;
-      for (std::size_t j = 0; j <= t; ++j) sum += scores[j] = std::exp(scores[j] - m);
+      for (std::size_t j = 0; j <= t; ++j) sum += scores[j] = exp_poly(scores[j] - m);
       float* o = out + (t * H + h) * D;
       std::fill_n(o, D, 0.0f);
       for (std::size_t j = 0; j <= t; ++j) {

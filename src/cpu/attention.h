@@ -20,7 +20,8 @@ void decode_attention(const float* q, const std::uint16_t* const* k_prefix, cons
                       const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k / v (T, n_kv * hd) BF16; row t sees
-// positions 0..t. out (T, n_heads, hd).
+// positions 0..t: m = max s_j, e_j = cpu::exp_poly(s_j - m), l = sum of e_j in order, out = sum_j
+// (e_j / l) v_j in order. out (T, n_heads, hd).
 void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv,
                        int hd, float* out);
 

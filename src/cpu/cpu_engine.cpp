@@ -185,6 +185,57 @@ struct Softmax {
   float m = -INFINITY, l = 0.0f;
 };
 
+// Row softmax statistics and weights, in place, for R rows of L scores (stride L): row r covers
+// its first n_r scores, n_r = L (first >= L: decode) or min(L, first + r) (a causal prefill
+// chunk, first = 1 + the chunk's first position); m = their max, they become exp_poly(s - m), l =
+// their sum in order; entries past n_r become 0.
+// The max in 16 lanes (a max does not depend on its order; NaNs are skipped as std::max(m, s) in
+// order skips them); the weights 16 at a time (cpu::exp_poly's vector form, the same bits); the sums
+// in order, eight rows at a time so that eight chains of adds overlap (over the shortest row's
+// length, then each row's own tail, still in order).
+void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st, std::size_t first = SIZE_MAX) {
+  typedef float V16 __attribute__((vector_size(64)));
+  auto len = [&](std::size_t r) { return first >= L ? L : std::min(L, first + r); };
+  for (std::size_t r = 0; r < R; ++r) {
+    float* e = scores + r * L;
+    const std::size_t n = len(r);
+    V16 mv = {};
+    mv -= INFINITY;
+    std::size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      V16 v;
+      std::memcpy(&v, e + j, sizeof v);
+      mv = mv < v ? v : mv;
+    }
+    float m = -INFINITY;
+    for (int k = 0; k < 16; ++k) m = std::max(m, mv[k]);
+    for (; j < n; ++j) m = std::max(m, e[j]);
+    st[r] = Softmax{m, 0.0f};
+    for (j = 0; j + 16 <= n; j += 16) {
+      V16 v;
+      std::memcpy(&v, e + j, sizeof v);
+      v = cpu::exp_poly(v - m);
+      std::memcpy(e + j, &v, sizeof v);
+    }
+    for (; j < n; ++j) e[j] = cpu::exp_poly(e[j] - m);
+    std::fill(e + n, e + L, 0.0f);
+  }
+  std::size_t r = 0;
+  for (; r + 8 <= R; r += 8) {
+    const float* e0 = scores + r * L;
+    const std::size_t common = len(r);  // the group's shortest row
+    float l[8] = {};
+    for (std::size_t j = 0; j < common; ++j)
+      for (std::size_t k = 0; k < 8; ++k) l[k] += e0[k * L + j];
+    for (std::size_t k = 0; k < 8; ++k) {
+      for (std::size_t j = common; j < len(r + k); ++j) l[k] += e0[k * L + j];
+      st[r + k].l = l[k];
+    }
+  }
+  for (; r < R; ++r)
+    for (std::size_t j = 0; j < len(r); ++j) st[r].l += scores[r * L + j];
+}
+
 class CpuEngine final : public Engine {
  public:
   CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
@@ -428,41 +479,39 @@ int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits
 }
 
 // Causal attention over the prompt: row t sees positions 0..t of the prefix (from the cache, so
-// that prefill and decode read K and V at the same precision).
+// that prefill and decode read K and V at the same precision). Queries go in chunks of 48 (eight
+// register blocks of 6 rows) through the two blocked products of src/cpu/prefix_attention.h, over
+// positions 0 .. the chunk's last: S = Q K^T * scale; per row t, m = max_{j<=t} s_j, e_j =
+// exp_poly(s_j - m), l = sum_{j<=t} e_j in order, p_j = e_j / l and 0 past t; out = sum_j p_j v_j
+// in order (the zeros past t add nothing). cpu::prefill_attention is the scalar twin.
 void CpuEngine::attend_prefill(int layer, const Prefix& p, std::size_t T) {
   const auto hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
+  const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
   const auto group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const KvRows& K = p.kv.k[static_cast<std::size_t>(layer)];
   const KvRows& V = p.kv.v[static_cast<std::size_t>(layer)];
-  constexpr std::size_t kChunk = 32;  // queries whose scores are taken together (then masked)
+  constexpr std::size_t kChunk = 48;
   pool_.run(static_cast<std::size_t>(c_.n_heads), [&](std::size_t h0, std::size_t h1) {
-    std::vector<float> kv(hd), scores, qt;
+    std::vector<float> scores, qt, acc;
+    std::vector<Softmax> sm(kChunk);
     for (std::size_t h = h0; h < h1; ++h) {
       const std::size_t off = (h / group) * hd;
       for (std::size_t t0 = 0; t0 < T; t0 += kChunk) {
-        // Scores of queries t0..t1-1 over positions 0..t1-1 (row r, position j: q_{t0+r} . k_j,
-        // summed over i in order, times scale); query t then uses positions 0..t.
-        const std::size_t t1 = std::min(T, t0 + kChunk), R = t1 - t0, Rp = cpu::round_up(R, cpu::kPrefixRowBlock);
-        qt.assign(hd * Rp, 0.0f);
+        const std::size_t t1 = std::min(T, t0 + kChunk), R = t1 - t0;
+        qt.resize(hd * R);
         for (std::size_t r = 0; r < R; ++r)
-          for (std::size_t i = 0; i < hd; ++i) qt[i * Rp + r] = q_[(t0 + r) * qd + h * hd + i];
-        cpu::prefix_scores([&](std::size_t j0, float* out) { K.read_tile(j0, off, hd, out); }, t1, hd, qt.data(), Rp, scale,
-                           scores);
-        for (std::size_t t = t0; t < t1; ++t) {
-          float* st = scores.data() + (t - t0) * t1;
-          float m = -INFINITY;
-          for (std::size_t j = 0; j <= t; ++j) m = std::max(m, st[j]);
-          float sum = 0.0f;
-          for (std::size_t j = 0; j <= t; ++j) sum += st[j] = std::exp(st[j] - m);
-          float* out = att_.data() + t * qd + h * hd;
-          std::fill_n(out, hd, 0.0f);
-          for (std::size_t j = 0; j <= t; ++j) {
-            V.read(j, off, hd, kv.data());
-            const float pj = st[j] / sum;
-            for (std::size_t i = 0; i < hd; ++i) out[i] += pj * kv[i];
-          }
+          for (std::size_t i = 0; i < hd; ++i) qt[i * R + r] = q_[(t0 + r) * qd + h * hd + i];
+        cpu::prefix_scores([&](std::size_t j0, float* out) { K.read_tile(j0, off, hd, out); }, t1, hd, qt.data(), R, scale, scores);
+        softmax_rows(scores.data(), R, t1, sm.data(), t0 + 1);
+        for (std::size_t r = 0; r < R; ++r) {
+          float* e = scores.data() + r * t1;
+          const float l = sm[r].l;
+          for (std::size_t j = 0; j <= t0 + r; ++j) e[j] = e[j] / l;
         }
+        cpu::prefix_values([&](std::size_t j0, float* out) { V.read_value_tile(j0, off, hd, hdp, out); }, t1, hd, scores.data(), R,
+                           acc);
+        for (std::size_t r = 0; r < R; ++r) std::copy_n(acc.data() + r * hdp, hd, att_.data() + (t0 + r) * qd + h * hd);
       }
     }
   });
@@ -512,47 +561,6 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
   std::vector<PrefixGroup> groups;
   for (auto& [p, rows] : by_prefix) groups.push_back({&prefixes_.at(p), std::move(rows)});
   return groups;
-}
-
-// Row softmax statistics and weights, in place: for each of R rows of L scores, m = max, the
-// scores become exp_poly(s - m) (a loop that vectorizes), l = their sum in order.
-// The max in 16 lanes (a max does not depend on its order; NaNs are skipped as std::max(m, s) in
-// order skips them); the weights 16 at a time (cpu::exp_poly's vector form, the same bits); the sums
-// in order, eight rows at a time so that eight chains of adds overlap.
-void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st) {
-  typedef float V16 __attribute__((vector_size(64)));
-  for (std::size_t r = 0; r < R; ++r) {
-    float* e = scores + r * L;
-    V16 mv = {};
-    mv -= INFINITY;
-    std::size_t j = 0;
-    for (; j + 16 <= L; j += 16) {
-      V16 v;
-      std::memcpy(&v, e + j, sizeof v);
-      mv = mv < v ? v : mv;
-    }
-    float m = -INFINITY;
-    for (int k = 0; k < 16; ++k) m = std::max(m, mv[k]);
-    for (; j < L; ++j) m = std::max(m, e[j]);
-    st[r] = Softmax{m, 0.0f};
-    for (j = 0; j + 16 <= L; j += 16) {
-      V16 v;
-      std::memcpy(&v, e + j, sizeof v);
-      v = cpu::exp_poly(v - m);
-      std::memcpy(e + j, &v, sizeof v);
-    }
-    for (; j < L; ++j) e[j] = cpu::exp_poly(e[j] - m);
-  }
-  std::size_t r = 0;
-  for (; r + 8 <= R; r += 8) {
-    const float* e0 = scores + r * L;
-    float l[8] = {};
-    for (std::size_t j = 0; j < L; ++j)
-      for (std::size_t k = 0; k < 8; ++k) l[k] += e0[k * L + j];
-    for (std::size_t k = 0; k < 8; ++k) st[r + k].l = l[k];
-  }
-  for (; r < R; ++r)
-    for (std::size_t j = 0; j < L; ++j) st[r].l += scores[r * L + j];
 }
 
 // Up to this many queries of one KV head read a BF16 cache in place (two register blocks of 6).

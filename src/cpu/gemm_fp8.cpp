@@ -348,11 +348,21 @@ void pack_activations(Path p, const float* x, const float* scale, std::size_t T,
     // Token t: chunk c of n tokens, place j in it; its values of the quad at input k at k * n + 4j.
     const std::size_t c = t / kChunk, n = std::min(kChunk, T - c * kChunk), j = t % kChunk;
     std::uint16_t* chunk = packed + c * kChunk * pin;
+    // The BF16 words (the floats' top halves: exact) stay in a register, a quad per 64-bit lane:
+    // through a stack array, each 8-byte read waited on the wide store before it (no forwarding).
+    typedef std::uint32_t U32 __attribute__((vector_size(4 * kSpan)));
+    typedef std::uint16_t U16 __attribute__((vector_size(2 * kSpan)));
+    typedef std::uint64_t U64 __attribute__((vector_size(2 * kSpan)));
     for (std::size_t k = 0; k < pin; k += kSpan) {
       values(k, v);
-      std::uint16_t w[kSpan];
-      for (std::size_t i = 0; i < kSpan; ++i) w[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v[i]) >> 16);  // exact
-      for (std::size_t q = k; q < std::min(k + kSpan, pin); q += kQuad) std::memcpy(chunk + q * n + kQuad * j, w + (q - k), 8);
+      U32 bits;
+      std::memcpy(&bits, v, sizeof bits);
+      const U64 quads = std::bit_cast<U64>(__builtin_convertvector(bits >> 16, U16));
+      const std::size_t nq = std::min(kSpan, pin - k) / kQuad;
+      for (std::size_t q = 0; q < nq; ++q) {
+        const std::uint64_t word = quads[q];
+        std::memcpy(chunk + (k + q * kQuad) * n + kQuad * j, &word, sizeof word);
+      }
     }
   }
 }
