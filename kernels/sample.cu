@@ -15,9 +15,9 @@
 // draw, ~150 for a 128K vocabulary), ~17 for the plain id-order draw. Rows above 2^31 - 1 tokens
 // are not supported. Measure before tuning (benchmarks/GPU_TODO.md).
 //
-// Numerics: weights w = expf(z - zmax) in fp32 (CUDA expf is within 2 ulp, glibc's within 1), all
-// sums in double, as on the CPU, but summed per thread and then by a fixed tree instead of
-// left to right. The keys, the candidate cut and top-k are exact; the top-p and min-p boundaries
+// Numerics: weights w = expf(z - zmax) in fp32 (CUDA expf is within 2 ulp; the CPU's
+// cpu::exp_poly too, but not the same bits), all sums in double, as on the CPU, but summed per
+// thread and then by a fixed tree instead of in the CPU's orders (src/sampler.cpp). The keys, the candidate cut and top-k are exact; the top-p and min-p boundaries
 // and the draw agree with the CPU except where u * kept (or top_p * total) lies within a few fp32
 // ulps of a cumulative mass: near-ties may pick a neighbouring token. Deterministic run to run.
 #include <cub/block/block_reduce.cuh>

@@ -1,74 +1,233 @@
+// The sampling rule of include/bestofn/sampler.h over a vocabulary row, in passes that vectorize:
+// one for the maximum, one for the weights w = exp_poly(z - zmax) (cpu/exp_poly.h: the same bits
+// on 16 lanes as on one) and their sums, then the draw. Without truncation the draw walks the
+// tokens by id through per-block sums (no list of candidates); with top-k, top-p or min-p only
+// the prefix the rule reaches is sorted. All sums are in double; their orders are fixed (the
+// list's order, or blocks of kBlock ids), so a draw depends only on its row and its key.
 #include "bestofn/sampler.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "bestofn/rng.h"
+#include "cpu/exp_poly.h"
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // 64-byte vectors inside this file only
 
 namespace bestofn {
 namespace {
 
-// log(sum exp(z_i / t)) over all logits, with the max taken out.
-float log_sum_exp(std::span<const float> logits, float inv_t, float zmax) {
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l * inv_t - zmax));
-  return zmax + static_cast<float>(std::log(sum));
+typedef float F16 __attribute__((vector_size(64)));
+typedef float F8 __attribute__((vector_size(32)));
+typedef double D8 __attribute__((vector_size(64)));
+typedef std::int32_t I16 __attribute__((vector_size(64)));
+constexpr std::size_t kLanes = 16;
+constexpr std::size_t kBlock = 1024;  // ids per block of the id-order walk (a multiple of kLanes)
+constexpr float kDropNats = 30.0f;    // candidates: z >= zmax - 30
+
+F16 load(const float* p) {
+  F16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+// The 16 lanes as two vectors of 8 doubles.
+void widen(const F16& v, D8& lo, D8& hi) {
+  F8 a, b;
+  std::memcpy(&a, &v, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
+  lo = __builtin_convertvector(a, D8);
+  hi = __builtin_convertvector(b, D8);
+}
+double sum_lanes(const D8& v) {
+  double s = 0.0;
+  for (int k = 0; k < 8; ++k) s += v[k];
+  return s;
+}
+
+// The largest logit (NaNs skipped) and whether any logit is NaN.
+struct RowMax {
+  float value;
+  bool nan;
+};
+RowMax row_max(std::span<const float> x) {
+  F16 mv = {};
+  mv -= INFINITY;
+  I16 bad = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    const F16 v = load(x.data() + i);
+    mv = mv < v ? v : mv;
+    bad |= v != v;
+  }
+  RowMax m{-INFINITY, false};
+  for (std::size_t k = 0; k < kLanes; ++k) m.value = std::max(m.value, mv[k]), m.nan = m.nan || bad[k] != 0;
+  for (; i < x.size(); ++i) {
+    if (std::isnan(x[i])) m.nan = true;
+    else m.value = std::max(m.value, x[i]);
+  }
+  return m;
+}
+
+// Pass two: the sum of every weight (the log-sum-exp's) and, per block of kBlock ids, the sum of
+// the candidates' weights. Lanes past the row count as z = -inf (weight ~1e-38, never a candidate).
+struct Sums {
+  double all = 0.0;
+  std::size_t candidates = 0;
+  std::vector<double>* blocks;
+};
+void weight_sums(std::span<const float> x, float inv_t, float zmax, Sums& s) {
+  const float cut = zmax - kDropNats;
+  const std::size_t n = x.size(), nb = (n + kBlock - 1) / kBlock;
+  s.blocks->assign(nb, 0.0);
+  D8 all_lo = {}, all_hi = {};
+  I16 count = {};
+  for (std::size_t b = 0; b < nb; ++b) {
+    D8 blo = {}, bhi = {};
+    for (std::size_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i += kLanes) {
+      F16 v;
+      if (i + kLanes <= n) {
+        v = load(x.data() + i);
+      } else {
+        v = F16{} - INFINITY;
+        for (std::size_t k = 0; i + k < n; ++k) v[k] = x[i + k];
+      }
+      const F16 z = v * inv_t;
+      const F16 w = cpu::exp_poly(z - zmax);
+      const I16 is = z >= cut;  // -1 where a candidate
+      count -= is;
+      const F16 cw = is ? w : F16{};
+      D8 lo, hi;
+      widen(w, lo, hi);
+      all_lo += lo, all_hi += hi;
+      widen(cw, lo, hi);
+      blo += lo, bhi += hi;
+    }
+    (*s.blocks)[b] = sum_lanes(blo) + sum_lanes(bhi);
+  }
+  s.all = sum_lanes(all_lo) + sum_lanes(all_hi);
+  for (std::size_t k = 0; k < kLanes; ++k) s.candidates += static_cast<std::size_t>(count[k]);
+}
+
+// Most probable first, ties by lower id (an object, so that the sorts inline it).
+constexpr struct {
+  bool operator()(const SamplerScratch::Candidate& a, const SamplerScratch::Candidate& b) const {
+    return a.z != b.z ? a.z > b.z : a.id < b.id;
+  }
+} by_prob;
 
 }  // namespace
 
 Sample sample_token(std::span<const float> logits, const SamplingParams& p, std::uint64_t prompt,
                     std::uint64_t candidate, std::uint64_t step, SamplerScratch& s) {
-  const std::size_t best = static_cast<std::size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  // A NaN anywhere, a +Inf, or nothing above -Inf: no distribution to draw from.
+  const RowMax m = row_max(logits);
+  if (logits.empty() || m.nan || !std::isfinite(m.value)) return {-1, kNaN};
+  const auto best = static_cast<std::size_t>(std::find(logits.begin(), logits.end(), m.value) - logits.begin());
   const float inv_t = p.temperature <= 0.0f ? 1.0f : 1.0f / p.temperature;
   const float zmax = logits[best] * inv_t;
-  // A NaN anywhere, a +Inf, or nothing above -Inf makes it NaN or Inf: no distribution to draw from.
-  const float lse = log_sum_exp(logits, inv_t, zmax);
+  Sums sums{0.0, 0, &s.block_mass};
+  weight_sums(logits, inv_t, zmax, sums);
+  const float lse = zmax + static_cast<float>(std::log(sums.all));
   if (!std::isfinite(lse)) return {-1, lse};
   if (p.temperature <= 0.0f) return {static_cast<int>(best), logits[best] - lse};
+  const float cut = zmax - kDropNats;
+  auto weight = [&](float z) { return cpu::exp_poly(z - zmax); };
+  const double u = static_cast<double>(uniform01(p.seed, prompt, candidate, step));
+
+  // Top-k truncates only where there are more than k candidates; the walk is by id unless a
+  // truncation applies (the CUDA sampler decides the same way).
+  const bool top_k = p.top_k > 0 && static_cast<std::size_t>(p.top_k) < sums.candidates;
+  if (!top_k && p.top_p >= 1.0f && p.min_p <= 0.0f) {
+    // No truncation: the first candidate by id whose cumulative weight exceeds u * total, found
+    // through the block sums, then id by id inside the block.
+    const std::vector<double>& blocks = s.block_mass;
+    double total = 0.0;
+    for (double b : blocks) total += b;
+    const double r = u * total;
+    double cum = 0.0;
+    std::size_t b = 0;
+    while (b + 1 < blocks.size() && cum + blocks[b] <= r) cum += blocks[b++];
+    int last = static_cast<int>(best);  // a candidate to fall back on if rounding leaves cum <= r
+    for (; b < blocks.size(); ++b)
+      for (std::size_t i = b * kBlock; i < std::min(logits.size(), (b + 1) * kBlock); ++i) {
+        const float z = logits[i] * inv_t;
+        if (!(z >= cut)) continue;
+        last = static_cast<int>(i);
+        cum += static_cast<double>(weight(z));
+        if (cum > r) return {static_cast<int>(i), z - lse};
+      }
+    return {last, logits[static_cast<std::size_t>(last)] * inv_t - lse};
+  }
+
+  // Truncation: the candidates in a list, ordered by probability (ties: lower id first) as far as
+  // the rule needs.
   auto& c = s.candidates;
   c.clear();
   for (std::size_t i = 0; i < logits.size(); ++i) {
     const float z = logits[i] * inv_t;
-    if (z >= zmax - 30.0f) c.emplace_back(z, static_cast<int>(i));
+    if (z >= cut) c.push_back({z, weight(z), static_cast<int>(i)});
   }
-  auto by_prob = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  // c[0, have) holds the `have` most probable candidates in order; sort_through(k) extends it to k
+  // (a selection, then a sort of what it selected).
+  std::size_t have = 0;
+  auto sort_through = [&](std::size_t k) {
+    if (k <= have) return;
+    const auto first = c.begin() + static_cast<std::ptrdiff_t>(have), mid = c.begin() + static_cast<std::ptrdiff_t>(k);
+    if (mid != c.end()) std::nth_element(first, mid, c.end(), by_prob);
+    std::sort(first, mid, by_prob);
+    have = k;
   };
-  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < c.size()) {
-    std::partial_sort(c.begin(), c.begin() + p.top_k, c.end(), by_prob);
-    c.resize(static_cast<std::size_t>(p.top_k));
-  } else if (p.top_p < 1.0f || p.min_p > 0.0f) {
-    std::sort(c.begin(), c.end(), by_prob);
-  }  // else: no truncation needs an order; the walk goes by id
-  // Probabilities relative to the best, then the truncations (c is sorted when they apply).
-  double total = 0.0;
-  for (auto& [z, id] : c) {
-    z = std::exp(z - zmax);
-    total += z;
-  }
   std::size_t keep = c.size();
+  if (top_k) {
+    sort_through(static_cast<std::size_t>(p.top_k));
+    c.resize(static_cast<std::size_t>(p.top_k));
+    keep = c.size();
+  } else if (p.top_p >= 1.0f) {  // min-p alone: what it keeps (w >= min_p; the best's w is 1) first
+    keep = static_cast<std::size_t>(std::partition(c.begin(), c.end(), [&](const auto& x) { return x.w >= p.min_p; }) - c.begin());
+    if (keep == 0) {  // min_p > 1 (the flags refuse it): the best alone
+      std::iter_swap(c.begin(), std::min_element(c.begin(), c.end(), by_prob));
+      keep = 1;
+    }
+    std::sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(keep), by_prob);
+  }
   if (p.top_p < 1.0f) {
+    // The shortest prefix (in order) whose weight reaches top_p * total, sorting a longer prefix
+    // each round until it holds it (a peaked row: one short round; a flat one: about one sort).
+    double total = 0.0;
+    for (const auto& x : c) total += static_cast<double>(x.w);
+    const double need = static_cast<double>(p.top_p) * total;
+    keep = c.size();
     double cum = 0.0;
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      cum += c[i].first;
-      if (cum >= static_cast<double>(p.top_p) * total) {
-        keep = i + 1;
+    std::size_t i = 0;  // c[0, i) summed into cum
+    for (std::size_t k = std::min<std::size_t>(c.size(), 256);;) {
+      sort_through(k);
+      for (; i < have && cum < need; ++i) cum += static_cast<double>(c[i].w);
+      if (cum >= need) {
+        keep = i;
         break;
       }
+      if (have == c.size()) break;  // rounding left the sum short: the whole list
+      // The rest weigh at most c[have - 1].w each: at least (need - cum) / that many more are needed.
+      const double more = (need - cum) / static_cast<double>(c[have - 1].w);
+      k = static_cast<std::size_t>(std::min(static_cast<double>(c.size()), std::max(8.0 * static_cast<double>(k), static_cast<double>(have) + 1.05 * more + 1.0)));
     }
+    if (p.min_p > 0.0f)
+      while (keep > 1 && c[keep - 1].w < p.min_p) --keep;  // relative to the best, which is 1
+  } else if (p.min_p > 0.0f && top_k) {
+    while (keep > 1 && c[keep - 1].w < p.min_p) --keep;
   }
-  if (p.min_p > 0.0f)
-    while (keep > 1 && c[keep - 1].first < p.min_p) --keep;  // relative to the best, which is 1
   double kept = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) kept += c[i].first;
-  const double r = static_cast<double>(uniform01(p.seed, prompt, candidate, step)) * kept;
+  for (std::size_t i = 0; i < keep; ++i) kept += static_cast<double>(c[i].w);
+  const double r = u * kept;
   double cum = 0.0;
-  int token = c[keep - 1].second;
+  int token = c[keep - 1].id;
   for (std::size_t i = 0; i < keep; ++i) {
-    cum += c[i].first;
+    cum += static_cast<double>(c[i].w);
     if (cum > r) {
-      token = c[i].second;
+      token = c[i].id;
       break;
     }
   }

@@ -1,8 +1,12 @@
 // The sampler and its counter-based RNG.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "bestofn/rng.h"
 #include "bestofn/sampler.h"
@@ -114,4 +118,119 @@ TEST(Sampler, NonFiniteLogitsGiveNoToken) {
   SamplingParams p;
   p.temperature = 1.0f;
   EXPECT_EQ(sample_token(std::vector<float>{-inf, 0.0f, -inf}, p, 0, 0, 0, s).token, 1);
+}
+
+namespace {
+
+// The rule of sampler.h written plainly, as a reference for the vectorized sampler on large
+// vocabularies: double exp, a full sort, sequential sums in list order. Also returns how close the
+// draw (u * kept) and the top-p cut (top_p * total) came to a cumulative mass, relative to the
+// mass: the fast sampler's sums run in other orders (blocks of ids, partial sorts), so a token
+// may differ only where one of these margins is at rounding level.
+struct Reference {
+  int token;
+  double logprob, margin;
+};
+// The candidate list and its cut, once per row and parameters; draw() walks it for one key.
+class ReferenceRule {
+ public:
+  ReferenceRule(const std::vector<float>& logits, const SamplingParams& p) : p_(p) {
+    const float inv_t = 1.0f / p.temperature;
+    float zmax = -INFINITY;
+    for (float l : logits) zmax = std::max(zmax, l * inv_t);
+    double all = 0.0;
+    for (float l : logits) all += std::exp(static_cast<double>(l * inv_t) - zmax);
+    lse_ = zmax + std::log(all);
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] * inv_t >= zmax - 30.0f)
+        c_.push_back({logits[i] * inv_t, std::exp(static_cast<double>(logits[i] * inv_t) - zmax), static_cast<int>(i)});
+    const bool top_k = p.top_k > 0 && static_cast<std::size_t>(p.top_k) < c_.size();
+    if (top_k || p.top_p < 1.0f || p.min_p > 0.0f)
+      std::sort(c_.begin(), c_.end(), [](const C& a, const C& b) { return a.z != b.z ? a.z > b.z : a.id < b.id; });
+    if (top_k) c_.resize(static_cast<std::size_t>(p.top_k));
+    double total = 0.0;
+    for (const C& x : c_) total += x.w;
+    keep_ = c_.size();
+    if (p.top_p < 1.0f) {
+      double cum = 0.0;
+      for (std::size_t i = 0; i < c_.size(); ++i) {
+        cum += c_[i].w;
+        cut_margin_ = std::min(cut_margin_, std::fabs(cum - p.top_p * total) / total);
+        if (cum >= p.top_p * total) {
+          keep_ = i + 1;
+          break;
+        }
+      }
+    }
+    while (keep_ > 1 && c_[keep_ - 1].w < p.min_p) --keep_;
+    for (std::size_t i = 0; i < keep_; ++i) kept_ += c_[i].w;
+  }
+  Reference draw(std::uint64_t prompt, std::uint64_t cand) const {
+    const double r = static_cast<double>(uniform01(p_.seed, prompt, cand, 0)) * kept_;
+    double cum = 0.0, margin = cut_margin_;
+    for (std::size_t i = 0; i < keep_; ++i) {
+      cum += c_[i].w;
+      margin = std::min(margin, std::fabs(cum - r) / kept_);
+      if (cum > r) return {c_[i].id, c_[i].z - lse_, margin};
+    }
+    return {c_[keep_ - 1].id, c_[keep_ - 1].z - lse_, margin};
+  }
+
+ private:
+  struct C {
+    float z;
+    double w;
+    int id;
+  };
+  SamplingParams p_;
+  std::vector<C> c_;
+  std::size_t keep_ = 0;
+  double lse_ = 0.0, kept_ = 0.0, cut_margin_ = 1.0;
+};
+
+}  // namespace
+
+// Vocabularies of 50001 and 128256 (not multiples of the sampler's 16 lanes nor of its blocks),
+// peaked like a language model's (a few tokens hold most of the mass, a long flat tail) or flat
+// (every token a candidate), under each truncation: every draw is the reference's token (unless
+// the reference itself was within 1e-9 of a boundary), with the logprob within 1e-5.
+TEST(Sampler, LargeVocabulariesDrawTheReferenceTokens) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    const char* name;
+    float temperature, top_p, min_p;
+    int top_k;
+  };
+  const Case cases[] = {{"T=0.8", 0.8f, 1.0f, 0.0f, 0}, {"T=0.8 top-p 0.95", 0.8f, 0.95f, 0.0f, 0},
+                        {"T=1 top-k 40", 1.0f, 1.0f, 0.0f, 40}, {"T=1 min-p 0.05", 1.0f, 1.0f, 0.05f, 0},
+                        {"T=0.6 top-k 200 top-p 0.9 min-p 0.01", 0.6f, 0.9f, 0.01f, 200}, {"T=1.2 top-p 0.5", 1.2f, 0.5f, 0.0f, 0},
+                        {"T=1 top-k 1000000 (more than the candidates: no truncation)", 1.0f, 1.0f, 0.0f, 1000000}};
+  for (std::size_t vocab : {std::size_t{50001}, std::size_t{128256}})
+    for (bool peaked : {true, false}) {
+      std::vector<float> logits(vocab);
+      for (auto& l : logits) l = peaked ? 2.5f * normal(rng) : 0.05f * normal(rng);
+      if (peaked)
+        for (int k = 0; k < 5; ++k) logits[static_cast<std::size_t>(rng() % vocab)] = 12.0f + static_cast<float>(k);
+      for (const Case& cs : cases) {
+        SCOPED_TRACE(std::string(cs.name) + ", vocab " + std::to_string(vocab) + (peaked ? ", peaked" : ", flat"));
+        SamplingParams p;
+        p.temperature = cs.temperature, p.top_p = cs.top_p, p.min_p = cs.min_p, p.top_k = cs.top_k, p.seed = 5;
+        SamplerScratch s;
+        const ReferenceRule rule(logits, p);
+        int differ = 0, distinct = 0;
+        std::vector<char> seen(vocab, 0);
+        const std::uint64_t draws = peaked ? 200 : 40;  // a flat row sorts all its candidates per truncated draw
+        for (std::uint64_t cand = 0; cand < draws; ++cand) {
+          const Reference want = rule.draw(3, cand);
+          const Sample got = sample_token(logits, p, 3, cand, 0, s);
+          EXPECT_NEAR(got.logprob, want.logprob, 1e-5) << "candidate " << cand;
+          if (got.token != want.token && want.margin > 1e-9) ++differ;
+          distinct += !seen[static_cast<std::size_t>(got.token)];
+          seen[static_cast<std::size_t>(got.token)] = 1;
+        }
+        EXPECT_EQ(differ, 0);
+        EXPECT_GT(distinct, cs.top_k == 40 ? 5 : 1);  // draws, not one token over and over
+      }
+    }
 }

@@ -28,7 +28,12 @@ struct Sample {
 
 // Reused buffers, one per thread.
 struct SamplerScratch {
-  std::vector<std::pair<float, int>> candidates;
+  struct Candidate {
+    float z, w;  // logit / T, and exp(z - zmax)
+    int id;
+  };
+  std::vector<Candidate> candidates;
+  std::vector<double> block_mass;
 };
 
 // Greedy: the first index of the maximum. Otherwise, in this order: z = logits / T; tokens more
