@@ -20,7 +20,6 @@ namespace bestofn {
 namespace {
 
 typedef float F16 __attribute__((vector_size(64)));
-typedef float F8 __attribute__((vector_size(32)));
 typedef double D8 __attribute__((vector_size(64)));
 typedef std::int32_t I16 __attribute__((vector_size(64)));
 constexpr std::size_t kLanes = 16;
@@ -34,11 +33,8 @@ F16 load(const float* p) {
 }
 // The 16 lanes as two vectors of 8 doubles.
 void widen(const F16& v, D8& lo, D8& hi) {
-  F8 a, b;
-  std::memcpy(&a, &v, sizeof a);
-  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
-  lo = __builtin_convertvector(a, D8);
-  hi = __builtin_convertvector(b, D8);
+  lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
+  hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);
 }
 double sum_lanes(const D8& v) {
   double s = 0.0;

@@ -495,8 +495,14 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   const auto rows = jsonl(r.out);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1]["n"], 3);
-  for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command", "kv_cache"})
+  for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command", "kv_cache",
+                          "host_sample_ms_per_step", "tok_per_s_with_host_sampling"})
     EXPECT_TRUE(rows[0].contains(key)) << key;
+  // The host's sampling is timed apart from the step: counting it can only lower tok/s.
+  for (const auto& row : rows) {
+    EXPECT_GT(row["host_sample_ms_per_step"].get<double>(), 0.0);
+    EXPECT_LT(row["tok_per_s_with_host_sampling"].get<double>(), row["tok_per_s"].get<double>());
+  }
   // --kv-cache fp8: a byte per value and a scale per KV head, not BF16's two bytes per value.
   const auto f = run_cli({"bench", "--synthetic", "tiny", "--n", "1", "--prompt-len", "8", "--steps", "2", "--json", "--kv-cache", "fp8"});
   ASSERT_EQ(f.exit_code, 0) << f.err;

@@ -15,6 +15,7 @@
 #include "bestofn/backends.h"
 #include "bestofn/error.h"
 #include "bestofn/parallel.h"
+#include "bestofn/sampler.h"
 #include "bestofn/synthetic.h"
 #include "bestofn/weights.h"
 #include "bestofn_version.h"
@@ -123,7 +124,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->footer(
       "For each N: prefill one random prompt of --prompt-len tokens, add N candidates on it, then\n"
       "time --steps decode steps (after 2 warm-up steps). Reports ms per step, tok/s, prefill ms,\n"
-      "the weight + KV bytes one step reads and the GB/s that achieves.\n"
+      "the weight + KV bytes one step reads and the GB/s that achieves. Without --device-sampling,\n"
+      "also the host's sampling per step (every row drawn at T = 1 after the step, as generate does:\n"
+      "host_sample_ms_per_step, apart from ms_per_step) and the tok/s counting it.\n"
       "Examples:\n"
       "  bestofn bench --synthetic bench-100m --device cpu --n 1,2,4,8,16,32 --prompt-len 256 --json\n"
       "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json");
@@ -210,13 +213,28 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         else
           engine->decode(slots, tokens, logits);
       };
+      // Without --device-sampling, what generate does after each step on the host: sample_token
+      // on every row (T = 1, no truncation), the rows split over threads as the scheduler splits
+      // them; timed apart from the step.
+      auto host_sample = [&](int step) {
+        parallel_for(static_cast<std::size_t>(n), [&](std::size_t b0, std::size_t b1) {
+          SamplerScratch scratch;
+          for (std::size_t b = b0; b < b1; ++b)
+            samples[b] = sample_token(std::span<const float>(logits).subspan(b * V, V), SamplingParams{}, 0, b, static_cast<std::uint64_t>(step), scratch);
+        });
+      };
       const long long replays_before = engine->graph_stats().replays;
-      double timed = 0;
+      double timed = 0, sampling = 0;
       for (int step = 0; step < o->steps + 2; ++step) {
         if (step == 2) engine->take_phase_times();  // the split covers the timed steps only
         t0 = Clock::now();
         one_step();
         if (step >= 2) timed += ms_since(t0);
+        if (!o->device_sampling) {
+          t0 = Clock::now();
+          host_sample(step);
+          if (step >= 2) sampling += ms_since(t0);
+        }
         for (auto& t : tokens) t = (t + 7) % c.vocab_size;
       }
       PhaseTimes split = engine->take_phase_times();
@@ -245,6 +263,11 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +
                            4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim) * ctx * n;
       row["tflop_per_s"] = flops / ms / 1e9;
+      if (!o->device_sampling) {
+        const double sample_ms = sampling / o->steps;
+        row["host_sample_ms_per_step"] = sample_ms;
+        row["tok_per_s_with_host_sampling"] = n * 1000.0 / (ms + sample_ms);
+      }
       if (ceilings.copy_gbps > 0) {
         row["ceilings"] = {{"copy_gbps", ceilings.copy_gbps}, {"gemm_tflops", ceilings.gemm_tflops}, {"gemm", ceilings.gemm}};
         row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
