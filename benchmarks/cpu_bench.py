@@ -182,8 +182,12 @@ def main() -> int:
                "tok_s_n1_llamacpp": lc, "ratio_bestofn_over_llamacpp_n1": ratio(n1, lc),
                "target_ratio_bestofn_over_llamacpp_n1": 1.0, "gguf_type": args.gguf_type,
                "bestofn_lm_head": "fp8" if args.quantize_lm_head else "bf16",
-               "prompt_len": args.prompt_len, "steps": args.steps, "threads": args.threads, **common,
-               "command": command}
+               "prompt_len": args.prompt_len, "steps": args.steps, "threads": args.threads,
+               # where the vCPUs sat when N=1 and N=16 ran (bestofn bench's core_round_trip_ns:
+               # ~85 ns sharing a last-level cache, ~370 ns not, on the development VM)
+               "core_round_trip_ns": {str(r["n"]): round(r["core_round_trip_ns"])
+                                      for r in ours if int(r["n"]) in (1, 16) and "core_round_trip_ns" in r},
+               **common, "command": command}
     emit(summary)
 
     if args.out:

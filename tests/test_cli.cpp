@@ -496,7 +496,7 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1]["n"], 3);
   for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command", "kv_cache",
-                          "host_sample_ms_per_step", "tok_per_s_with_host_sampling"})
+                          "host_sample_ms_per_step", "tok_per_s_with_host_sampling", "core_round_trip_ns"})
     EXPECT_TRUE(rows[0].contains(key)) << key;
   // The host's sampling is timed apart from the step: counting it can only lower tok/s.
   for (const auto& row : rows) {

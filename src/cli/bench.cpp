@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "bestofn/backends.h"
 #include "bestofn/error.h"
@@ -78,6 +80,33 @@ double linear_params(const ModelConfig& c) {
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The round trip of a cache line between two threads (ns): two threads hand a counter back and
+// forth. On the development VM this tells where the hypervisor put the two vCPUs: ~85 ns when
+// they share a last-level cache, ~370 ns when they do not, and the decode numbers move with it
+// (README, CPU speed). 0 with one core.
+double core_round_trip_ns() {
+  if (default_threads() < 2) return 0.0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine's idle workers stop polling (cpu/thread_pool.cpp)
+  constexpr int kTrips = 20000;
+  alignas(64) std::atomic<int> turn{0};
+  std::thread other([&] {
+    for (int i = 0; i < kTrips; ++i) {
+      while (turn.load(std::memory_order_acquire) != 2 * i + 1) {
+      }
+      turn.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kTrips; ++i) {
+    turn.store(2 * i + 1, std::memory_order_release);
+    while (turn.load(std::memory_order_acquire) != 2 * i + 2) {
+    }
+  }
+  const double ns = ms_since(t0) * 1e6 / kTrips;
+  other.join();
+  return ns;
+}
 
 // The model: a directory, or a synthetic one made (or reused) for the run. A kept model carries
 // what it was made from (kKeptMarker), so that a rerun with another --synthetic or --dtype makes
@@ -193,6 +222,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     if (!o->json)
       std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
     for (int n : ns) {
+      const double round_trip_ns = engine->name() == "cpu" ? core_round_trip_ns() : 0.0;
       std::vector<float> logits(V);
       auto t0 = Clock::now();
       const int prefix = engine->prefill(prompt, logits);
@@ -258,6 +288,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
                   {"kv_cache", kv_cache_name(engine->kv_cache())},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
+      if (engine->name() == "cpu") row["core_round_trip_ns"] = round_trip_ns;
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;
       const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +
