@@ -1,5 +1,7 @@
 #include "bestofn/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
@@ -15,6 +17,11 @@ int default_threads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
+  // The CPUs this thread may run on (taskset, a container's cpuset), not every CPU of the machine:
+  // spinning workers on fewer cores than threads wait on each other's time slices.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

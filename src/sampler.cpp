@@ -200,7 +200,7 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
     std::size_t i = 0;  // c[0, i) summed into cum
     for (std::size_t k = std::min<std::size_t>(c.size(), 256);;) {
       sort_through(k);
-      for (; i < have && cum < need; ++i) cum += static_cast<double>(c[i].w);
+      for (; i < have && (i == 0 || cum < need); ++i) cum += static_cast<double>(c[i].w);  // the best always
       if (cum >= need) {
         keep = i;
         break;

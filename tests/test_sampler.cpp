@@ -85,6 +85,18 @@ TEST(Sampler, TopKTopPAndMinPTruncate) {
   EXPECT_GT(f[1], 0.3);
 }
 
+// top_p = 0 (the flags and generation_config.json allow it): the shortest prefix reaching 0 still
+// holds the best token, so every draw is the best, with or without min-p.
+TEST(Sampler, TopPZeroKeepsTheBestToken) {
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 3.0f, -1.0f};
+  SamplerScratch s;
+  for (float min_p : {0.0f, 0.05f}) {
+    SamplingParams p;
+    p.temperature = 1.0f, p.top_p = 0.0f, p.min_p = min_p;
+    for (std::uint64_t c = 0; c < 50; ++c) EXPECT_EQ(sample_token(logits, p, 0, c, 0, s).token, 3) << "min_p " << min_p;
+  }
+}
+
 TEST(Sampler, LogprobIsUnderTheTemperatureScaledDistribution) {
   SamplingParams p;
   p.temperature = 0.5f;
@@ -193,7 +205,8 @@ class ReferenceRule {
 // Vocabularies of 50001 and 128256 (not multiples of the sampler's 16 lanes nor of its blocks),
 // peaked like a language model's (a few tokens hold most of the mass, a long flat tail) or flat
 // (every token a candidate), under each truncation: every draw is the reference's token (unless
-// the reference itself was within 1e-9 of a boundary), with the logprob within 1e-5.
+// the reference itself was within 1e-6 of a boundary: exp_poly's weights are within ~1e-7 of the
+// reference's), with the logprob within 1e-5.
 TEST(Sampler, LargeVocabulariesDrawTheReferenceTokens) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -225,7 +238,7 @@ TEST(Sampler, LargeVocabulariesDrawTheReferenceTokens) {
           const Reference want = rule.draw(3, cand);
           const Sample got = sample_token(logits, p, 3, cand, 0, s);
           EXPECT_NEAR(got.logprob, want.logprob, 1e-5) << "candidate " << cand;
-          if (got.token != want.token && want.margin > 1e-9) ++differ;
+          if (got.token != want.token && want.margin > 1e-6) ++differ;
           distinct += !seen[static_cast<std::size_t>(got.token)];
           seen[static_cast<std::size_t>(got.token)] = 1;
         }

@@ -14,6 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+#include <sched.h>
+#include <cstdlib>
+
+#include "bestofn/parallel.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn {
@@ -76,4 +81,25 @@ TEST(ThreadPool, AChunksExceptionReachesTheCaller) {
 }
 
 }  // namespace
+// The default thread count follows the CPUs a thread may use (taskset, a container's cpuset), not
+// the machine's: a thread confined to one CPU gets 1, the test's own thread the size of its mask.
+TEST(Parallel, DefaultThreadsFollowTheAffinityMask) {
+  if (std::getenv("BESTOFN_THREADS")) GTEST_SKIP() << "BESTOFN_THREADS overrides the mask";
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  EXPECT_EQ(default_threads(), CPU_COUNT(&mine));
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  int confined = -1;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0) confined = default_threads();
+  });
+  t.join();
+  EXPECT_EQ(confined, 1);
+}
+
 }  // namespace bestofn

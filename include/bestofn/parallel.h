@@ -4,7 +4,8 @@
 
 namespace bestofn {
 
-// Threads used by CPU work: $BESTOFN_THREADS, else the hardware concurrency.
+// Threads used by CPU work: $BESTOFN_THREADS, else the CPUs the calling thread may run on
+// (its affinity mask: taskset, a cpuset), else the hardware concurrency.
 int default_threads();
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n), on up to `threads` threads (0: the

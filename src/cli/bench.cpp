@@ -88,22 +88,29 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 double core_round_trip_ns() {
   if (default_threads() < 2) return 0.0;
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine's idle workers stop polling (cpu/thread_pool.cpp)
+  // Up to kTrips trips or 100 ms, whichever comes first (two threads on one core hand over only
+  // at time slices); -1 tells the other thread to stop.
   constexpr int kTrips = 20000;
   alignas(64) std::atomic<int> turn{0};
   std::thread other([&] {
-    for (int i = 0; i < kTrips; ++i) {
-      while (turn.load(std::memory_order_acquire) != 2 * i + 1) {
+    for (int i = 0;; ++i) {
+      int v;
+      while ((v = turn.load(std::memory_order_acquire)) != 2 * i + 1 && v != -1) {
       }
+      if (v == -1) return;
       turn.store(2 * i + 2, std::memory_order_release);
     }
   });
   const auto t0 = Clock::now();
-  for (int i = 0; i < kTrips; ++i) {
-    turn.store(2 * i + 1, std::memory_order_release);
-    while (turn.load(std::memory_order_acquire) != 2 * i + 2) {
+  int trips = 0;
+  while (trips < kTrips && (trips % 256 != 0 || ms_since(t0) < 100.0)) {
+    turn.store(2 * trips + 1, std::memory_order_release);
+    while (turn.load(std::memory_order_acquire) != 2 * trips + 2) {
     }
+    ++trips;
   }
-  const double ns = ms_since(t0) * 1e6 / kTrips;
+  const double ns = ms_since(t0) * 1e6 / trips;
+  turn.store(-1, std::memory_order_release);
   other.join();
   return ns;
 }
@@ -171,7 +178,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       ->default_str("1,2,4,8,16,32");
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens")->check(CLI::Range(1, 1000000))->default_str("256");
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
-  sub->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads", o->threads, "CPU threads (default: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
   sub->add_flag("--cuda-prefix-gemm", o->cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
   sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
