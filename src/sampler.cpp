@@ -162,9 +162,23 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
   // the rule needs.
   auto& c = s.candidates;
   c.clear();
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const float z = logits[i] * inv_t;
-    if (z >= cut) c.push_back({z, weight(z), static_cast<int>(i)});
+  c.reserve(sums.candidates);
+  {  // z and w 16 at a time (the same bits as one at a time), the candidates appended in id order
+    std::size_t i = 0;
+    for (; i + kLanes <= logits.size(); i += kLanes) {
+      const F16 z = load(logits.data() + i) * inv_t;
+      const I16 is = z >= cut;
+      bool any = false;
+      for (std::size_t k = 0; k < kLanes; ++k) any = any || is[k] != 0;
+      if (!any) continue;
+      const F16 w = cpu::exp_poly(z - zmax);
+      for (std::size_t k = 0; k < kLanes; ++k)
+        if (is[k]) c.push_back({z[k], w[k], static_cast<int>(i + k)});
+    }
+    for (; i < logits.size(); ++i) {
+      const float z = logits[i] * inv_t;
+      if (z >= cut) c.push_back({z, weight(z), static_cast<int>(i)});
+    }
   }
   // c[0, have) holds the `have` most probable candidates in order; sort_through(k) extends it to k
   // (a selection, then a sort of what it selected).
@@ -196,6 +210,26 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
     for (const auto& x : c) total += static_cast<double>(x.w);
     const double need = static_cast<double>(p.top_p) * total;
     keep = c.size();
+    if (!top_k) {
+      // Bands of a quarter nat of z below zmax: every candidate of band b comes before every one
+      // of band b + 1 in the order, so the bands' masses (summed in any order: they only choose)
+      // say which bands the cut lies in; those and one more for rounding are moved to the front
+      // and sorted. A peaked row sorts a few hundred candidates, not the row.
+      constexpr int kBands = 4 * static_cast<int>(kDropNats) + 1;
+      auto band = [&](float z) { return std::min(kBands - 1, static_cast<int>((zmax - z) * 4.0f)); };
+      double band_mass[kBands] = {};
+      for (const auto& x : c) band_mass[band(x.z)] += static_cast<double>(x.w);
+      int last = kBands - 1;
+      double acc = 0.0;
+      for (int b = 0; b < kBands; ++b)
+        if ((acc += band_mass[b]) >= need) {
+          last = std::min(kBands - 1, b + 1);
+          break;
+        }
+      const auto mid = std::partition(c.begin(), c.end(), [&](const auto& x) { return band(x.z) <= last; });
+      std::sort(c.begin(), mid, by_prob);
+      have = static_cast<std::size_t>(mid - c.begin());
+    }
     double cum = 0.0;
     std::size_t i = 0;  // c[0, i) summed into cum
     for (std::size_t k = std::min<std::size_t>(c.size(), 256);;) {
