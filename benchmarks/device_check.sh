@@ -139,6 +139,9 @@ full() {
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_attention \
     --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*:*Fp8Rows*' >> $OUT/memcheck.log 2>&1"
   step build_all 120 cmake --build build-device -j 16
+  # The host sampler on the device machine's CPU (GPU_TODO item 8): what sampling on the host
+  # costs next to a step, per row.
+  step bench_sampler 30 bash -c "build-device/benchmarks/bench_sampler --seconds 0.2 >> $OUT/bench_cuda_260k.jsonl"
 }
 
 # DEVICE_CHECK_QUICK=1: a short re-check after a kernel change, for a session's last minutes of
