@@ -67,13 +67,16 @@ RowMax row_max(std::span<const float> x) {
 }
 
 // Pass two: the sum of every weight (the log-sum-exp's) and, per block of kBlock ids, the sum of
-// the candidates' weights. Lanes past the row count as z = -inf (weight ~1e-38, never a candidate).
+// the candidates' weights; with `list`, the candidates themselves too, in id order. Lanes past the
+// row count as z = -inf (weight ~1e-38, never a candidate).
 struct Sums {
   double all = 0.0;
   std::size_t candidates = 0;
   std::vector<double>* blocks;
+  std::vector<SamplerScratch::Candidate>* list;  // nullptr: not wanted
 };
 void weight_sums(std::span<const float> x, float inv_t, float zmax, Sums& s) {
+  if (s.list) s.list->clear();
   const float cut = zmax - kDropNats;
   const std::size_t n = x.size(), nb = (n + kBlock - 1) / kBlock;
   s.blocks->assign(nb, 0.0);
@@ -94,6 +97,9 @@ void weight_sums(std::span<const float> x, float inv_t, float zmax, Sums& s) {
       const I16 is = z >= cut;  // -1 where a candidate
       count -= is;
       const F16 cw = is ? w : F16{};
+      if (s.list)
+        for (std::size_t k = 0; k < kLanes; ++k)
+          if (is[k]) s.list->push_back({z[k], w[k], static_cast<int>(i + k)});
       D8 lo, hi;
       widen(w, lo, hi);
       all_lo += lo, all_hi += hi;
@@ -124,7 +130,9 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
   const auto best = static_cast<std::size_t>(std::find(logits.begin(), logits.end(), m.value) - logits.begin());
   const float inv_t = p.temperature <= 0.0f ? 1.0f : 1.0f / p.temperature;
   const float zmax = logits[best] * inv_t;
-  Sums sums{0.0, 0, &s.block_mass};
+  // The candidate list only where a truncation may apply (top-k applies only with more than k).
+  const bool listed = p.temperature > 0.0f && (p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f);
+  Sums sums{0.0, 0, &s.block_mass, listed ? &s.candidates : nullptr};
   weight_sums(logits, inv_t, zmax, sums);
   const float lse = zmax + static_cast<float>(std::log(sums.all));
   if (!std::isfinite(lse)) return {-1, lse};
@@ -160,26 +168,7 @@ Sample sample_token(std::span<const float> logits, const SamplingParams& p, std:
 
   // Truncation: the candidates in a list, ordered by probability (ties: lower id first) as far as
   // the rule needs.
-  auto& c = s.candidates;
-  c.clear();
-  c.reserve(sums.candidates);
-  {  // z and w 16 at a time (the same bits as one at a time), the candidates appended in id order
-    std::size_t i = 0;
-    for (; i + kLanes <= logits.size(); i += kLanes) {
-      const F16 z = load(logits.data() + i) * inv_t;
-      const I16 is = z >= cut;
-      bool any = false;
-      for (std::size_t k = 0; k < kLanes; ++k) any = any || is[k] != 0;
-      if (!any) continue;
-      const F16 w = cpu::exp_poly(z - zmax);
-      for (std::size_t k = 0; k < kLanes; ++k)
-        if (is[k]) c.push_back({z[k], w[k], static_cast<int>(i + k)});
-    }
-    for (; i < logits.size(); ++i) {
-      const float z = logits[i] * inv_t;
-      if (z >= cut) c.push_back({z, weight(z), static_cast<int>(i)});
-    }
-  }
+  auto& c = s.candidates;  // every candidate, in id order (weight_sums)
   // c[0, have) holds the `have` most probable candidates in order; sort_through(k) extends it to k
   // (a selection, then a sort of what it selected).
   std::size_t have = 0;
