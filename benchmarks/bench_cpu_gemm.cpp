@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
                             {"in", s.in},
                             {"tokens", T},
                             {"weights", stream ? "stream" : "l2"},
-                            {"path", path == Path::Avx512Bf16 ? "avx512_bf16" : "generic"},
+                            {"path", path == Path::Avx512Bf16 ? "avx512_bf16" : path == Path::Avx2 ? "avx2_fma" : "generic"},
                             {"gflop_per_s", gflops},
                             {"weight_gb_per_s", static_cast<double>(bytes) * static_cast<double>(calls) / elapsed / 1e9},
                             {"threads", 1},

@@ -1,9 +1,10 @@
 // The CPU's multiply-add ceilings, the roofline the FP8 GEMM (src/cpu/gemm_fp8.cpp) is measured
 // against: vdpbf16ps (32 BF16 products into 16 fp32 lanes per instruction: the FP8 kernels' inner
-// instruction) and fp32 vfmadd, each with 16 independent accumulators so that latency never
-// limits, on 1 thread and on every core. Prints one JSON line per (instruction, threads):
+// instruction), fp32 vfmadd on zmm, and fp32 vfmadd on ymm (the AVX2 FP8 kernels' inner
+// instruction), each with 16 independent accumulators (12 on ymm) so that latency never limits, on 1 thread
+// and on every core. Prints one JSON line per (instruction, threads):
 //   bench_cpu_peak [--seconds S]
-// GFLOP/s counts 2 per multiply-add. Without AVX-512 BF16 the dpbf16 lines say so and give 0.
+// GFLOP/s counts 2 per multiply-add. A CPU without an instruction gets a line that says so and 0.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -56,6 +57,26 @@ __attribute__((target("avx512f"))) float fma_loop(long iters) {
   return sum(a);
 }
 
+constexpr int kAcc256 = 12;  // AVX2 has 16 registers: 12 accumulators and the 2 operands
+
+__attribute__((target("avx2,fma"))) float fma256_loop(long iters) {
+  __m256 a[kAcc256];
+  for (auto& x : a) x = _mm256_setzero_ps();
+  __m256 w = _mm256_set1_ps(1.0f), v = _mm256_set1_ps(0.5f);
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < kAcc256; ++k) a[k] = _mm256_fmadd_ps(w, v, a[k]);
+    asm volatile("" : "+v"(w), "+v"(v));
+  }
+  alignas(32) float lanes[8];
+  float s = 0.0f;
+  for (const auto& x : a) {
+    _mm256_store_ps(lanes, x);
+    for (float l : lanes) s += l;
+  }
+  return s;
+}
+
 // GFLOP/s of `loop` on `threads` threads, each running `iters` iterations; best of 3.
 double gflops(float (*loop)(long), long iters, int threads, double flops_per_iter) {
   double best = 0.0;
@@ -80,6 +101,7 @@ int main(int argc, char** argv) {
   __builtin_cpu_init();
   const bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string command;
   for (int i = 0; i < argc; ++i) {
@@ -89,10 +111,12 @@ int main(int argc, char** argv) {
   // Iterations for about `seconds` at 4 GHz and 2 instructions per cycle.
   const long iters = static_cast<long>(seconds * 4e9 * 2 / kAcc);
   for (int threads : {1, cores}) {
-    for (const char* op : {"vdpbf16ps", "vfmadd_f32"}) {
-      const bool is_bf16 = std::string(op) == "vdpbf16ps";
-      const bool ok = is_bf16 ? bf16 : avx512;
-      const double g = !ok ? 0.0 : is_bf16 ? gflops(dpbf16_loop, iters, threads, kAcc * 64.0) : gflops(fma_loop, iters, threads, kAcc * 32.0);
+    for (const std::string op : {"vdpbf16ps", "vfmadd_f32", "vfmadd_f32_ymm"}) {
+      const bool ok = op == "vdpbf16ps" ? bf16 : op == "vfmadd_f32" ? avx512 : avx2;
+      const double g = !ok                  ? 0.0
+                       : op == "vdpbf16ps"  ? gflops(dpbf16_loop, iters, threads, kAcc * 64.0)
+                       : op == "vfmadd_f32" ? gflops(fma_loop, iters, threads, kAcc * 32.0)
+                                            : gflops(fma256_loop, iters * kAcc / kAcc256, threads, kAcc256 * 16.0);
       nlohmann::json row = {{"bench", "cpu_peak"}, {"op", op}, {"threads", threads}, {"gflop_per_s", g}, {"supported", ok},
                             {"cores", cores}, {"commit", BESTOFN_COMMIT}, {"command", command}};
       std::printf("%s\n", row.dump().c_str());

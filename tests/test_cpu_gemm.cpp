@@ -47,6 +47,10 @@ float fp8_reference(const float* x, const std::uint8_t* w, std::size_t in) {
   return sum;
 }
 
+const char* fp8_path_name(fp8::Path p) {
+  return p == fp8::Path::Generic ? "generic" : p == fp8::Path::Avx2 ? "AVX2 + FMA" : "AVX-512 BF16";
+}
+
 // Codes: weights take all 256 (row r, column i: code (r * 7 + i) mod 256 for the first 256
 // columns), then random; activations take every finite code, then random finite codes.
 std::vector<std::uint8_t> weight_codes(std::size_t out, std::size_t in, std::mt19937& rng) {
@@ -68,8 +72,10 @@ std::vector<float> activation_values(std::size_t T, std::size_t in, std::mt19937
 TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
   std::mt19937 rng(7);
   std::vector<fp8::Path> paths = {fp8::Path::Generic};
-  if (fp8::available(fp8::Path::Avx512Bf16)) paths.push_back(fp8::Path::Avx512Bf16);
-  else std::cout << "[ note ] no AVX-512 BF16 on this CPU: the generic path only\n";
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16}) {
+    if (fp8::available(p)) paths.push_back(p);
+    else std::cout << "[ note ] this CPU has no " << fp8_path_name(p) << ": that path is not tested here\n";
+  }
   for (const Shape& s : kShapes) {
     const auto w = weight_codes(s.out, s.in, rng);
     const auto x = activation_values(s.T, s.in, rng);
@@ -92,7 +98,7 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
           const float ref = fp8_reference(x.data() + t * s.in, w.data() + o * s.in, s.in);
           const float got = y[t * s.out + o];
           if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
-            ADD_FAILURE() << (p == fp8::Path::Generic ? "generic" : "avx512-bf16") << " " << s.out << "x" << s.in << " T" << s.T
+            ADD_FAILURE() << fp8_path_name(p) << " " << s.out << "x" << s.in << " T" << s.T
                           << " [" << t << ", " << o << "]: " << got << " vs " << ref;
         }
       EXPECT_EQ(bad, 0);
@@ -108,6 +114,18 @@ TEST(CpuGemm, Fp8FastPathPassesItsSelfCheckWhereTheCpuHasIt) {
   if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vbmi")) GTEST_SKIP() << "no AVX-512 BF16 / VBMI";
   EXPECT_TRUE(fp8::available(fp8::Path::Avx512Bf16));
   EXPECT_EQ(fp8::best_path(), fp8::Path::Avx512Bf16);
+}
+
+// The same for the AVX2 path, which every x86-64 CPU of the last decade without AVX-512 BF16 runs.
+TEST(CpuGemm, Fp8Avx2PathPassesItsSelfCheckWhereTheCpuHasIt) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "no AVX2 / FMA";
+  }
+  EXPECT_TRUE(fp8::available(fp8::Path::Avx2));
+  if (!fp8::available(fp8::Path::Avx512Bf16)) {
+    EXPECT_EQ(fp8::best_path(), fp8::Path::Avx2);
+  }
 }
 
 TEST(CpuGemm, Fp8ReferenceIsTheDotProductWithinFp32Rounding) {

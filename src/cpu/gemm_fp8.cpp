@@ -14,12 +14,32 @@
 // pseudo-code; AMD Zen 4 does the same). A CPU that rounded otherwise would change the order, so
 // the path is used only after self_check() has compared it with the generic code on this CPU.
 //
+// AVX2 path (AVX2 + FMA, the x86 CPUs without AVX-512 BF16): the same sums with fp32 FMAs, 8 rows
+// per vector. Each product of two E4M3 values is exact in fp32, so fma(w, x, acc) rounds exactly
+// as the add of that product does. A half block (32 bytes: 8 rows x 4 inputs) becomes four
+// vectors of weights with integer operations alone: each 16-bit code pair gives its odd code as
+// the top half of an fp32 by an arithmetic shift right by 4 and a mask (sign to bit 15, the 7
+// magnitude bits to 10..4: E4M3's exponent and mantissa in fp32's fields, exponent unbiased) and
+// its even code after a shift left by 8 first, and unpacking with zero words makes the fp32s. Such
+// an fp32 is the weight times 2^-120 (kAvx2WeightScale), a subnormal for E4M3's subnormal codes;
+// the activations are packed times 2^112, exactly (|x| <= 448, far from overflow), so every
+// product and partial sum is the true one times 2^-8: a power of two that changes no rounding (the
+// smallest nonzero product, 2^-26 so scaled, is far above fp32's subnormals), and the sum is
+// multiplied back by 2^8, exactly, before it is stored. (This needs subnormal operands read as
+// such, the default; a thread running with denormals-are-zero would lose the subnormal weights,
+// which the self check at first use would catch.) `vcvtph2ps`, the obvious widening, is slower
+// than this on Zen 3 (two cycles per vector). With up to 4 tokens the weights are decoded in registers as they
+// are used (4, 2 or 1 strips at a time, so that few tokens still have 8 independent chains);
+// with more, each strip is decoded once into a buffer that the tokens then pass over 6 at a time
+// (12 accumulators + 2 weight vectors + a broadcast: the 16 registers).
+//
 // Generic path: the same sums in the same order with fp32 vectors of 16 lanes, one row each (GCC
 // vector extension), on the strip widened to floats; each product is exact, so a fused or a
 // separate multiply-add rounds the same.
 #include "cpu/gemm_fp8.h"
 #include "cpu/strip_calls.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -33,6 +53,7 @@
 #include "bestofn/numeric.h"
 
 #define BESTOFN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
+#define BESTOFN_AVX2 __attribute__((target("avx2,fma")))
 
 namespace bestofn::cpu::fp8 {
 namespace {
@@ -107,6 +128,188 @@ void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in,
       float lanes[kStrip];
       std::memcpy(lanes, &acc, sizeof lanes);
       store_row(lanes, rows, y + t * ys + r0, ts ? ts + t : nullptr, rs ? (row_scales == 1 ? rs : rs + r0) : nullptr, row_scales);
+    }
+  }
+}
+
+// ---- AVX2 path ---------------------------------------------------------------------------------
+
+constexpr float kAvx2WeightScale = 0x1p-120f;     // what decode_half's fp32s are, times the weights
+constexpr float kAvx2ActivationScale = 0x1p112f;  // what pack_activations multiplies by
+constexpr float kAvx2Unscale = 1.0f / (kAvx2WeightScale * kAvx2ActivationScale);  // 2^8
+
+// Half block h of a block (rows 8h .. 8h+7) -> w[d] = those rows' weights for input k + d, times
+// 2^-120 (kAvx2WeightScale). In the packed block, word i of each 16-byte group is a (d0, d1) code
+// pair for i < 4 and (d2, d3) for i >= 4, of row 4 * group + i % 4 (kPlaces), so the low and high
+// word unpacks of each 128-bit lane give rows 0-3 and 4-7 of one input in order.
+BESTOFN_AVX2 inline void decode_half(const std::uint8_t* p, __m256 w[4]) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i fields = _mm256_set1_epi16(static_cast<short>(0x87f0));  // BF16 sign and bits 10..4
+  const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(b, 4), fields);                           // d1, d3
+  const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 4), fields);    // d0, d2
+  const __m256i zero = _mm256_setzero_si256();
+  w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, even));
+  w[1] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, odd));
+  w[2] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, even));
+  w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, odd));
+}
+
+// One quad of one token into an accumulator, in the order of gemm_fp8.h: inputs k+1, k, k+3, k+2.
+BESTOFN_AVX2 inline __m256 quad_fma(__m256 acc, const __m256 w[4], const float* xk) {
+  acc = _mm256_fmadd_ps(w[1], _mm256_set1_ps(xk[1]), acc);
+  acc = _mm256_fmadd_ps(w[0], _mm256_set1_ps(xk[0]), acc);
+  acc = _mm256_fmadd_ps(w[3], _mm256_set1_ps(xk[3]), acc);
+  return _mm256_fmadd_ps(w[2], _mm256_set1_ps(xk[2]), acc);
+}
+
+struct Avx2Call {
+  const std::uint8_t* w;  // the first strip's blocks (register kernels); the others follow, sb bytes apart
+  const float* wbuf;      // the decoded strip (buffer kernels): (quad, d, 16 rows)
+  std::size_t sb;         // bytes per strip
+  std::size_t quads;      // pin / 4
+  const std::uint16_t* x;  // token 0 of the call, the generic layout (floats, xs words apart)
+  std::size_t xs;
+  float* y;               // token 0, row 0 of the first strip
+  std::size_t ys;
+  const float* ts;        // the call's token scales, or nullptr: raw sums
+  const float* rs;        // row scales (rs_count 1: one for all rows), indexed from row 0 of the layer
+  std::size_t rs_count;
+  std::size_t r0;         // the first strip's first row
+  std::size_t out;        // rows of the layer
+};
+
+// Scales back by 2^8 (and by the token's and the row's scales) and stores the rows that exist.
+template <int S, int TT>
+BESTOFN_AVX2 void finish_avx2(const Avx2Call& a, __m256 (&acc)[S][2][TT]) {
+  for (int j = 0; j < S; ++j)
+    for (int h = 0; h < 2; ++h) {
+      const std::size_t r = a.r0 + static_cast<std::size_t>(16 * j + 8 * h);
+      if (r >= a.out) continue;
+      const std::size_t n = std::min<std::size_t>(8, a.out - r);
+      float rsv[8] = {};
+      if (a.ts)
+        for (std::size_t i = 0; i < n; ++i) rsv[i] = a.rs[a.rs_count == 1 ? 0 : r + i];
+      const __m256 row_scale = _mm256_loadu_ps(rsv);
+      for (int t = 0; t < TT; ++t) {
+        __m256 v = _mm256_mul_ps(acc[j][h][t], _mm256_set1_ps(kAvx2Unscale));  // exact
+        if (a.ts) v = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(a.ts[t])), row_scale);
+        float* dst = a.y + static_cast<std::size_t>(t) * a.ys + (r - a.r0);
+        if (n == 8) {
+          _mm256_storeu_ps(dst, v);
+        } else {
+          float lanes[8];
+          _mm256_storeu_ps(lanes, v);
+          std::copy_n(lanes, n, dst);
+        }
+      }
+    }
+}
+
+// S strips x TT tokens, the weights decoded in registers per half block and used by every token.
+template <int TT, int S>
+BESTOFN_AVX2 void avx2_regs_kernel(const Avx2Call& a) {
+  __m256 acc[S][2][TT];
+  for (auto& strip : acc)
+    for (auto& half : strip)
+      for (auto& v : half) v = _mm256_setzero_ps();
+  for (std::size_t q = 0; q < a.quads; ++q)
+    for (int j = 0; j < S; ++j)
+      for (int h = 0; h < 2; ++h) {
+        __m256 w[4];
+        decode_half(a.w + static_cast<std::size_t>(j) * a.sb + q * kBlock + static_cast<std::size_t>(32 * h), w);
+        for (int t = 0; t < TT; ++t) {
+          float xk[kQuad];
+          std::memcpy(xk, a.x + static_cast<std::size_t>(t) * a.xs + 2 * kQuad * q, sizeof xk);
+          acc[j][h][t] = quad_fma(acc[j][h][t], w, xk);
+        }
+      }
+  finish_avx2<S, TT>(a, acc);
+}
+
+// The decoded strip a.wbuf x TT tokens.
+template <int TT>
+BESTOFN_AVX2 void avx2_buf_kernel(const Avx2Call& a) {
+  __m256 acc[1][2][TT];
+  for (auto& half : acc[0])
+    for (auto& v : half) v = _mm256_setzero_ps();
+  for (std::size_t q = 0; q < a.quads; ++q) {
+    const float* xq[TT];
+    for (int t = 0; t < TT; ++t) xq[t] = reinterpret_cast<const float*>(a.x + static_cast<std::size_t>(t) * a.xs) + kQuad * q;
+    for (const int d : {1, 0, 3, 2}) {
+      const float* wd = a.wbuf + (q * kQuad + static_cast<std::size_t>(d)) * kStrip;
+      const __m256 lo = _mm256_load_ps(wd), hi = _mm256_load_ps(wd + 8);
+      for (int t = 0; t < TT; ++t) {
+        float xv;
+        std::memcpy(&xv, xq[t] + d, sizeof xv);
+        const __m256 b = _mm256_set1_ps(xv);
+        acc[0][0][t] = _mm256_fmadd_ps(lo, b, acc[0][0][t]);
+        acc[0][1][t] = _mm256_fmadd_ps(hi, b, acc[0][1][t]);
+      }
+    }
+  }
+  finish_avx2<1, TT>(a, acc);
+}
+
+BESTOFN_AVX2 void decode_strip(const std::uint8_t* sw, std::size_t quads, float* buf) {
+  for (std::size_t q = 0; q < quads; ++q)
+    for (int h = 0; h < 2; ++h) {
+      __m256 w[4];
+      decode_half(sw + q * kBlock + static_cast<std::size_t>(32 * h), w);
+      for (std::size_t d = 0; d < kQuad; ++d) _mm256_store_ps(buf + (q * kQuad + d) * kStrip + static_cast<std::size_t>(8 * h), w[d]);
+    }
+}
+
+using Avx2Kernel = void (*)(const Avx2Call&);
+constexpr int kAvx2RegTokens = 4;  // up to this many tokens: weights decoded in registers
+constexpr int kAvx2BufTokens = 6;  // tokens per buffer kernel call
+constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt == 2 ? 2 : 1; }
+template <std::size_t... I>
+constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_regs(std::index_sequence<I...>) {
+  return {avx2_regs_kernel<static_cast<int>(I) + 1, avx2_strips_for(static_cast<int>(I) + 1)>...};
+}
+template <std::size_t... I>
+constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_regs_single(std::index_sequence<I...>) {
+  return {avx2_regs_kernel<static_cast<int>(I) + 1, 1>...};
+}
+template <std::size_t... I>
+constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_buf(std::index_sequence<I...>) {
+  return {avx2_buf_kernel<static_cast<int>(I) + 1>...};
+}
+constexpr auto kAvx2Regs = make_avx2_regs(std::make_index_sequence<kAvx2RegTokens>{});
+constexpr auto kAvx2RegsSingle = make_avx2_regs_single(std::make_index_sequence<kAvx2RegTokens>{});
+constexpr auto kAvx2Buf = make_avx2_buf(std::make_index_sequence<kAvx2BufTokens>{});
+
+BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                                       const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts,
+                                       const float* rs, std::size_t row_scales) {
+  const std::size_t pin = padded(in), sb = strip_bytes(in), xs = 2 * pin;
+  Avx2Call a{};
+  a.sb = sb, a.quads = pin / kQuad, a.xs = xs, a.ys = ys, a.rs = rs, a.rs_count = row_scales, a.out = out;
+  if (T <= static_cast<std::size_t>(kAvx2RegTokens)) {
+    const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(T)));
+    for_strip_calls(s0, s1, per_call, [&](std::size_t s, std::size_t n) BESTOFN_AVX2 {
+      a.w = pw + s * sb, a.x = x, a.y = y + s * kStrip, a.ts = ts, a.r0 = s * kStrip;
+      (n == 1 ? kAvx2RegsSingle : kAvx2Regs)[T - 1](a);
+    });
+    return;
+  }
+  // Token groups of near-equal size, at most kAvx2BufTokens each (16 tokens: 6, 5, 5).
+  const std::size_t groups = (T + kAvx2BufTokens - 1) / kAvx2BufTokens;
+  struct alignas(32) Lane8 {
+    float v[8];
+  };
+  thread_local std::vector<Lane8> buf;  // the decoded strip, 32-byte aligned
+  buf.resize(pin * kStrip / 8);
+  float* wbuf = reinterpret_cast<float*>(buf.data());
+  a.wbuf = wbuf;
+  for (std::size_t s = s0; s < s1; ++s) {
+    decode_strip(pw + s * sb, a.quads, wbuf);
+    a.r0 = s * kStrip;
+    for (std::size_t g = 0, c0 = 0; g < groups; ++g) {
+      const std::size_t tt = T / groups + (g < T % groups ? 1 : 0);
+      a.x = x + c0 * xs, a.y = y + c0 * ys + s * kStrip, a.ts = ts ? ts + c0 : nullptr;
+      kAvx2Buf[tt - 1](a);
+      c0 += tt;
     }
   }
 }
@@ -258,11 +461,17 @@ bool cpu_has_avx512_bf16() {
          __builtin_cpu_supports("avx512bf16");
 }
 
-// Both paths on every pair of codes (all 256 x 256, signs and subnormals included), on sums long
-// enough to round, a partial strip and quad, every chunk size the calls below reach and the scaled
-// store: the fast path is used only if it gives the generic path's bits here.
-bool self_check() {
-  constexpr std::size_t in = 256 + 42, rows = 256 + 3, T = kChunk + 1;
+bool cpu_has_avx2_fma() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+// Path p and the generic path on every pair of codes (all 256 x 256, signs and subnormals
+// included), on sums long enough to round, a partial strip and quad, every kernel shape the token
+// counts below reach on either fast path and the scaled store: a fast path is used only if it
+// gives the generic path's bits here.
+bool self_check(Path fast) {
+  constexpr std::size_t in = 256 + 42, rows = 256 + 3, T = kChunk + 1;  // the largest count below
   std::vector<std::uint8_t> w(rows * in);
   std::vector<float> x(T * in), ts(T), rs(rows), ones(T, 1.0f);
   std::uint32_t s = 12345;
@@ -279,10 +488,10 @@ bool self_check() {
   std::vector<std::uint8_t> pw(packed_weight_bytes(rows, in));
   pack_weights(w.data(), rows, in, 0, strip_count(rows), pw.data());
   std::vector<float> a, b;
-  for (Path p : {Path::Generic, Path::Avx512Bf16}) {
+  for (Path p : {Path::Generic, fast}) {
     std::vector<float>& y = p == Path::Generic ? a : b;
     std::vector<std::uint16_t> packed;
-    for (std::size_t t : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{7}, std::size_t{9}, T}) {  // the first t tokens
+    for (std::size_t t : {1, 2, 3, 4, 5, 6, 7, 9, 12, 16, 17}) {  // the first t tokens
       packed.assign(packed_size(p, t, in), 0);
       pack_activations(p, x.data(), ones.data(), t, in, 0, t, packed.data());
       std::vector<float> part(t * rows, 0.0f);
@@ -299,12 +508,24 @@ bool self_check() {
 }  // namespace
 
 bool available(Path p) {
-  if (p == Path::Generic) return true;
-  static const bool ok = cpu_has_avx512_bf16() && self_check();
-  return ok;
+  switch (p) {
+    case Path::Avx512Bf16: {
+      static const bool ok = cpu_has_avx512_bf16() && self_check(Path::Avx512Bf16);
+      return ok;
+    }
+    case Path::Avx2: {
+      static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2);
+      return ok;
+    }
+    default: return true;
+  }
 }
 
-Path best_path() { return available(Path::Avx512Bf16) ? Path::Avx512Bf16 : Path::Generic; }
+Path best_path() {
+  for (Path p : {Path::Avx512Bf16, Path::Avx2})
+    if (available(p)) return p;
+  return Path::Generic;
+}
 
 void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint8_t* packed) {
   const std::size_t quads = padded(in) / kQuad;
@@ -319,7 +540,7 @@ void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::s
 }
 
 std::size_t packed_size(Path p, std::size_t T, std::size_t in) {
-  return p == Path::Generic ? T * 2 * padded(in) : (T + kChunk - 1) / kChunk * kChunk * padded(in);
+  return p != Path::Avx512Bf16 ? T * 2 * padded(in) : (T + kChunk - 1) / kChunk * kChunk * padded(in);
 }
 
 void pack_activations(Path p, const float* x, const float* scale, std::size_t T, std::size_t in, std::size_t t0, std::size_t t1,
@@ -337,10 +558,12 @@ void pack_activations(Path p, const float* x, const float* scale, std::size_t T,
         for (std::size_t i = 0; i < kSpan; ++i) v[i] = k + i < in ? fp8_e4m3_round(row[k + i] / s) : 0.0f;
     };
     float v[kSpan];
-    if (p == Path::Generic) {
+    if (p != Path::Avx512Bf16) {  // the generic layout (the AVX2 path's too, times 2^112)
       std::uint16_t* out = packed + t * 2 * pin;  // the floats' bytes, two words each
       for (std::size_t k = 0; k < pin; k += kSpan) {
         values(k, v);
+        if (p == Path::Avx2)
+          for (float& e : v) e *= kAvx2ActivationScale;
         std::memcpy(out + 2 * k, v, std::min(kSpan, pin - k) * sizeof(float));
       }
       continue;
@@ -375,6 +598,8 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
   if (token_scale && !row_scale) throw std::invalid_argument("fp8::dot_strips: token scales without row scales");
   if (p == Path::Avx512Bf16) {
     dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
+  } else if (p == Path::Avx2) {
+    dot_strips_avx2(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else {
     dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   }

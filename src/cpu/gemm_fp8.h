@@ -1,7 +1,7 @@
 #pragma once
 // The FP8 GEMM behind cpu::linear: E4M3 weights x E4M3 activations, summed in fp32 in one fixed
-// order (below), on AVX-512 BF16 where the CPU has it and in portable vector code elsewhere. The
-// two paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
+// order (below), on AVX-512 BF16 where the CPU has it, else on AVX2 + FMA, else in portable
+// vector code. The paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
 // on its order, and both paths follow this one.
 //
 // The order (what two `vdpbf16ps` per 4 inputs do, see gemm_fp8.cpp): one fp32 accumulator per
@@ -9,8 +9,8 @@
 // products at k+1, k, k+3, k+2, in that order, each addition rounded once.
 //
 // The weights are re-laid once, at load, in strips of kStrip rows (pack_weights): a strip's codes
-// for 4 inputs are one 64-byte block, which the kernel turns into the BF16 operands of its 16
-// lanes (one row each) without a shuffle. The activations of every token are then broadcast from
+// for 4 inputs are one 64-byte block, which the AVX-512 kernel turns into the BF16 operands of its
+// 16 lanes (one row each) without a shuffle (the AVX2 kernel with shifts and unpacks). The activations of every token are then broadcast from
 // memory, and each strip is read once per step for all tokens. Same bytes per weight as the
 // checkpoint (plus the padding of the last strip and of `in` to a multiple of 4).
 #include <cstddef>
@@ -18,10 +18,10 @@
 
 namespace bestofn::cpu::fp8 {
 
-enum class Path { Generic, Avx512Bf16 };
+enum class Path { Generic, Avx2, Avx512Bf16 };
 
-// The fastest path this CPU runs with the order above (AVX-512 BF16 is used only after a self
-// check of its rounding order on this CPU).
+// The fastest path this CPU runs with the order above (a fast path is used only after a self
+// check against the generic path on this CPU).
 Path best_path();
 bool available(Path p);
 
@@ -44,8 +44,8 @@ std::size_t packed_size(Path p, std::size_t T, std::size_t in);
 
 // Quantizes rows [t0, t1) of T rows of activations x (T, in) to E4M3, fp8_e4m3_round(x / scale[t])
 // (the numerics contract), and packs them into the layout path p reads (packed_size words for all
-// T rows). Rows are independent: threads may pack disjoint row ranges at once. Generic: the rows
-// as floats, `in` padded. AVX-512: chunks of 16 tokens (the last one: n <= 16), each holding,
+// T rows). Rows are independent: threads may pack disjoint row ranges at once. Generic and AVX2:
+// the rows as floats, `in` padded. AVX-512: chunks of 16 tokens (the last one: n <= 16), each holding,
 // quad of inputs by quad, its n tokens' four BF16 values (8 bytes each; 16 tokens: two 64-byte
 // lines, tokens 0-7 and 8-15), so that the values a kernel call broadcasts for one block sit
 // together. (Threads packing neighbouring rows may write one line: false sharing only.)
