@@ -1,11 +1,14 @@
 // Blocked prefix attention products (see prefix_attention.h for the summation-order contract).
-// The tiles use GCC vector extensions (16 floats): on AVX-512 one register, on AVX2 two, on other
-// targets what the compiler has. Elementwise multiply and add, no contraction: each lane computes
-// exactly what the scalar loop computes.
+// The tiles are 16 floats wide; the arithmetic runs on GCC vector extensions of the target's own
+// width (kVecBytes: 64 with AVX-512, 32 with AVX, 16 otherwise), kSub of them per 16 floats. (A
+// 16-float vector type on an AVX2 target is not split into registers: GCC keeps arrays of them
+// in memory and moves them through general registers, ten times slower.) Elementwise multiply and
+// add, no contraction: each lane computes exactly what the scalar loop computes.
 //
-// Register blocks: up to kRowBlock query rows x kCols vectors of 16 (positions for the scores,
-// output elements for the values), 24 accumulators, so that each vector of keys / values loaded
-// serves kRowBlock rows and each query / weight broadcast serves kCols vectors.
+// Register blocks: up to kRowBlock query rows x kCols columns of 16 (positions for the scores,
+// output elements for the values), kRowBlock * kCols * kSub accumulators (24 zmm with AVX-512, 8
+// ymm with AVX2: 4 x 1 measured best on Zen 3 among 4-6 rows x 1 column and 3 x 2; 12 xmm otherwise), so that each vector of keys / values loaded serves kRowBlock
+// rows and each query / weight broadcast serves kCols columns.
 #include "cpu/prefix_attention.h"
 
 #include <algorithm>
@@ -20,27 +23,37 @@
 namespace bestofn::cpu {
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
-constexpr std::size_t kLanes = 16;
-constexpr std::size_t kRowBlock = 6;
-constexpr std::size_t kCols = 4;                   // vectors per row in a register block
+#if defined(__AVX512F__)
+#define BESTOFN_PA_VEC_BYTES 64
+constexpr std::size_t kRowBlock = 6, kCols = 4;
+#elif defined(__AVX__)
+#define BESTOFN_PA_VEC_BYTES 32
+constexpr std::size_t kRowBlock = 4, kCols = 1;
+#else
+#define BESTOFN_PA_VEC_BYTES 16
+constexpr std::size_t kRowBlock = 3, kCols = 1;
+#endif
+typedef float vf __attribute__((vector_size(BESTOFN_PA_VEC_BYTES)));
+constexpr std::size_t kLanes = 16;                    // floats per column (a key tile's positions)
+constexpr std::size_t kVl = sizeof(vf) / sizeof(float);  // floats per native vector
+constexpr std::size_t kSub = kLanes / kVl;            // native vectors per column
 constexpr std::size_t kPosTile = kCols * kLanes;   // key positions per score block (kCols key tiles)
 constexpr std::size_t kValTile = 64;               // value positions widened at a time
 
-inline v16 load(const float* p) {
-  v16 v;
+inline vf load(const float* p) {
+  vf v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// 16 BF16 values widened to floats (exact: the top halves of the floats).
-inline v16 load(const std::uint16_t* p) {
-  typedef std::uint16_t u16x16 __attribute__((vector_size(32)));
-  typedef std::uint32_t u32x16 __attribute__((vector_size(64)));
-  u16x16 h;
+// kVl BF16 values widened to floats (exact: the top halves of the floats).
+inline vf load(const std::uint16_t* p) {
+  typedef std::uint16_t u16v __attribute__((vector_size(BESTOFN_PA_VEC_BYTES / 2)));
+  typedef std::uint32_t u32v __attribute__((vector_size(BESTOFN_PA_VEC_BYTES)));
+  u16v h;
   std::memcpy(&h, p, sizeof h);
-  return std::bit_cast<v16>(__builtin_convertvector(h, u32x16) << 16);
+  return std::bit_cast<vf>(__builtin_convertvector(h, u32v) << 16);
 }
-inline void store(float* p, const v16& v) { std::memcpy(p, &v, sizeof v); }
+inline void store(float* p, const vf& v) { std::memcpy(p, &v, sizeof v); }
 
 // Scores of RB rows x NC key tiles: tile c's (hd x 16, element-major) at k + c * ts, qt the
 // queries transposed (stride Rp), rows r0..r0+RB-1; a[r][c] over i = 0..hd-1 in order. S: float
@@ -48,45 +61,52 @@ inline void store(float* p, const v16& v) { std::memcpy(p, &v, sizeof v); }
 template <class S, std::size_t RB, std::size_t NC>
 void score_block(const S* k, std::size_t ts, std::size_t hd, const float* qt, std::size_t Rp, std::size_t r0, float scale, float* out,
                  std::size_t L, std::size_t j0) {
-  v16 a[RB][NC] = {};
+  vf a[RB][NC][kSub] = {};
   for (std::size_t i = 0; i < hd; ++i) {
-    v16 kv[NC];
-    for (std::size_t c = 0; c < NC; ++c) kv[c] = load(k + c * ts + i * kLanes);
+    vf kv[NC][kSub];
+    for (std::size_t c = 0; c < NC; ++c)
+      for (std::size_t s = 0; s < kSub; ++s) kv[c][s] = load(k + c * ts + i * kLanes + s * kVl);
     const float* q = qt + i * Rp + r0;
     for (std::size_t r = 0; r < RB; ++r) {
       const float qr = q[r];
-      for (std::size_t c = 0; c < NC; ++c) a[r][c] += qr * kv[c];
+      for (std::size_t c = 0; c < NC; ++c)
+        for (std::size_t s = 0; s < kSub; ++s) a[r][c][s] += qr * kv[c][s];
     }
   }
   const std::size_t np = std::min(NC * kLanes, L - j0);
   for (std::size_t r = 0; r < RB; ++r) {
     float* o = out + (r0 + r) * L + j0;
     std::size_t c = 0;
-    for (; (c + 1) * kLanes <= np; ++c) store(o + c * kLanes, a[r][c] * scale);  // whole vectors
-    for (std::size_t p = c * kLanes; p < np; ++p) o[p] = a[r][c][p % kLanes] * scale;
+    for (; (c + 1) * kLanes <= np; ++c)  // whole columns
+      for (std::size_t s = 0; s < kSub; ++s) store(o + c * kLanes + s * kVl, a[r][c][s] * scale);
+    for (std::size_t p = c * kLanes; p < np; ++p) o[p] = a[r][c][p % kLanes / kVl][p % kVl] * scale;
   }
 }
 
-// Values of RB rows x NC output vectors (columns i0.. of acc, stride hdp): o[r][c] += p[r, j] v_j
+// Values of RB rows x NC output columns of 16 (from column i0 of acc, stride hdp): o[r][c] += p[r, j] v_j
 // for the np positions from j0, j in order, continuing the sums in acc. Row j of the window at
 // v + (j / 16) * ts + (j % 16) * rs.
 template <class S, std::size_t RB, std::size_t NC>
 void value_block(const S* v, std::size_t ts, std::size_t rs, std::size_t hdp, std::size_t np, const float* p, std::size_t L,
                  std::size_t j0, std::size_t r0, std::size_t i0, float* acc) {
-  v16 o[RB][NC];
+  vf o[RB][NC][kSub];
   for (std::size_t r = 0; r < RB; ++r)
-    for (std::size_t c = 0; c < NC; ++c) o[r][c] = load(acc + (r0 + r) * hdp + i0 + c * kLanes);
+    for (std::size_t c = 0; c < NC; ++c)
+      for (std::size_t s = 0; s < kSub; ++s) o[r][c][s] = load(acc + (r0 + r) * hdp + i0 + c * kLanes + s * kVl);
   for (std::size_t j = 0; j < np; ++j) {
     const S* row = v + j / kKeyTile * ts + j % kKeyTile * rs + i0;
-    v16 vv[NC];
-    for (std::size_t c = 0; c < NC; ++c) vv[c] = load(row + c * kLanes);
+    vf vv[NC][kSub];
+    for (std::size_t c = 0; c < NC; ++c)
+      for (std::size_t s = 0; s < kSub; ++s) vv[c][s] = load(row + c * kLanes + s * kVl);
     for (std::size_t r = 0; r < RB; ++r) {
       const float pr = p[(r0 + r) * L + j0 + j];
-      for (std::size_t c = 0; c < NC; ++c) o[r][c] += pr * vv[c];
+      for (std::size_t c = 0; c < NC; ++c)
+        for (std::size_t s = 0; s < kSub; ++s) o[r][c][s] += pr * vv[c][s];
     }
   }
   for (std::size_t r = 0; r < RB; ++r)
-    for (std::size_t c = 0; c < NC; ++c) store(acc + (r0 + r) * hdp + i0 + c * kLanes, o[r][c]);
+    for (std::size_t c = 0; c < NC; ++c)
+      for (std::size_t s = 0; s < kSub; ++s) store(acc + (r0 + r) * hdp + i0 + c * kLanes + s * kVl, o[r][c][s]);
 }
 
 // Dispatch tables over (rows in the block - 1, vectors - 1).
