@@ -14,32 +14,60 @@
 #include "bestofn/rng.h"
 #include "cpu/exp_poly.h"
 
-#pragma GCC diagnostic ignored "-Wpsabi"  // 64-byte vectors inside this file only
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors wider than SSE inside this file only
 
 namespace bestofn {
 namespace {
 
-typedef float F16 __attribute__((vector_size(64)));
-typedef double D8 __attribute__((vector_size(64)));
-typedef std::int32_t I16 __attribute__((vector_size(64)));
+// The passes run on vectors of the target's own width: kFV float vectors (and kDV double vectors)
+// per group of kLanes = 16 ids, so that lane l of the sums always takes the ids = l mod 16, on any
+// width. (One 16-float vector type on an AVX2 target is not split into registers by GCC: the
+// sums lived in memory, 19 times slower.)
+#if defined(__AVX512F__)
+#define BESTOFN_SAMPLER_VEC_BYTES 64
+#elif defined(__AVX__)
+#define BESTOFN_SAMPLER_VEC_BYTES 32
+#else
+#define BESTOFN_SAMPLER_VEC_BYTES 16
+#endif
+typedef float VF __attribute__((vector_size(BESTOFN_SAMPLER_VEC_BYTES)));
+typedef float VH __attribute__((vector_size(BESTOFN_SAMPLER_VEC_BYTES / 2)));  // half a VF
+typedef double VD __attribute__((vector_size(BESTOFN_SAMPLER_VEC_BYTES)));
+typedef std::int32_t VI __attribute__((vector_size(BESTOFN_SAMPLER_VEC_BYTES)));
 constexpr std::size_t kLanes = 16;
+constexpr std::size_t kF = sizeof(VF) / sizeof(float);  // floats per VF
+constexpr std::size_t kD = sizeof(VD) / sizeof(double);  // doubles per VD (kF / 2)
+constexpr std::size_t kFV = kLanes / kF, kDV = kLanes / kD;
 constexpr std::size_t kBlock = 1024;  // ids per block of the id-order walk (a multiple of kLanes)
 constexpr float kDropNats = 30.0f;    // candidates: z >= zmax - 30
 
-F16 load(const float* p) {
-  F16 v;
+VF load(const float* p) {
+  VF v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// The 16 lanes as two vectors of 8 doubles.
-void widen(const F16& v, D8& lo, D8& hi) {
-  lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D8);
-  hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+// Floats [i, i + kF) of x, -inf past its end.
+VF load_or_inf(std::span<const float> x, std::size_t i) {
+  if (i + kF <= x.size()) return load(x.data() + i);
+  VF v = VF{} - INFINITY;
+  for (std::size_t k = 0; i + k < x.size(); ++k) v[k] = x[i + k];
+  return v;
 }
-double sum_lanes(const D8& v) {
-  double s = 0.0;
-  for (int k = 0; k < 8; ++k) s += v[k];
-  return s;
+// v's lanes as two vectors of doubles, the low half first.
+void widen(const VF& v, VD& lo, VD& hi) {
+  VH a, b;
+  std::memcpy(&a, &v, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
+  lo = __builtin_convertvector(a, VD);
+  hi = __builtin_convertvector(b, VD);
+}
+// The 16 lanes' sum: lanes 0..7 in order, lanes 8..15 in order, then the two.
+double sum_lanes(const VD (&v)[kDV]) {
+  double lane[kLanes];
+  std::memcpy(lane, v, sizeof lane);
+  double lo = 0.0, hi = 0.0;
+  for (std::size_t k = 0; k < 8; ++k) lo += lane[k], hi += lane[8 + k];
+  return lo + hi;
 }
 
 // The largest logit (NaNs skipped) and whether any logit is NaN.
@@ -48,17 +76,16 @@ struct RowMax {
   bool nan;
 };
 RowMax row_max(std::span<const float> x) {
-  F16 mv = {};
-  mv -= INFINITY;
-  I16 bad = {};
+  VF mv = VF{} - INFINITY;
+  VI bad = {};
   std::size_t i = 0;
-  for (; i + kLanes <= x.size(); i += kLanes) {
-    const F16 v = load(x.data() + i);
+  for (; i + kF <= x.size(); i += kF) {
+    const VF v = load(x.data() + i);
     mv = mv < v ? v : mv;
     bad |= v != v;
   }
   RowMax m{-INFINITY, false};
-  for (std::size_t k = 0; k < kLanes; ++k) m.value = std::max(m.value, mv[k]), m.nan = m.nan || bad[k] != 0;
+  for (std::size_t k = 0; k < kF; ++k) m.value = std::max(m.value, mv[k]), m.nan = m.nan || bad[k] != 0;
   for (; i < x.size(); ++i) {
     if (std::isnan(x[i])) m.nan = true;
     else m.value = std::max(m.value, x[i]);
@@ -75,41 +102,42 @@ struct Sums {
   std::vector<double>* blocks;
   std::vector<SamplerScratch::Candidate>* list;  // nullptr: not wanted
 };
-void weight_sums(std::span<const float> x, float inv_t, float zmax, Sums& s) {
-  if (s.list) s.list->clear();
+template <bool kList>  // s.list given (the lanes then leave registers for the list)
+void weight_sums_impl(std::span<const float> x, float inv_t, float zmax, Sums& s) {
+  if (kList) s.list->clear();
   const float cut = zmax - kDropNats;
   const std::size_t n = x.size(), nb = (n + kBlock - 1) / kBlock;
   s.blocks->assign(nb, 0.0);
-  D8 all_lo = {}, all_hi = {};
-  I16 count = {};
+  VD all[kDV] = {};
+  VI count = {};
   for (std::size_t b = 0; b < nb; ++b) {
-    D8 blo = {}, bhi = {};
-    for (std::size_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i += kLanes) {
-      F16 v;
-      if (i + kLanes <= n) {
-        v = load(x.data() + i);
-      } else {
-        v = F16{} - INFINITY;
-        for (std::size_t k = 0; i + k < n; ++k) v[k] = x[i + k];
+    VD block[kDV] = {};
+    for (std::size_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i += kLanes)
+#pragma GCC unroll 8
+      for (std::size_t f = 0; f < kFV; ++f) {  // ids i + f * kF ..: lanes f * kF .. (unrolled: the sums stay in registers)
+        const std::size_t at = i + f * kF;
+        const VF z = load_or_inf(x, at) * inv_t;
+        const VF w = cpu::exp_poly_impl<VF, VI>(z - zmax);
+        const VI is = z >= cut;  // -1 where a candidate
+        count -= is;
+        const VF cw = is ? w : VF{};
+        if (kList)
+          for (std::size_t k = 0; k < kF; ++k)
+            if (is[k]) s.list->push_back({z[k], w[k], static_cast<int>(at + k)});
+        VD lo, hi;
+        widen(w, lo, hi);
+        all[2 * f] += lo, all[2 * f + 1] += hi;
+        widen(cw, lo, hi);
+        block[2 * f] += lo, block[2 * f + 1] += hi;
       }
-      const F16 z = v * inv_t;
-      const F16 w = cpu::exp_poly(z - zmax);
-      const I16 is = z >= cut;  // -1 where a candidate
-      count -= is;
-      const F16 cw = is ? w : F16{};
-      if (s.list)
-        for (std::size_t k = 0; k < kLanes; ++k)
-          if (is[k]) s.list->push_back({z[k], w[k], static_cast<int>(i + k)});
-      D8 lo, hi;
-      widen(w, lo, hi);
-      all_lo += lo, all_hi += hi;
-      widen(cw, lo, hi);
-      blo += lo, bhi += hi;
-    }
-    (*s.blocks)[b] = sum_lanes(blo) + sum_lanes(bhi);
+    (*s.blocks)[b] = sum_lanes(block);
   }
-  s.all = sum_lanes(all_lo) + sum_lanes(all_hi);
-  for (std::size_t k = 0; k < kLanes; ++k) s.candidates += static_cast<std::size_t>(count[k]);
+  s.all = sum_lanes(all);
+  for (std::size_t k = 0; k < kF; ++k) s.candidates += static_cast<std::size_t>(count[k]);
+}
+void weight_sums(std::span<const float> x, float inv_t, float zmax, Sums& s) {
+  if (s.list) weight_sums_impl<true>(x, inv_t, zmax, s);
+  else weight_sums_impl<false>(x, inv_t, zmax, s);
 }
 
 // Most probable first, ties by lower id (an object, so that the sorts inline it).
