@@ -6,6 +6,8 @@
 // in input order, so there is no horizontal sum. Few tokens take several strips per call, so that
 // enough independent chains of FMAs are in flight.
 //
+// AVX2 + FMA: the same on two 8-lane vectors per strip (below).
+//
 // Portable path: the same FMAs (std::fma, one rounding each) in the same order, lane by lane.
 #include "cpu/gemm_bf16.h"
 #include "cpu/strip_calls.h"
@@ -33,10 +35,9 @@ inline float widen(std::uint16_t h) {
   return f;
 }
 
-// Built twice: plain (dot_strips_generic) and for AVX2 + FMA (dot_strips_avx2), where the lane loop
-// becomes vector FMAs.
-__attribute__((always_inline)) inline void generic_body(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0,
-                                                        std::size_t s1, const float* x, std::size_t T, float* y, std::size_t ys) {
+// The portable path, one token and one strip at a time.
+void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                        std::size_t T, float* y, std::size_t ys) {
   for (std::size_t s = s0; s < s1; ++s) {
     const std::uint16_t* sw = pw + s * kStrip * in;
     const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
@@ -51,13 +52,99 @@ __attribute__((always_inline)) inline void generic_body(const std::uint16_t* pw,
   }
 }
 
-void dot_strips_generic(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                        std::size_t T, float* y, std::size_t ys) {
-  generic_body(pw, out, in, s0, s1, x, T, y, ys);
+// AVX2 + FMA: the AVX-512 kernel's scheme on 8-lane vectors, a strip's 16 rows in two of them.
+// S strips x TT tokens x 2 halves accumulators, at most 12 (with the two weight vectors and a
+// broadcast, 15 of the 16 registers) and at least 8 (FMA chains in flight); more than 6 tokens of
+// a chunk go in groups of at most 6 over each group of strips while it is in the caches.
+#define BESTOFN_AVX2 __attribute__((target("avx2,fma")))
+
+struct Avx2Args {
+  const std::uint16_t* w;  // the first strip; the others follow, kStrip * in words apart
+  std::size_t in;
+  const float* x;  // token 0 of the call within its chunk: its value for input k at x[k * xn]
+  std::size_t xn;  // tokens in the chunk
+  float* y;        // token 0 of the call, row 0 of the first strip
+  std::size_t ys;
+  std::size_t rows[kMaxStrips];  // each strip's rows that exist
+};
+
+BESTOFN_AVX2 inline __m256 widen8(const std::uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
-__attribute__((target("avx2,fma"))) void dot_strips_avx2(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0,
-                                                         std::size_t s1, const float* x, std::size_t T, float* y, std::size_t ys) {
-  generic_body(pw, out, in, s0, s1, x, T, y, ys);
+
+template <int TT, int S>
+BESTOFN_AVX2 void avx2_kernel(const Avx2Args& a) {
+  __m256 acc[S][2][TT];
+  for (auto& strip : acc)
+    for (auto& half : strip)
+      for (auto& v : half) v = _mm256_setzero_ps();
+  const std::size_t sw = kStrip * a.in;
+  for (std::size_t k = 0; k < a.in; ++k) {
+    const float* xk = a.x + k * a.xn;
+    for (int j = 0; j < S; ++j) {
+      const std::uint16_t* p = a.w + static_cast<std::size_t>(j) * sw + k * kStrip;
+      const __m256 w0 = widen8(p), w1 = widen8(p + 8);
+      for (int t = 0; t < TT; ++t) {
+        const __m256 b = _mm256_set1_ps(xk[t]);
+        acc[j][0][t] = _mm256_fmadd_ps(b, w0, acc[j][0][t]);
+        acc[j][1][t] = _mm256_fmadd_ps(b, w1, acc[j][1][t]);
+      }
+    }
+  }
+  for (int j = 0; j < S; ++j)
+    for (int t = 0; t < TT; ++t) {
+      float* dst = a.y + static_cast<std::size_t>(t) * a.ys + static_cast<std::size_t>(j) * kStrip;
+      if (a.rows[j] == kStrip) {
+        _mm256_storeu_ps(dst, acc[j][0][t]);
+        _mm256_storeu_ps(dst + 8, acc[j][1][t]);
+      } else {
+        alignas(32) float lanes[kStrip];
+        _mm256_store_ps(lanes, acc[j][0][t]);
+        _mm256_store_ps(lanes + 8, acc[j][1][t]);
+        std::copy_n(lanes, a.rows[j], dst);
+      }
+    }
+}
+
+constexpr int kAvx2Tokens = 6;  // tokens per call at most
+constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt == 2 ? 3 : tt == 3 ? 2 : 1; }
+using Avx2Kernel = void (*)(const Avx2Args&);
+template <std::size_t... I>
+constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2(std::index_sequence<I...>) {
+  return {avx2_kernel<static_cast<int>(I) + 1, avx2_strips_for(static_cast<int>(I) + 1)>...};
+}
+template <std::size_t... I>
+constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_single(std::index_sequence<I...>) {
+  return {avx2_kernel<static_cast<int>(I) + 1, 1>...};
+}
+constexpr auto kAvx2 = make_avx2(std::make_index_sequence<kAvx2Tokens>{});
+constexpr auto kAvx2Single = make_avx2_single(std::make_index_sequence<kAvx2Tokens>{});
+
+BESTOFN_AVX2 void dot_strips_avx2(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+                                  const float* x, std::size_t T, float* y, std::size_t ys) {
+  const std::size_t sw = kStrip * in;
+  constexpr std::size_t kGroup = 12;  // strips that all of a chunk's token groups pass over (12 x 16 rows x 768 x 2 bytes: 288 KB)
+  for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
+    const std::size_t n = std::min(kChunk, T - c0);
+    for (std::size_t g0 = s0; g0 < s1; g0 += kGroup) {
+      const std::size_t g1 = std::min(s1, g0 + kGroup);
+      for (std::size_t t0 = 0; t0 < n; t0 += kAvx2Tokens) {
+        const std::size_t tt = std::min<std::size_t>(kAvx2Tokens, n - t0);
+        const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(tt)));
+        for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t ns) BESTOFN_AVX2 {
+          Avx2Args a;
+          a.w = pw + s * sw;
+          a.in = in;
+          a.x = x + c0 * in + t0;
+          a.xn = n;
+          a.y = y + (c0 + t0) * ys + s * kStrip;
+          a.ys = ys;
+          for (std::size_t j = 0; j < ns; ++j) a.rows[j] = std::min(kStrip, out - (s + j) * kStrip);
+          (ns == 1 ? kAvx2Single : kAvx2)[tt - 1](a);
+        });
+      }
+    }
+  }
 }
 
 struct StripArgs {

@@ -15,9 +15,9 @@
 
 namespace bestofn::cpu::bf16 {
 
-// The paths, fastest first; all give the same bits. Avx512: AVX-512F + FMA. Avx2Fma: the portable
-// code built for AVX2 + FMA (vectorized, hardware FMAs). Portable: plain C++ (std::fma; a libm call
-// per product where the CPU has no FMA).
+// The paths, fastest first; all give the same bits. Avx512: AVX-512F + FMA. Avx2Fma: AVX2 + FMA
+// kernels (two 8-lane vectors per strip). Portable: plain C++ (std::fma; a libm call per product
+// where the CPU has no FMA).
 enum class Path { Avx512, Avx2Fma, Portable };
 bool available(Path p);
 Path best_path();

@@ -226,7 +226,8 @@ BESTOFN_AVX2 void avx2_regs_kernel(const Avx2Call& a) {
   finish_avx2<S, TT>(a, acc);
 }
 
-// The decoded strip a.wbuf x TT tokens.
+// The decoded strip a.wbuf x TT tokens: per input, the strip's two weight vectors in registers
+// for every token (2 * TT accumulators, the 2 weights and a broadcast: 15 of the 16 registers).
 template <int TT>
 BESTOFN_AVX2 void avx2_buf_kernel(const Avx2Call& a) {
   __m256 acc[1][2][TT];
@@ -260,9 +261,10 @@ BESTOFN_AVX2 void decode_strip(const std::uint8_t* sw, std::size_t quads, float*
 }
 
 using Avx2Kernel = void (*)(const Avx2Call&);
+// Every kernel keeps at least 8 chains of FMAs in flight (4 cycles each on Zen 3, 2 a cycle): a
+// quad adds 4 products to each accumulator in order, so fewer accumulators wait on latency.
 constexpr int kAvx2RegTokens = 4;  // up to this many tokens: weights decoded in registers
-constexpr int kAvx2BufTokens = 6;  // tokens per buffer kernel call
-constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt == 2 ? 2 : 1; }
+constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt <= 3 ? 2 : 1; }
 template <std::size_t... I>
 constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_regs(std::index_sequence<I...>) {
   return {avx2_regs_kernel<static_cast<int>(I) + 1, avx2_strips_for(static_cast<int>(I) + 1)>...};
@@ -277,11 +279,12 @@ constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_buf(std::index_sequence
 }
 constexpr auto kAvx2Regs = make_avx2_regs(std::make_index_sequence<kAvx2RegTokens>{});
 constexpr auto kAvx2RegsSingle = make_avx2_regs_single(std::make_index_sequence<kAvx2RegTokens>{});
+constexpr int kAvx2BufTokens = 6;  // tokens per buffer kernel call
 constexpr auto kAvx2Buf = make_avx2_buf(std::make_index_sequence<kAvx2BufTokens>{});
 
 BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
-                                       const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts,
-                                       const float* rs, std::size_t row_scales) {
+                                  const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts, const float* rs,
+                                  std::size_t row_scales) {
   const std::size_t pin = padded(in), sb = strip_bytes(in), xs = 2 * pin;
   Avx2Call a{};
   a.sb = sb, a.quads = pin / kQuad, a.xs = xs, a.ys = ys, a.rs = rs, a.rs_count = row_scales, a.out = out;
@@ -293,7 +296,8 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
     });
     return;
   }
-  // Token groups of near-equal size, at most kAvx2BufTokens each (16 tokens: 6, 5, 5).
+  // More tokens: each strip decoded into a buffer once, then the tokens over it in groups of
+  // near-equal size, at most kAvx2BufTokens (16 tokens: 6, 5, 5).
   const std::size_t groups = (T + kAvx2BufTokens - 1) / kAvx2BufTokens;
   struct alignas(32) Lane8 {
     float v[8];
@@ -306,7 +310,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
     decode_strip(pw + s * sb, a.quads, wbuf);
     a.r0 = s * kStrip;
     for (std::size_t g = 0, c0 = 0; g < groups; ++g) {
-      const std::size_t tt = T / groups + (g < T % groups ? 1 : 0);
+      const std::size_t tt = std::min<std::size_t>(kAvx2BufTokens, T - c0);
       a.x = x + c0 * xs, a.y = y + c0 * ys + s * kStrip, a.ts = ts ? ts + c0 : nullptr;
       kAvx2Buf[tt - 1](a);
       c0 += tt;
