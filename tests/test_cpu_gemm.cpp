@@ -7,6 +7,7 @@
 // (a partial quad of inputs, a partial strip of 16 rows); values: all 256 E4M3 codes as weights
 // against all finite codes as activations, subnormals and +-448 included.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <bit>
@@ -125,6 +126,42 @@ TEST(CpuGemm, Fp8Avx2PathPassesItsSelfCheckWhereTheCpuHasIt) {
   EXPECT_TRUE(fp8::available(fp8::Path::Avx2));
   if (!fp8::available(fp8::Path::Avx512Bf16)) {
     EXPECT_EQ(fp8::best_path(), fp8::Path::Avx2);
+  }
+}
+
+// A thread running with denormals-are-zero (MXCSR.DAZ, which code built with -ffast-math sets)
+// still gets the sums of the stated order: the AVX2 path reads E4M3's subnormal codes as fp32
+// subnormals, which DAZ would drop. The caller's MXCSR is left as it was.
+TEST(CpuGemm, Fp8PathsIgnoreDenormalsAreZero) {
+  std::mt19937 rng(11);
+  const std::size_t out = 40, in = 64, T = 5;
+  std::vector<std::uint8_t> w(out * in);
+  for (auto& c : w) c = static_cast<std::uint8_t>((rng() % 2 ? 0x80 : 0x00) | (1 + rng() % 7));  // subnormal codes only
+  const auto x = activation_values(T, in, rng);
+  std::vector<float> ref(T * out);  // computed before DAZ is set
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t o = 0; o < out; ++o) ref[t * out + o] = fp8_reference(x.data() + t * in, w.data() + o * in, in);
+  std::vector<fp8::Path> paths = {fp8::Path::Generic};
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16})
+    if (fp8::available(p)) paths.push_back(p);
+  std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(out, in));
+  fp8::pack_weights(w.data(), out, in, 0, fp8::strip_count(out), strips.data());
+  const std::vector<float> ones(T, 1.0f);
+  for (fp8::Path p : paths) {
+    std::vector<std::uint16_t> packed(fp8::packed_size(p, T, in));
+    fp8::pack_activations(p, x.data(), ones.data(), T, in, 0, T, packed.data());
+    std::vector<float> y(T * out, NAN);
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x40u);
+    fp8::dot_strips(p, strips.data(), out, in, 0, fp8::strip_count(out), packed.data(), T, y.data(), out);
+    const unsigned after = _mm_getcsr();
+    _mm_setcsr(csr);
+    EXPECT_EQ(after, csr | 0x40u) << fp8_path_name(p) << ": the caller's MXCSR was not restored";
+    int bad = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      if (std::bit_cast<std::uint32_t>(y[i]) != std::bit_cast<std::uint32_t>(ref[i]) && bad++ < 4)
+        ADD_FAILURE() << fp8_path_name(p) << " [" << i / out << ", " << i % out << "]: " << y[i] << " vs " << ref[i];
+    EXPECT_EQ(bad, 0) << fp8_path_name(p);
   }
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // exp for decode attention's softmax weights: Cephes' expf (range reduction by ln 2 in two parts,
 // a degree-6 polynomial, the exponent put in by bit arithmetic), within 2 ulp of exp on
-// [-87, 88]. Branch-free plain float arithmetic, written once for a float and for 16 lanes
-// (GCC's vector extension; GCC does not vectorize a loop of the scalar form by itself), so the
+// [-87, 88]. Branch-free plain float arithmetic, written once for a float and for vectors of
+// any width (GCC's vector extension: exp_poly_impl; GCC does not vectorize a loop of the scalar
+// form by itself), so the
 // same bits come out on the vector and scalar paths when built without FMA contraction (the
 // engine and its twin are). Arguments below -87 give ~1e-38 rather than a subnormal or 0; NaN
 // stays NaN.

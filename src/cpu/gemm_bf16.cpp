@@ -123,11 +123,12 @@ constexpr auto kAvx2Single = make_avx2_single(std::make_index_sequence<kAvx2Toke
 BESTOFN_AVX2 void dot_strips_avx2(const std::uint16_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                                   const float* x, std::size_t T, float* y, std::size_t ys) {
   const std::size_t sw = kStrip * in;
-  constexpr std::size_t kGroup = 12;  // strips that all of a chunk's token groups pass over (12 x 16 rows x 768 x 2 bytes: 288 KB)
+  // Strips that all of a chunk's token groups pass over while they stay in L2 (256 KB of them).
+  const std::size_t group = std::max<std::size_t>(1, (256u << 10) / (sw * sizeof(std::uint16_t)));
   for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
     const std::size_t n = std::min(kChunk, T - c0);
-    for (std::size_t g0 = s0; g0 < s1; g0 += kGroup) {
-      const std::size_t g1 = std::min(s1, g0 + kGroup);
+    for (std::size_t g0 = s0; g0 < s1; g0 += group) {
+      const std::size_t g1 = std::min(s1, g0 + group);
       for (std::size_t t0 = 0; t0 < n; t0 += kAvx2Tokens) {
         const std::size_t tt = std::min<std::size_t>(kAvx2Tokens, n - t0);
         const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(tt)));

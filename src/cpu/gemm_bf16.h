@@ -1,7 +1,7 @@
 #pragma once
 // The BF16-weight GEMM behind cpu::linear (fp32 activations, BF16 weights widened exactly to
-// fp32): one order of fused multiply-adds for every output, on AVX-512 where the CPU has it and
-// in portable code elsewhere, the same bits on both.
+// fp32): one order of fused multiply-adds for every output, on AVX-512 or AVX2 + FMA where the CPU
+// has them and in portable code elsewhere, the same bits on all three.
 //
 // The order: one fp32 accumulator per output, starting at 0; for k = 0, 1, ..., in - 1 it becomes
 // fma(x[k], w[k], accumulator) (one rounding per input).

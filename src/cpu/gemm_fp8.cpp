@@ -26,12 +26,13 @@
 // product and partial sum is the true one times 2^-8: a power of two that changes no rounding (the
 // smallest nonzero product, 2^-26 so scaled, is far above fp32's subnormals), and the sum is
 // multiplied back by 2^8, exactly, before it is stored. (This needs subnormal operands read as
-// such, the default; a thread running with denormals-are-zero would lose the subnormal weights,
-// which the self check at first use would catch.) `vcvtph2ps`, the obvious widening, is slower
-// than this on Zen 3 (two cycles per vector). With up to 4 tokens the weights are decoded in registers as they
+// such, the default; a thread running with denormals-are-zero (MXCSR.DAZ, set by code built with
+// -ffast-math) would lose the subnormal weights, and the generic path's code table is built by the
+// same kind of arithmetic: dot_strips clears DAZ for its own duration.) `vcvtph2ps`, the obvious
+// widening, is slower than this on Zen 3 (two cycles per vector). With up to 4 tokens the weights are decoded in registers as they
 // are used (4, 2 or 1 strips at a time, so that few tokens still have 8 independent chains);
 // with more, each strip is decoded once into a buffer that the tokens then pass over 6 at a time
-// (12 accumulators + 2 weight vectors + a broadcast: the 16 registers).
+// (12 accumulators + 2 weight vectors + a broadcast: 15 of the 16 registers), the rest last.
 //
 // Generic path: the same sums in the same order with fp32 vectors of 16 lanes, one row each (GCC
 // vector extension), on the strip widened to floats; each product is exact, so a fused or a
@@ -39,7 +40,6 @@
 #include "cpu/gemm_fp8.h"
 #include "cpu/strip_calls.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -296,8 +296,9 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
     });
     return;
   }
-  // More tokens: each strip decoded into a buffer once, then the tokens over it in groups of
-  // near-equal size, at most kAvx2BufTokens (16 tokens: 6, 5, 5).
+  // More tokens: each strip decoded into a buffer once, then the tokens over it kAvx2BufTokens at
+  // a time, the rest last (16 tokens: 6, 6, 4; 8 tokens: 6, 2 beat 4, 4, whose 8 chains of FMAs
+  // wait on latency).
   const std::size_t groups = (T + kAvx2BufTokens - 1) / kAvx2BufTokens;
   struct alignas(32) Lane8 {
     float v[8];
@@ -459,6 +460,24 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
   }
 }
 
+// Subnormal operands read as numbers while it lives, whatever the thread's MXCSR said (DAZ
+// cleared, then restored).
+class SubnormalsAsNumbers {
+ public:
+  SubnormalsAsNumbers() {
+    if (saved_ & kDaz) _mm_setcsr(saved_ & ~kDaz);
+  }
+  ~SubnormalsAsNumbers() {
+    if (saved_ & kDaz) _mm_setcsr(saved_);
+  }
+  SubnormalsAsNumbers(const SubnormalsAsNumbers&) = delete;
+  SubnormalsAsNumbers& operator=(const SubnormalsAsNumbers&) = delete;
+
+ private:
+  static constexpr unsigned kDaz = 0x40;  // MXCSR.DAZ
+  unsigned saved_ = _mm_getcsr();
+};
+
 bool cpu_has_avx512_bf16() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
@@ -600,6 +619,7 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
   s1 = std::min(s1, strip_count(out));
   if (s0 >= s1 || T == 0) return;
   if (token_scale && !row_scale) throw std::invalid_argument("fp8::dot_strips: token scales without row scales");
+  const SubnormalsAsNumbers daz_off;  // (see the AVX2 path)
   if (p == Path::Avx512Bf16) {
     dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else if (p == Path::Avx2) {

@@ -2,8 +2,8 @@
 // The shared-prefix half of decode attention as two blocked matrix products (Hydragen, arXiv
 // 2402.05099): the R queries of every slot of a prefix (for one KV head) against the prefix's L
 // keys, S = Q K^T, and then O = P V. Each K / V tile is widened from the cache once per call
-// and used by every query; sums stay in registers over blocks of up to 6 queries x 64 positions
-// (scores) or 6 queries x 64 output elements (values).
+// and used by every query; sums stay in registers over blocks of queries x positions (scores) or
+// queries x output elements (values): 6 x 64 with AVX-512, 4 x 16 with AVX2, 3 x 16 otherwise.
 //
 // Summation order is fixed per query, whatever R is: score (r, j) adds q_r[i] k_j[i] for
 // i = 0..hd-1 in order; output (r, i) adds p[r, j] v_j[i] for j = 0..L-1 in order. Built without
