@@ -496,8 +496,13 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1]["n"], 3);
   for (const char* key : {"ms_per_step", "tok_per_s", "prefill_ms", "bytes_per_step", "gb_per_s", "machine", "commit", "command", "kv_cache",
-                          "host_sample_ms_per_step", "tok_per_s_with_host_sampling", "core_round_trip_ns"})
+                          "host_sample_ms_per_step", "tok_per_s_with_host_sampling", "core_round_trip_ns", "cpu_kernels"})
     EXPECT_TRUE(rows[0].contains(key)) << key;
+  // Which GEMM kernels ran: one of the named paths, never empty.
+  for (const char* kind : {"fp8", "bf16"}) {
+    const std::string k = rows[0]["cpu_kernels"][kind].get<std::string>();
+    EXPECT_TRUE(k == "avx512_bf16" || k == "avx512" || k == "avx2" || k == "generic" || k == "portable") << kind << ": " << k;
+  }
   // The host's sampling is timed apart from the step: counting it can only lower tok/s.
   for (const auto& row : rows) {
     EXPECT_GT(row["host_sample_ms_per_step"].get<double>(), 0.0);

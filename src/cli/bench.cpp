@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
+#include "cpu/ops.h"
 #include "json_file.h"
 
 namespace bestofn::cli {
@@ -295,7 +296,10 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
                   {"kv_cache", kv_cache_name(engine->kv_cache())},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
-      if (engine->name() == "cpu") row["core_round_trip_ns"] = round_trip_ns;
+      if (engine->name() == "cpu") {
+        row["core_round_trip_ns"] = round_trip_ns;
+        row["cpu_kernels"] = {{"fp8", cpu::fp8_kernel_name()}, {"bf16", cpu::bf16_kernel_name()}};  // which GEMM kernels ran
+      }
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;
       const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +

@@ -208,6 +208,25 @@ fp8::Path fp8_path() {
   return p;
 }
 
+}  // namespace
+
+const char* fp8_kernel_name() {
+  switch (fp8_path()) {
+    case fp8::Path::Avx512Bf16: return "avx512_bf16";
+    case fp8::Path::Avx2: return "avx2";
+    default: return "generic";
+  }
+}
+const char* bf16_kernel_name() {
+  switch (bf16::best_path()) {
+    case bf16::Path::Avx512: return "avx512";
+    case bf16::Path::Avx2Fma: return "avx2";
+    default: return "portable";
+  }
+}
+
+namespace {
+
 // FP8 linears that share their input x and its quantization (the same static input_scale, or
 // none): x is quantized and packed once, then one pool loop covers every layer's strips. Each
 // y[t, o] is what linear_fp8 alone computes. strips[i]: layer i's packed codes, or none (packed

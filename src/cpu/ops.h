@@ -40,6 +40,11 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
 // ys[i] = linear(*ls[i], x): the same numbers, but FP8 layers that quantize x alike (q/k/v,
 // gate/up) quantize it once and share one pass of the thread pool.
 // packed: one per layer (as linear's), or empty.
+// The kernels linear() runs on this CPU for FP8 and BF16 weights: "avx512_bf16", "avx2" or
+// "generic" (FP8; BESTOFN_FP8_GENERIC forces the last), "avx512", "avx2" or "portable" (BF16).
+// Every one gives the same bits; they differ in speed alone.
+const char* fp8_kernel_name();
+const char* bf16_kernel_name();
 void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
                  std::span<const void* const> packed = {});
 
