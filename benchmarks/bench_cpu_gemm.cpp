@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   double seconds = 0.5, peak = 0.0;
   std::vector<std::size_t> tokens = {1, 4, 16};
   std::string command = argv[0];
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; i += 2) {  // flag value pairs
     const std::string a = argv[i];
     command += " " + a;
     const bool has_value = i + 1 < argc;
@@ -76,7 +76,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     command += " " + value;
-    ++i;
   }
   using namespace bestofn::cpu::fp8;
   const Path path = best_path();

@@ -7,7 +7,8 @@ function(bestofn_warnings target)
   if(BESTOFN_SANITIZE)
     # GCC 12's flow analysis under -fsanitize reports maybe-uninitialized inside libstdc++'s own
     # <regex>/<functional> (false positives that the plain build does not see): not an error there.
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -Wno-maybe-uninitialized>)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>
+      $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()

@@ -16,6 +16,7 @@
 #include "bestofn/text_file.h"
 #include "bestofn/verifier.h"
 #include "test_util.h"
+#include "verifier/sanitizer.h"
 
 namespace fs = std::filesystem;
 using bestofn::test::run_cli;
@@ -263,7 +264,7 @@ TEST(VerifierFaults, TenThousandCandidatesLeakNothing) {
   // Freed memory may stay with the allocator; a leak of even 1 KB per candidate would show.
   // (Under AddressSanitizer freed memory sits in its quarantine, so RSS says nothing there;
   // LeakSanitizer checks for leaks at exit instead.)
-#if !defined(__SANITIZE_ADDRESS__)
+#if !BESTOFN_ASAN
   EXPECT_LE(rss_kb(), rss + 8 * 1024) << "RSS grew from " << rss << " kB";
 #else
   (void)rss;

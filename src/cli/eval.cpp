@@ -411,7 +411,6 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     for (std::size_t i = 0; i < selected.size(); ++i) solved[i] = tally.passed(selected[i]->task_id) > 0;
     std::vector<GenerationRequest> reqs;
     std::vector<std::size_t> req_problem;
-    std::size_t to_generate = 0;
     for (std::size_t i = 0; i < selected.size(); ++i) {
       if (generated[i].size() == share[i].size() || (o->stop_on_pass && solved[i])) continue;
       GenerationRequest r;
@@ -421,7 +420,6 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       for (int c : share[i])
         if (!generated[i].count(c)) r.indices.push_back(c);
       r.rng_prompt = rng_index[i];
-      to_generate += r.indices.size();
       reqs.push_back(std::move(r));
       req_problem.push_back(i);
     }

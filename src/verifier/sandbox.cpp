@@ -28,6 +28,7 @@
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
 #include "seccomp_filter.h"
+#include "sanitizer.h"
 #include "write_all.h"
 #include "zygote_helper_so.h"  // generated: kZygoteHelper, the bytes of src/verifier/zygote_helper.cpp's shared object
 
@@ -207,7 +208,7 @@ struct ChildArgs {
 // The clone()d child runs on a stack of its own until it execs. AddressSanitizer cannot follow
 // that switch (it warns "ignoring requested __asan_handle_no_return" on every run, on the
 // candidate's stderr), so the child's code is left uninstrumented in a sanitizer build.
-#if defined(__SANITIZE_ADDRESS__)
+#if BESTOFN_ASAN
 #define BESTOFN_CHILD_CODE __attribute__((no_sanitize("address")))
 #else
 #define BESTOFN_CHILD_CODE

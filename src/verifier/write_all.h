@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstddef>
 
+#include "sanitizer.h"
+
 namespace bestofn::sandbox_io {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if BESTOFN_ASAN
 __attribute__((no_sanitize("address")))
 #endif
 inline bool write_all(int fd, const void* data, std::size_t n) {
