@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
+#include <stdexcept>
 
 namespace bestofn::bpe {
 
@@ -21,6 +23,59 @@ bool MergeTable::add(int left, int right, int rank, int merged) {
   Entry& e = slots_[slot(k)];
   if (e.key == k) return false;
   e = {k, rank, merged};
+  ++size_;
+  return true;
+}
+
+std::uint64_t StringIds::hash(std::string_view key) {
+  // FNV-1a, then a multiply-xorshift finish so that the low bits (the slot) depend on every byte.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  return h ^ (h >> 32);
+}
+
+std::size_t StringIds::probe(std::string_view key, std::uint64_t h) const {
+  const std::size_t mask = slots_.size() - 1;
+  const auto tag = static_cast<std::uint32_t>(h >> 32);
+  for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.id < 0 || (s.tag == tag && s.len == key.size() && std::string_view(arena_).substr(s.off, s.len) == key)) return i;
+  }
+}
+
+void StringIds::grow(std::size_t capacity) {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(capacity, Slot{});
+  const std::size_t mask = capacity - 1;
+  for (const Slot& s : old) {
+    if (s.id < 0) continue;
+    const std::uint64_t h = hash(std::string_view(arena_).substr(s.off, s.len));
+    std::size_t i = h & mask;
+    while (slots_[i].id >= 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
+void StringIds::reserve(std::size_t n) {
+  std::size_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  if (cap > slots_.size()) grow(cap);
+}
+
+bool StringIds::put(std::string_view key, std::uint64_t h, int id, bool overwrite) {
+  if (id < 0) throw std::invalid_argument("StringIds: ids are non-negative");
+  if (2 * (size_ + 1) > slots_.size()) grow(std::max<std::size_t>(16, 2 * slots_.size()));
+  Slot& s = slots_[probe(key, h)];
+  if (s.id >= 0) {
+    if (overwrite) s.id = id;
+    return overwrite;
+  }
+  if (arena_.size() + key.size() > std::numeric_limits<std::uint32_t>::max())
+    throw std::length_error("StringIds: keys over 4 GB in all");
+  s = {static_cast<std::uint32_t>(h >> 32), id, static_cast<std::uint32_t>(arena_.size()), static_cast<std::uint32_t>(key.size())};
+  arena_.append(key);
   ++size_;
   return true;
 }

@@ -11,7 +11,10 @@ namespace bestofn {
 namespace fs = std::filesystem;
 
 nlohmann::json read_json_file(const fs::path& path) {
-  const std::string text = read_text_file(path);  // no hang on a FIFO, no endless read of a device
+  return parse_json_text(read_text_file(path), path);  // no hang on a FIFO, no endless read of a device
+}
+
+nlohmann::json parse_json_text(const std::string& text, const fs::path& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -2,11 +2,14 @@
 // Reading and writing JSON files with errors that name the file.
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace bestofn {
 
 // Throws bestofn::Error "FILE: cannot open" / "FILE: not valid JSON: ...".
 nlohmann::json read_json_file(const std::filesystem::path& path);
+// The JSON in `text`, read from `path`; throws bestofn::Error "FILE: not valid JSON: ...".
+nlohmann::json parse_json_text(const std::string& text, const std::filesystem::path& path);
 // Writes `j` (indented) to "<path>.partial", then renames into place.
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& j);
 

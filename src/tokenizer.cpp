@@ -63,7 +63,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int>& out
     if (ignore_merges) {  // a piece that is a whole token is taken as is (Llama 3)
       std::string mapped;
       for (unsigned char b : piece) utf8::append(mapped, byte_to_unicode()[b]);
-      if (auto it = vocab.find(mapped); it != vocab.end()) ids.push_back(it->second);
+      if (const auto id = vocab.find(mapped)) ids.push_back(*id);
     }
     if (ids.empty()) {
       for (unsigned char b : piece) ids.push_back(byte_ids[b]);
@@ -276,8 +276,7 @@ int Tokenizer::strip_leading_spaces() const { return impl_->strip_leading; }
 int Tokenizer::vocab_size() const { return static_cast<int>(impl_->id_to_token.size()); }
 
 std::optional<int> Tokenizer::token_id(std::string_view token) const {
-  auto it = impl_->vocab.find(std::string(token));
-  return it == impl_->vocab.end() ? std::nullopt : std::optional<int>(it->second);
+  return impl_->vocab.find(token);
 }
 
 std::string Tokenizer::token(int id) const {

@@ -42,7 +42,7 @@ struct Tokenizer::Impl {
   std::string path;
 
   // Model: BPE.
-  std::unordered_map<std::string, int> vocab;  // token -> id (vocab and added tokens)
+  bpe::StringIds vocab;  // token -> id (vocab and added tokens)
   std::vector<std::string> id_to_token;
   std::vector<bool> special;
   bpe::MergeTable merges;

@@ -1,9 +1,14 @@
 // Loading a HF tokenizer.json (+ tokenizer_config.json) into Tokenizer::Impl, validating every
 // part and naming what is supported when a part is not.
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "bestofn/error.h"
+#include "bestofn/text_file.h"
 #include "bestofn/utf8.h"
 #include "json_file.h"
 #include "tokenizer_impl.h"
@@ -57,6 +62,138 @@ std::optional<std::string> byte_level_bytes(std::string_view token) {
 
 namespace {
 
+// model.vocab and model.merges: the bulk of a tokenizer.json (Llama 3: 128k tokens, 280k merges).
+struct BulkParts {
+  bool vocab_given = false, merges_given = false;
+  bpe::StringIds vocab;  // token -> the id as given (Loader::vocab checks the ids)
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+
+// A merge written "left right" (one space, neither side empty) appended to `out`; false otherwise.
+bool split_merge(const std::string& s, std::vector<std::pair<std::string, std::string>>& out) {
+  const auto sp = s.find(' ');
+  if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos) return false;
+  out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+  return true;
+}
+
+// One pass over tokenizer.json that builds a DOM of everything but model.vocab and model.merges,
+// which go straight into BulkParts: their 128k map nodes and 280k strings were most of the load
+// time. It takes only the usual shapes ({token: id} with ids that fit an int, and "a b" or [a, b]
+// merges, each given once); on anything else, and on invalid JSON, it stops, and the loader parses
+// the text again into a DOM whose checks name the problem.
+class FastParse {
+ public:
+  json root;
+  BulkParts bulk;
+
+  bool complete() const { return mode_ == Mode::Dom && stack_.empty(); }
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }  // negative: never an id
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (mode_ == Mode::Vocab)
+      return v <= static_cast<json::number_unsigned_t>(std::numeric_limits<int>::max()) && bulk.vocab.insert(key_, static_cast<int>(v));
+    return value(json(v));
+  }
+  bool number_float(json::number_float_t v, const std::string&) { return value(json(v)); }
+  bool string(std::string& v) {
+    if (mode_ == Mode::Merges) return split_merge(v, bulk.merges);  // "left right"
+    if (mode_ == Mode::Pair) {  // [left, right]
+      if (pair_n_ == 2) return false;
+      (pair_n_++ == 0 ? pair_.first : pair_.second) = v;
+      return true;
+    }
+    return value(json(v));
+  }
+  bool binary(json::binary_t& v) { return value(json::binary(v)); }
+  bool key(std::string& k) {
+    if (mode_ != Mode::Dom && mode_ != Mode::Vocab) return false;
+    key_ = k;
+    return true;
+  }
+  bool start_object(std::size_t) {
+    if (mode_ != Mode::Dom) return false;
+    if (at_model() && key_ == "vocab") return enter_bulk(bulk.vocab_given, Mode::Vocab);
+    const bool is_model = stack_.size() == 1 && stack_[0]->is_object() && key_ == "model";
+    json* o = open(json::object());
+    if (is_model) {
+      if (model_) return false;  // "model" twice: the DOM keeps the last one
+      model_ = o;
+    }
+    return true;
+  }
+  bool end_object() {
+    if (mode_ == Mode::Vocab) mode_ = Mode::Dom;
+    else stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (mode_ == Mode::Merges) {
+      mode_ = Mode::Pair;
+      pair_n_ = 0;
+      return true;
+    }
+    if (mode_ != Mode::Dom) return false;
+    if (at_model() && key_ == "merges") return enter_bulk(bulk.merges_given, Mode::Merges);
+    open(json::array());
+    return true;
+  }
+  bool end_array() {
+    if (mode_ == Mode::Pair) {
+      if (pair_n_ != 2) return false;
+      bulk.merges.push_back(std::move(pair_));
+      pair_ = {};
+      mode_ = Mode::Merges;
+    } else if (mode_ == Mode::Merges) {
+      mode_ = Mode::Dom;
+    } else {
+      stack_.pop_back();
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+ private:
+  enum class Mode { Dom, Vocab, Merges, Pair };
+  bool at_model() const { return model_ && !stack_.empty() && stack_.back() == model_; }
+  bool enter_bulk(bool& given, Mode mode) {
+    if (given) return false;  // given twice: the DOM keeps the last one
+    given = true;
+    mode_ = mode;
+    return true;
+  }
+  // Puts a value where the DOM parser would: the root, the end of the open array, or the pending
+  // key of the open object (the last of repeated keys wins, as there).
+  json* place(json&& v) {
+    if (stack_.empty()) return &(root = std::move(v));
+    json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    return &(top[key_] = std::move(v));
+  }
+  bool value(json&& v) {
+    if (mode_ != Mode::Dom) return false;
+    place(std::move(v));
+    return true;
+  }
+  json* open(json&& container) {
+    json* c = place(std::move(container));
+    stack_.push_back(c);
+    return c;
+  }
+
+  Mode mode_ = Mode::Dom;
+  std::vector<json*> stack_;  // the open containers (their addresses are stable while open)
+  std::string key_;
+  const json* model_ = nullptr;
+  std::pair<std::string, std::string> pair_;
+  int pair_n_ = 0;
+};
+
 struct Loader {
   Tokenizer::Impl& t;
   const std::string& file;
@@ -95,47 +232,81 @@ struct Loader {
     return j["pattern"][kind].get<std::string>();
   }
 
-  void vocab(const json& model) {
+  // The DOM's model.vocab and model.merges, for a file that FastParse did not take.
+  void vocab_from_dom(const json& model, BulkParts& bulk) const {
     if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object of token -> id");
-    const std::size_t n = model["vocab"].size();
-    t.id_to_token.assign(n, std::string());
-    std::vector<bool> seen(n, false);
-    for (auto& [tok, id] : model["vocab"].items()) {
+    const json& v = model["vocab"];
+    const std::size_t n = v.size();
+    bulk.vocab.reserve(n);
+    for (auto& [tok, id] : v.items()) {
       if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() >= static_cast<long long>(n))
         throw fail("model.vocab: id " + id.dump() + " of token " + json(tok).dump() + " is outside 0.." + std::to_string(n - 1));
-      const auto i = id.get<std::size_t>();
-      if (seen[i]) throw fail("model.vocab: id " + std::to_string(i) + " is given to two tokens");
-      seen[i] = true;
-      t.id_to_token[i] = tok;
-      t.vocab.emplace(tok, static_cast<int>(i));
+      bulk.vocab.insert(tok, id.get<int>());
     }
   }
 
-  void merges(const json& model) {
+  void merges_from_dom(const json& model, BulkParts& bulk) const {
     if (!model.contains("merges") || !model["merges"].is_array()) throw fail("model.merges must be a list");
     const auto& m = model["merges"];
-    t.merges.reserve(m.size());
+    bulk.merges.reserve(m.size());
     for (std::size_t rank = 0; rank < m.size(); ++rank) {
-      std::string a, b;
       if (m[rank].is_string()) {  // "a b"
-        const auto s = m[rank].get<std::string>();
-        const auto sp = s.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
+        const auto& s = m[rank].get_ref<const std::string&>();
+        if (!split_merge(s, bulk.merges))
           throw fail("model.merges[" + std::to_string(rank) + "]: " + json(s).dump() + " is not \"left right\"");
-        a = s.substr(0, sp), b = s.substr(sp + 1);
       } else if (m[rank].is_array() && m[rank].size() == 2 && m[rank][0].is_string() && m[rank][1].is_string()) {
-        a = m[rank][0].get<std::string>(), b = m[rank][1].get<std::string>();
+        bulk.merges.emplace_back(m[rank][0].get<std::string>(), m[rank][1].get<std::string>());
       } else {
         throw fail("model.merges[" + std::to_string(rank) + "]: expected \"left right\" or [left, right], got " + m[rank].dump());
       }
-      const auto ia = t.vocab.find(a), ib = t.vocab.find(b), im = t.vocab.find(a + b);
-      if (ia == t.vocab.end() || ib == t.vocab.end() || im == t.vocab.end())
-        throw fail("model.merges[" + std::to_string(rank) + "]: " + json(a + " " + b).dump() + " uses a token missing from the vocab");
-      t.merges.add(ia->second, ib->second, static_cast<int>(rank), im->second);
     }
   }
 
-  void model(const json& j) {
+  void vocab(BulkParts& bulk) {
+    const std::size_t n = bulk.vocab.size();
+    t.id_to_token.assign(n, std::string());
+    std::vector<bool> seen(n, false);
+    bulk.vocab.for_each([&](std::string_view tok, int id) {
+      const auto i = static_cast<std::size_t>(id);
+      if (i >= n)
+        throw fail("model.vocab: id " + std::to_string(id) + " of token " + json(std::string(tok)).dump() + " is outside 0.." + std::to_string(n - 1));
+      if (seen[i]) throw fail("model.vocab: id " + std::to_string(i) + " is given to two tokens");
+      seen[i] = true;
+      t.id_to_token[i] = tok;
+    });
+    t.vocab = std::move(bulk.vocab);
+  }
+
+  // Three vocab lookups and one merge-table insert per merge, 280k merges for Llama 3, each a likely
+  // cache miss: they go kAhead merges at a time, prefetching the slots of the block first.
+  void merges(const BulkParts& bulk) {
+    const auto& m = bulk.merges;
+    t.merges.reserve(m.size());
+    constexpr std::size_t kAhead = 16;
+    std::array<std::string, kAhead> joined;
+    std::array<std::array<std::uint64_t, 3>, kAhead> h{};
+    std::array<std::array<int, 3>, kAhead> ids{};  // left, right, merged
+    for (std::size_t base = 0; base < m.size(); base += kAhead) {
+      const std::size_t nb = std::min(kAhead, m.size() - base);
+      for (std::size_t i = 0; i < nb; ++i) {
+        const auto& [a, b] = m[base + i];
+        joined[i].assign(a).append(b);
+        h[i] = {bpe::StringIds::hash(a), bpe::StringIds::hash(b), bpe::StringIds::hash(joined[i])};
+        for (const std::uint64_t x : h[i]) t.vocab.prefetch(x);
+      }
+      for (std::size_t i = 0; i < nb; ++i) {
+        const auto& [a, b] = m[base + i];
+        const auto ia = t.vocab.find(a, h[i][0]), ib = t.vocab.find(b, h[i][1]), im = t.vocab.find(joined[i], h[i][2]);
+        if (!ia || !ib || !im)
+          throw fail("model.merges[" + std::to_string(base + i) + "]: " + json(a + " " + b).dump() + " uses a token missing from the vocab");
+        ids[i] = {*ia, *ib, *im};
+        t.merges.prefetch(*ia, *ib);
+      }
+      for (std::size_t i = 0; i < nb; ++i) t.merges.add(ids[i][0], ids[i][1], static_cast<int>(base + i), ids[i][2]);
+    }
+  }
+
+  void model(const json& j, BulkParts& bulk) {
     if (!j.contains("model") || !j["model"].is_object()) throw fail("no \"model\" object");
     const json& m = j["model"];
     const std::string type = opt_str(m, "type", "BPE", "model");
@@ -143,15 +314,17 @@ struct Loader {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(key) && !m[key].is_null()) throw fail(std::string("model.") + key + " is not supported");
     if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0) throw fail("BPE dropout is not supported");
-    vocab(m);
-    merges(m);
+    if (!bulk.vocab_given) vocab_from_dom(m, bulk);
+    vocab(bulk);
+    if (!bulk.merges_given) merges_from_dom(m, bulk);
+    merges(bulk);
     t.ignore_merges = flag(m, "ignore_merges", false, "model");
     t.byte_fallback = flag(m, "byte_fallback", false, "model");
     t.fuse_unk = flag(m, "fuse_unk", false, "model");
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
-      const auto it = t.vocab.find(m["unk_token"].get<std::string>());
-      if (it == t.vocab.end()) throw fail("model.unk_token " + m["unk_token"].dump() + " is not in the vocab");
-      t.unk_id = it->second;
+      const auto id = t.vocab.find(m["unk_token"].get_ref<const std::string&>());
+      if (!id) throw fail("model.unk_token " + m["unk_token"].dump() + " is not in the vocab");
+      t.unk_id = *id;
     }
   }
 
@@ -177,7 +350,7 @@ struct Loader {
       at.single_word = flag(a, "single_word", false, where);
       if (static_cast<std::size_t>(at.id) >= t.id_to_token.size()) t.id_to_token.resize(static_cast<std::size_t>(at.id) + 1);
       t.id_to_token[static_cast<std::size_t>(at.id)] = at.content;
-      t.vocab[at.content] = at.id;
+      t.vocab.assign(at.content, at.id);
       t.added_first_byte[static_cast<unsigned char>(at.content[0])] = true;
       t.added.push_back(std::move(at));
     }
@@ -265,7 +438,7 @@ struct Loader {
         std::snprintf(buf, sizeof buf, "<0x%02X>", b);
         key = buf;
       }
-      if (auto it = t.vocab.find(key); it != t.vocab.end()) t.byte_ids[static_cast<std::size_t>(b)] = it->second;
+      if (const auto id = t.vocab.find(key)) t.byte_ids[static_cast<std::size_t>(b)] = *id;
       else if (t.byte_level) throw fail("byte-level vocab lacks the token for byte " + std::to_string(b));
     }
   }
@@ -273,8 +446,7 @@ struct Loader {
   std::optional<int> special_id(const json& v) const {
     std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content") && v["content"].is_string()) ? v["content"].get<std::string>() : "";
     if (s.empty()) return std::nullopt;
-    auto it = t.vocab.find(s);
-    return it == t.vocab.end() ? std::nullopt : std::optional<int>(it->second);
+    return t.vocab.find(s);
   }
 
   // BOS: the post-processor's leading special token, else tokenizer_config's bos_token.
@@ -304,18 +476,34 @@ struct Loader {
 
 void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string* config_path) {
   path = tokenizer_json;
-  const json j = read_json_file(tokenizer_json);
+  const std::string text = read_text_file(tokenizer_json);
+  if (text.size() > std::numeric_limits<std::uint32_t>::max()) throw Error(tokenizer_json, "is larger than 4 GB");
+  FastParse fast;
+  bool fast_ok = false;
+  try {
+    fast_ok = json::sax_parse(text, &fast) && fast.complete();
+  } catch (const json::exception&) {
+  }
+  BulkParts bulk;
+  json j;
+  if (fast_ok) {
+    j = std::move(fast.root);
+    bulk = std::move(fast.bulk);
+  } else {
+    j = parse_json_text(text, tokenizer_json);
+  }
   if (!j.is_object()) throw Error(tokenizer_json, "must be a JSON object");
   Loader ld{*this, path};
-  ld.model(j);
+  ld.model(j, bulk);
   ld.added_tokens(j);
   if (special.size() < id_to_token.size()) special.resize(id_to_token.size(), false);
   ld.normalizer(j.value("normalizer", json()));
   ld.pre_tokenizer(j.value("pre_tokenizer", json()));
   ld.decoder(j.value("decoder", json()));
   ld.byte_tables();
-  for (const auto& [tok, id] : vocab)  // keys live in `vocab`, which is not modified after load
+  vocab.for_each([this](std::string_view tok, int id) {  // keys live in `vocab`, which is not modified after load
     if (!tok.empty() && utf8::sequence_length(tok, 0) == tok.size()) char_ids.emplace(tok, id);
+  });
   json config;
   if (config_path) config = read_json_file(*config_path);
   ld.specials(j, config);

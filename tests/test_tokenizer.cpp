@@ -244,3 +244,40 @@ TEST(Tokenizer, MergesGivenAsPairsEncodeTheSame) {
   for (std::size_t i = 0; i < 30; ++i)
     EXPECT_EQ(pairs.encode(humaneval()[i].prompt), tok("mistral").encode(humaneval()[i].prompt)) << humaneval()[i].task_id;
 }
+
+TEST(Tokenizer, UnusualButValidShapesLoadTheSame) {
+  // The loader reads model.vocab and model.merges in one pass outside the DOM, and hands anything
+  // unusual to a DOM parse: both must give the same tokenizer. A repeated vocab key (the last one
+  // wins) and a repeated "model" object (the last one wins) take the DOM path; keys in another
+  // order (the dump sorts them: merges before vocab) take the one-pass path.
+  const std::string original = test::read_text(test::require_shared("tokenizers/mistral/tokenizer.json"));
+  const std::string sorted = json::parse(original).dump();
+  const std::string key = "\"vocab\":{";
+  ASSERT_NE(sorted.find(key), std::string::npos);
+  ASSERT_LT(sorted.find("\"merges\":"), sorted.find(key));
+  std::string repeated_key = sorted;
+  repeated_key.insert(sorted.find(key) + key.size(), "\"▁Hello\":7,");  // later: "▁Hello":22557
+  std::string repeated_model = sorted;
+  repeated_model.insert(1, R"("model":{"type":"BPE","vocab":{"a":0},"merges":[]},)");
+  for (const auto& [name, text] : {std::pair{"sorted keys", sorted}, std::pair{"a repeated vocab key", repeated_key},
+                                   std::pair{"a repeated model", repeated_model}}) {
+    test::TempDir dir;
+    test::write_text(dir / "tokenizer.json", text);
+    const Tokenizer t = Tokenizer::load(dir / "tokenizer.json");
+    EXPECT_EQ(t.token_id("▁Hello"), 22557) << name;
+    EXPECT_EQ(t.vocab_size(), tok("mistral").vocab_size()) << name;
+    for (std::size_t i = 0; i < 30; ++i)
+      EXPECT_EQ(t.encode(humaneval()[i].prompt), tok("mistral").encode(humaneval()[i].prompt)) << name << " " << humaneval()[i].task_id;
+  }
+}
+
+TEST(TokenizerMalformed, VocabAndMergeErrorsNameTheEntry) {
+  // Each is found by the one-pass read or by the DOM parse it falls back to; the message is the same.
+  expect_bad_tokenizer([](json& j) { j["model"]["vocab"]["▁Hello"] = 2.5; }, "model.vocab: id 2.5 of token \"▁Hello\" is outside 0..31999");
+  expect_bad_tokenizer([](json& j) { j["model"]["vocab"]["▁Hello"] = 5; }, "model.vocab: id 5 is given to two tokens");
+  expect_bad_tokenizer([](json& j) { j["model"]["vocab"] = json::array(); }, "model.vocab must be an object");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"] = "x"; }, "model.merges must be a list");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"][3] = json::array({"a", "b", "c"}); }, "model.merges[3]: expected \"left right\" or [left, right]");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"][4] = "a  b"; }, "model.merges[4]: \"a  b\" is not \"left right\"");
+  expect_bad_tokenizer([](json& j) { j["model"]["merges"][9] = json::array({"▁qqqzzz", "x"}); }, "model.merges[9]: \"▁qqqzzz x\" uses a token missing from the vocab");
+}
