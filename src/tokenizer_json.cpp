@@ -107,9 +107,11 @@ class FastParse {
     }
     return value(json(v));
   }
-  bool binary(json::binary_t& v) { return value(json::binary(v)); }
+  bool binary(json::binary_t& v) { return value(json(std::move(v))); }
   bool key(std::string& k) {
     if (mode_ != Mode::Dom && mode_ != Mode::Vocab) return false;
+    // A repeated vocab or merges key: the DOM keeps the last value, whatever its type.
+    if (mode_ == Mode::Dom && at_model() && ((k == "vocab" && bulk.vocab_given) || (k == "merges" && bulk.merges_given))) return false;
     key_ = k;
     return true;
   }
@@ -157,7 +159,7 @@ class FastParse {
 
  private:
   enum class Mode { Dom, Vocab, Merges, Pair };
-  bool at_model() const { return model_ && !stack_.empty() && stack_.back() == model_; }
+  bool at_model() const { return model_ && model_->is_object() && !stack_.empty() && stack_.back() == model_; }
   bool enter_bulk(bool& given, Mode mode) {
     if (given) return false;  // given twice: the DOM keeps the last one
     given = true;
@@ -478,20 +480,21 @@ void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string*
   path = tokenizer_json;
   const std::string text = read_text_file(tokenizer_json);
   if (text.size() > std::numeric_limits<std::uint32_t>::max()) throw Error(tokenizer_json, "is larger than 4 GB");
-  FastParse fast;
-  bool fast_ok = false;
-  try {
-    fast_ok = json::sax_parse(text, &fast) && fast.complete();
-  } catch (const json::exception&) {
-  }
   BulkParts bulk;
   json j;
-  if (fast_ok) {
-    j = std::move(fast.root);
-    bulk = std::move(fast.bulk);
-  } else {
-    j = parse_json_text(text, tokenizer_json);
-  }
+  {
+    FastParse fast;
+    bool fast_ok = false;
+    try {
+      fast_ok = json::sax_parse(text, &fast) && fast.complete();
+    } catch (const std::exception&) {  // declined like any other surprise: the DOM parse reports
+    }
+    if (fast_ok) {
+      j = std::move(fast.root);
+      bulk = std::move(fast.bulk);
+    }
+  }  // a declined parse's partial results are freed before the DOM parse
+  if (j.is_null()) j = parse_json_text(text, tokenizer_json);
   if (!j.is_object()) throw Error(tokenizer_json, "must be a JSON object");
   Loader ld{*this, path};
   ld.model(j, bulk);

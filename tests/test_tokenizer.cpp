@@ -281,3 +281,35 @@ TEST(TokenizerMalformed, VocabAndMergeErrorsNameTheEntry) {
   expect_bad_tokenizer([](json& j) { j["model"]["merges"][4] = "a  b"; }, "model.merges[4]: \"a  b\" is not \"left right\"");
   expect_bad_tokenizer([](json& j) { j["model"]["merges"][9] = json::array({"▁qqqzzz", "x"}); }, "model.merges[9]: \"▁qqqzzz x\" uses a token missing from the vocab");
 }
+
+TEST(TokenizerMalformed, ARepeatedVocabOrMergesKeyKeepsTheLastValue) {
+  // As in any JSON DOM, the last of repeated keys wins: a real vocab or merges list followed by a
+  // second "vocab"/"merges" key that is not one is refused, as the DOM loader refused it.
+  json j = json::parse(test::read_text(test::require_shared("tokenizers/mistral/tokenizer.json")));
+  const std::string vocab = j["model"]["vocab"].dump(), merges = j["model"]["merges"].dump();
+  j["model"].erase("vocab");
+  j["model"].erase("merges");
+  std::string model = j["model"].dump();
+  model.pop_back();  // the closing brace
+  j.erase("model");
+  const std::string rest = j.dump().substr(1);
+  const auto file_with = [&](const std::string& tail) {
+    return "{\"model\":" + model + ",\"vocab\":" + vocab + ",\"merges\":" + merges + tail + "}," + rest;
+  };
+  {
+    test::TempDir dir;
+    test::write_text(dir / "tokenizer.json", file_with(""));
+    EXPECT_EQ(Tokenizer::load(dir / "tokenizer.json").encode(humaneval()[0].prompt), tok("mistral").encode(humaneval()[0].prompt));
+  }
+  for (const auto& [tail, part] : {std::pair{",\"vocab\":5", "model.vocab must be an object"}, std::pair{",\"merges\":\"x\"", "model.merges must be a list"},
+                                   std::pair{",\"vocab\":null", "model.vocab must be an object"}, std::pair{",\"merges\":{}", "model.merges must be a list"}}) {
+    test::TempDir dir;
+    test::write_text(dir / "tokenizer.json", file_with(tail));
+    try {
+      Tokenizer::load(dir / "tokenizer.json");
+      ADD_FAILURE() << "accepted a file ending its model with " << tail;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << tail << ": " << e.what();
+    }
+  }
+}
