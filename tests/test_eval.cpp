@@ -358,12 +358,17 @@ TEST(EvalFaults, OneWriterPerRunDirectory) {
   // both would append the same samples. Once the first ends, --resume completes the run exactly.
   TempDir tmp;
   const fs::path out = tmp / "run";
-  // Long enough (~10x the two refused runs) that the first is still writing when they start.
-  const std::vector<std::string> common = {"-n", "8", "--limit", "4", "--max-new-tokens", "256", "--batch", "2", "--workers", "1"};
+  // Four rounds of two candidates of up to 256 tokens: after the first row, the rest takes far
+  // longer than the 5 ms poll, and the first eval is frozen (SIGSTOP) there, holding the directory
+  // for as long as the two refused runs take, however slow they are (a sanitizer build).
+  const std::vector<std::string> common = {"-n", "4", "--limit", "2", "--max-new-tokens", "256", "--batch", "2", "--workers", "1"};
   const pid_t pid = start_cli(eval_args(out, common), tmp / "out.txt", tmp / "err.txt");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (count_lines(out / "samples.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the first eval ended before the second started";
   for (bool resume : {true, false}) {
     auto args = eval_args(out, common);
     if (resume) args.push_back("--resume");
@@ -372,15 +377,15 @@ TEST(EvalFaults, OneWriterPerRunDirectory) {
     EXPECT_NE(second.err.find("another bestofn is writing this run directory"), std::string::npos) << second.err;
     EXPECT_NE(second.err.find(out.string()), std::string::npos) << second.err;
   }
-  kill(pid, SIGTERM);
-  int st = 0;
-  waitpid(pid, &st, 0);
+  kill(pid, SIGTERM);  // delivered once it runs again
+  kill(pid, SIGCONT);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
   auto args = eval_args(out, common);
   args.push_back("--resume");
   const auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(rows_by_key(read_jsonl(out / "samples.jsonl")).size(), 32u);
-  EXPECT_EQ(read_jsonl(out / "samples.jsonl").size(), 32u);  // no row twice
+  EXPECT_EQ(rows_by_key(read_jsonl(out / "samples.jsonl")).size(), 8u);
+  EXPECT_EQ(read_jsonl(out / "samples.jsonl").size(), 8u);  // no row twice
 }
 
 TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
