@@ -6,9 +6,20 @@ set(BESTOFN_ASAN_BUILD "" CACHE PATH "A -DBESTOFN_SANITIZE=ON build directory wh
 if(NOT BESTOFN_ASAN_BUILD OR NOT BESTOFN_BUILD_TESTS)
   return()
 endif()
+# Two tests whose time goes to Python and the OS rather than to bestofn's code run in this build
+# only: HumanEval+'s 164 canonical solutions against all their plus tests (35-40 s in either
+# build), and 10,000 sandbox runs whose open fds, processes and RSS this build checks (LeakSanitizer
+# needs no 10,000 runs to see a leak, and RSS says nothing under ASan).
+set(_asan_skip_test_cli CliScore.HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests)
+set(_asan_skip_test_faults VerifierFaults.TenThousandCandidatesLeakNothing)
 get_property(_unit_tests GLOBAL PROPERTY BESTOFN_UNIT_TESTS)
 foreach(_t IN LISTS _unit_tests)
-  add_test(NAME asan_${_t} COMMAND ${BESTOFN_ASAN_BUILD}/tests/${_t} --gtest_brief=1 WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set(_filter)
+  if(DEFINED _asan_skip_${_t})
+    list(JOIN _asan_skip_${_t} ":" _skip)
+    set(_filter --gtest_filter=-${_skip})
+  endif()
+  add_test(NAME asan_${_t} COMMAND ${BESTOFN_ASAN_BUILD}/tests/${_t} --gtest_brief=1 ${_filter} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(asan_${_t} PROPERTIES LABELS asan TIMEOUT 1200
     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1;UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1")
 endforeach()
