@@ -8,7 +8,7 @@ function(bestofn_warnings target)
     # GCC 12's flow analysis under -fsanitize reports maybe-uninitialized inside libstdc++'s own
     # <regex>/<functional> (false positives that the plain build does not see): not an error there.
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>
-      $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
+      $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-maybe-uninitialized>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
 endfunction()

@@ -366,9 +366,13 @@ TEST(EvalFaults, OneWriterPerRunDirectory) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (count_lines(out / "samples.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  kill(pid, SIGSTOP);
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "the first eval ended before the second started";
+  if (count_lines(out / "samples.jsonl") < 1 || waitpid(pid, &status, WNOHANG) != 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the first eval wrote no row in 60 s, or ended before the second started: " << read_text(tmp / "err.txt");
+  }
   for (bool resume : {true, false}) {
     auto args = eval_args(out, common);
     if (resume) args.push_back("--resume");
