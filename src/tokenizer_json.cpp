@@ -87,8 +87,6 @@ class FastParse {
   json root;
   BulkParts bulk;
 
-  bool complete() const { return mode_ == Mode::Dom && stack_.empty(); }
-
   bool null() { return value(json(nullptr)); }
   bool boolean(bool v) { return value(json(v)); }
   bool number_integer(json::number_integer_t v) { return value(json(v)); }  // negative: never an id
@@ -486,7 +484,7 @@ void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string*
     FastParse fast;
     bool fast_ok = false;
     try {
-      fast_ok = json::sax_parse(text, &fast) && fast.complete();
+      fast_ok = json::sax_parse(text, &fast);  // strict: true only once every container has closed
     } catch (const std::exception&) {  // declined like any other surprise: the DOM parse reports
     }
     if (fast_ok) {
