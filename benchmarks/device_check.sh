@@ -139,6 +139,9 @@ full() {
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_attention \
     --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*:*Fp8Rows*' >> $OUT/memcheck.log 2>&1"
   step build_all 120 cmake --build build-device -j 16
+  # The CPU GEMMs bit for bit on the device machine's CPU (likely AVX-512, which the dev VMs
+  # may lack: GPU_TODO item 7, tenth session).
+  step cpu_gemm 30 build-device/tests/test_cpu_gemm
   # The host sampler on the device machine's CPU (GPU_TODO item 8): what sampling on the host
   # costs next to a step, per row.
   step bench_sampler 30 bash -c "build-device/benchmarks/bench_sampler --seconds 0.2 >> $OUT/bench_cuda_260k.jsonl"

@@ -35,7 +35,7 @@ std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finalizer
 }
 
 // Counter-based: element i of a tensor depends only on (seed, tensor name, i), never on threads,
-// chunks, dtype or the other tensors: the same seed gives the same weights in f32, bf16 and fp8.
+// chunks, dtype or the other tensors: the same seed gives the same weights in f32, f16, bf16 and fp8.
 // Irwin-Hall sum of four 16-bit uniforms, scaled to unit variance: near-normal, bounded by +-2*sqrt(3).
 constexpr float kSyntheticBound = 3.4641016f;
 
@@ -150,7 +150,8 @@ TokenizerInfo read_tokenizer(const fs::path& path) {
 
 std::vector<Planned> plan(const ModelConfig& c, const SyntheticOptions& opt) {
   const bool fp8 = opt.dtype == "fp8";
-  const DType wdt = opt.dtype == "f32" ? DType::F32 : DType::BF16;  // FP8 keeps embeddings, norms, lm_head in BF16
+  // FP8 keeps embeddings, norms, lm_head in BF16.
+  const DType wdt = opt.dtype == "f32" ? DType::F32 : opt.dtype == "f16" ? DType::F16 : DType::BF16;
   const std::int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
   std::vector<Planned> p;
   int group = 0;
@@ -238,6 +239,12 @@ class TensorGen {
           std::memcpy(out + 2 * i, &h, 2);
         }
         break;
+      case DType::F16:
+        for (std::size_t i = 0; i < row.size(); ++i) {
+          const std::uint16_t h = f16_from_float(row[i]);
+          std::memcpy(out + 2 * i, &h, 2);
+        }
+        break;
       default: {  // F8_E4M3
         float scale;
         if (opt_.fp8_scheme == "tensor") {
@@ -304,8 +311,8 @@ class StagingDir {
 };
 
 void check_options(const SyntheticOptions& opt) {
-  if (opt.dtype != "f32" && opt.dtype != "bf16" && opt.dtype != "fp8")
-    throw Error("--dtype: '" + opt.dtype + "' is not one of f32, bf16, fp8");
+  if (opt.dtype != "f32" && opt.dtype != "f16" && opt.dtype != "bf16" && opt.dtype != "fp8")
+    throw Error("--dtype: '" + opt.dtype + "' is not one of f32, f16, bf16, fp8");
   if (opt.fp8_scheme != "channel" && opt.fp8_scheme != "tensor")
     throw Error("--fp8-scheme: '" + opt.fp8_scheme + "' is not one of channel, tensor");
   if (opt.out.empty()) throw Error("--out: an output directory is required");
@@ -315,7 +322,7 @@ ModelConfig resolve_config(const SyntheticOptions& opt, const std::optional<Toke
   const bool preset = opt.shape.find('/') == std::string::npos && !opt.shape.ends_with(".json");
   ModelConfig c = preset ? synthetic_preset(opt.shape) : parse_model_config(read_json_file(opt.shape), opt.shape);
   c.quant = {};
-  c.torch_dtype = opt.dtype == "f32" ? "float32" : "bfloat16";
+  c.torch_dtype = opt.dtype == "f32" ? "float32" : opt.dtype == "f16" ? "float16" : "bfloat16";
   if (!tok) return c;
   if (preset && opt.shape != "llama-3.1-8b") {
     c.vocab_size = tok->vocab_size;  // small presets take the tokenizer's vocabulary

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
+#include "bestofn/numeric.h"
+#include "bestofn/safetensors.h"
 #include "bestofn/text_file.h"
 #include "test_util.h"
 
@@ -105,6 +108,36 @@ TEST(CliInspect, SyntheticFp8AndOnlineQuantization) {
   EXPECT_EQ(online["quantization"], "fp8-online");
   EXPECT_LT(online["decode_bytes_per_step"], plain["decode_bytes_per_step"]);
   EXPECT_EQ(online["weight_bytes"], plain["weight_bytes"]);  // the checkpoint is unchanged
+}
+
+// --dtype f16: the f32 model's weights rounded to F16 (numeric.h's rounding, checked against
+// numpy in test_numeric), tensor by tensor, and a model the engine runs.
+TEST(CliMakeSynthetic, F16IsTheF32WeightsRoundedToF16) {
+  bestofn::test::TempDir dir;
+  const std::string tok = bestofn::test::require_shared("tokenizers/llama3").string();
+  const std::string f16 = (dir / "f16").string(), f32 = (dir / "f32").string();
+  for (const auto& [out, dtype] : {std::pair{f16, "f16"}, std::pair{f32, "f32"}}) {
+    const auto made = run_cli({"make-synthetic", "--shape", "tiny", "--dtype", dtype, "--seed", "3", "--out", out, "--tokenizer", tok});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+  }
+  const bestofn::SafetensorsFile a(fs::path(f16) / "model.safetensors"), b(fs::path(f32) / "model.safetensors");
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& t : b.tensors()) {
+    const bestofn::TensorInfo* h = a.find(t.name);
+    ASSERT_NE(h, nullptr) << t.name;
+    ASSERT_EQ(h->dtype, bestofn::DType::F16) << t.name;
+    ASSERT_EQ(h->shape, t.shape) << t.name;
+    const auto n = static_cast<std::size_t>(t.numel());
+    std::vector<float> want(n);
+    std::vector<std::uint16_t> got(n);
+    std::memcpy(want.data(), b.data(t), n * 4);
+    std::memcpy(got.data(), a.data(*h), n * 2);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], bestofn::f16_from_float(want[i])) << t.name << "[" << i << "]";
+  }
+  EXPECT_EQ(json::parse(bestofn::test::read_text(fs::path(f16) / "config.json"))["torch_dtype"], "float16");
+  const auto r = run_cli({"generate", "--model", f16, "--prompt", "def f(x):", "-n", "2", "--max-new-tokens", "4", "--temperature", "0.8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 }
 
 TEST(CliMakeSynthetic, CopiesTheTokenizerAndTakesItsVocabulary) {

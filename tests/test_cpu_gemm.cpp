@@ -1,7 +1,7 @@
 // The CPU GEMM kernels against scalar references written from the orders their headers state
-// (src/cpu/gemm_fp8.h, src/cpu/gemm_bf16.h), bit for bit: E4M3 x E4M3 products are exact in fp32,
-// so an FP8 dot product depends only on its summation order, and the BF16 kernels use one fused
-// multiply-add per product (std::fma here). A second check puts the FP8 reference within the
+// (src/cpu/gemm_fp8.h, src/cpu/gemm_wide.h), bit for bit: E4M3 x E4M3 products are exact in fp32,
+// so an FP8 dot product depends only on its summation order, and the BF16 / F16 / F32 kernels use
+// one fused multiply-add per product (std::fma here). A second check puts the FP8 reference within the
 // fp32 error bound of a double-precision sum, so the order is an order of the right terms.
 // Shapes: the bench-100m layers (768 / 2048 wide, N = 1, 2, 3, 16, 17, 33 tokens: 16 per kernel call) and ragged ones
 // (a partial quad of inputs, a partial strip of 16 rows); values: all 256 E4M3 codes as weights
@@ -21,8 +21,8 @@
 
 #include "bestofn/numeric.h"
 #include "bestofn/weights.h"
-#include "cpu/gemm_bf16.h"
 #include "cpu/gemm_fp8.h"
+#include "cpu/gemm_wide.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 
@@ -211,11 +211,46 @@ TEST(CpuGemm, Fp8LinearScalesTheOrderedSums) {
   }
 }
 
-// The BF16 order of gemm_bf16.h: one accumulator, one fused multiply-add per input, in order.
-float bf16_reference(const float* x, const std::uint16_t* w, std::size_t in) {
+// The order of gemm_wide.h: one accumulator, one fused multiply-add per input, in order, on the
+// weights as floats (w: already widened, by numeric.h's conversions).
+float wide_reference(const float* x, const float* w, std::size_t in) {
   float a = 0.0f;
-  for (std::size_t i = 0; i < in; ++i) a = std::fma(x[i], bf16_to_float(w[i]), a);
+  for (std::size_t i = 0; i < in; ++i) a = std::fma(x[i], w[i], a);
   return a;
+}
+
+// Random weights of one format (N(0, 0.05)) with its edge values up front: for BF16 and F16 the
+// smallest and largest subnormal, -0 and the largest finite value; for F32 a subnormal and -0.
+// `stored` holds the format's bits, `value` the same weights as floats.
+struct WideWeights {
+  std::vector<std::uint8_t> stored;
+  std::vector<float> value;
+};
+WideWeights wide_weights(cpu::wide::Format f, std::size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  WideWeights w;
+  w.stored.resize(n * cpu::wide::weight_bytes(f));
+  w.value.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = nd(rng) * 0.05f;
+    if (f == cpu::wide::Format::F32) {
+      const std::uint32_t edge[] = {0x00000001u, 0x80000000u, 0x007fffffu};
+      const float e = i < 3 ? std::bit_cast<float>(edge[i]) : v;
+      std::memcpy(&w.stored[4 * i], &e, 4);
+      w.value[i] = e;
+    } else {
+      const bool bf = f == cpu::wide::Format::Bf16;
+      const std::uint16_t edge[] = {0x0001, static_cast<std::uint16_t>(bf ? 0x007f : 0x03ff), 0x8000, static_cast<std::uint16_t>(bf ? 0x7f7f : 0x7bff)};
+      const std::uint16_t h = i < 4 ? edge[i] : bf ? bf16_from_float(v) : f16_from_float(v);
+      std::memcpy(&w.stored[2 * i], &h, 2);
+      w.value[i] = bf ? bf16_to_float(h) : f16_to_float(h);
+    }
+  }
+  return w;
+}
+
+const char* format_name(cpu::wide::Format f) {
+  return f == cpu::wide::Format::Bf16 ? "BF16" : f == cpu::wide::Format::F16 ? "F16" : "F32";
 }
 
 // cpu::linear_many: each output bit for bit what cpu::linear gives it alone, on the shared path
@@ -255,62 +290,67 @@ TEST(CpuGemm, LinearManyGivesEachLayersOwnNumbers) {
   }
 }
 
-TEST(CpuGemm, Bf16PathsFollowTheStatedOrderBitForBit) {
+TEST(CpuGemm, WidePathsFollowTheStatedOrderBitForBit) {
+  namespace wide = cpu::wide;
   std::mt19937 rng(10);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Shape& s : kShapes) {
-    std::vector<std::uint16_t> w(s.out * s.in);
-    for (auto& h : w) h = bf16_from_float(nd(rng) * 0.05f);
-    w[0] = 0x0001, w[1] = 0x8000, w[2] = 0x7f7f;  // a denormal, -0, the largest finite
-    std::vector<float> x(s.T * s.in);
-    for (auto& v : x) v = nd(rng);
-    const std::size_t n = cpu::bf16::strip_count(s.out);
-    std::vector<std::uint16_t> strips(cpu::bf16::packed_weight_words(s.out, s.in));
-    cpu::bf16::pack_weights(w.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs
-    cpu::bf16::pack_weights(w.data(), s.out, s.in, n / 2, n, strips.data());
-    std::vector<float> xp(cpu::bf16::packed_size(s.T, s.in));
-    cpu::bf16::pack_activations(x.data(), s.T, s.in, 0, s.in / 2, xp.data());
-    cpu::bf16::pack_activations(x.data(), s.T, s.in, s.in / 2, s.in, xp.data());
-    for (cpu::bf16::Path p : {cpu::bf16::Path::Avx512, cpu::bf16::Path::Avx2Fma, cpu::bf16::Path::Portable}) {
-      if (!cpu::bf16::available(p)) continue;
-      std::vector<float> y(s.T * s.out, NAN);
-      cpu::bf16::dot_strips(p, strips.data(), s.out, s.in, 0, n / 2, xp.data(), s.T, y.data(), s.out);  // two strip ranges, as two threads
-      cpu::bf16::dot_strips(p, strips.data(), s.out, s.in, n / 2, n, xp.data(), s.T, y.data(), s.out);
-      int bad = 0;
-      for (std::size_t t = 0; t < s.T; ++t)
-        for (std::size_t o = 0; o < s.out; ++o) {
-          const float ref = bf16_reference(x.data() + t * s.in, w.data() + o * s.in, s.in), got = y[t * s.out + o];
-          if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
-            ADD_FAILURE() << "path " << static_cast<int>(p) << " " << s.out << "x" << s.in << " T" << s.T << " [" << t << ", " << o
-                          << "]: " << got << " vs " << ref;
-        }
-      EXPECT_EQ(bad, 0);
+  for (wide::Format f : {wide::Format::Bf16, wide::Format::F16, wide::Format::F32})
+    for (const Shape& s : kShapes) {
+      const WideWeights w = wide_weights(f, s.out * s.in, rng);
+      std::vector<float> x(s.T * s.in);
+      for (auto& v : x) v = nd(rng);
+      const std::size_t n = wide::strip_count(s.out);
+      std::vector<float> strips(wide::packed_weight_bytes(f, s.out, s.in) / 4);  // float storage: aligned for every format
+      wide::pack_weights(f, w.stored.data(), s.out, s.in, 0, n / 2, strips.data());  // in two parts, as the pool packs
+      wide::pack_weights(f, w.stored.data(), s.out, s.in, n / 2, n, strips.data());
+      std::vector<float> xp(wide::packed_size(s.T, s.in));
+      wide::pack_activations(x.data(), s.T, s.in, 0, s.in / 2, xp.data());
+      wide::pack_activations(x.data(), s.T, s.in, s.in / 2, s.in, xp.data());
+      for (wide::Path p : {wide::Path::Avx512, wide::Path::Avx2Fma, wide::Path::Portable}) {
+        if (!wide::available(p)) continue;
+        std::vector<float> y(s.T * s.out, NAN);
+        wide::dot_strips(p, f, strips.data(), s.out, s.in, 0, n / 2, xp.data(), s.T, y.data(), s.out);  // two strip ranges, as two threads
+        wide::dot_strips(p, f, strips.data(), s.out, s.in, n / 2, n, xp.data(), s.T, y.data(), s.out);
+        int bad = 0;
+        for (std::size_t t = 0; t < s.T; ++t)
+          for (std::size_t o = 0; o < s.out; ++o) {
+            const float ref = wide_reference(x.data() + t * s.in, w.value.data() + o * s.in, s.in), got = y[t * s.out + o];
+            if (std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(ref) && bad++ < 8)
+              ADD_FAILURE() << format_name(f) << " path " << static_cast<int>(p) << " " << s.out << "x" << s.in << " T" << s.T << " [" << t
+                            << ", " << o << "]: " << got << " vs " << ref;
+          }
+        EXPECT_EQ(bad, 0) << format_name(f) << " path " << static_cast<int>(p) << " " << s.out << "x" << s.in << " T" << s.T;
+      }
     }
-  }
 }
 
-// cpu::linear on a BF16 Linear (packed for the call, activations packed over the pool by input):
-// the stated order whatever the thread count and the token count.
-TEST(CpuGemm, Bf16LinearGivesTheOrderedSums) {
+// cpu::linear on a BF16, F16 or F32 Linear (packed for the call, activations packed over the pool
+// by input): the stated order whatever the thread count and the token count.
+TEST(CpuGemm, WideLinearGivesTheOrderedSums) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const std::size_t out = 70, in = 300;
-  std::vector<std::uint16_t> w(out * in);
-  for (auto& h : w) h = bf16_from_float(nd(rng) * 0.05f);
-  Linear l;
-  l.weight = Tensor{"w", DType::BF16, {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)},
-                    reinterpret_cast<const std::uint8_t*>(w.data()), w.size() * 2};
-  for (std::size_t T : {1u, 5u, 20u})
-    for (int threads : {1, 2}) {
-      std::vector<float> x(T * in), y(T * out);
-      for (auto& v : x) v = nd(rng);
-      cpu::ThreadPool pool(threads);
-      cpu::linear(l, x.data(), T, y.data(), pool);
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t o = 0; o < out; ++o)
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(y[t * out + o]), std::bit_cast<std::uint32_t>(bf16_reference(x.data() + t * in, w.data() + o * in, in)))
-              << "T " << T << ", threads " << threads << " [" << t << ", " << o << "]";
-    }
+  const struct {
+    cpu::wide::Format f;
+    DType dtype;
+  } kinds[] = {{cpu::wide::Format::Bf16, DType::BF16}, {cpu::wide::Format::F16, DType::F16}, {cpu::wide::Format::F32, DType::F32}};
+  for (const auto& kind : kinds) {
+    const WideWeights w = wide_weights(kind.f, out * in, rng);
+    Linear l;
+    l.weight = Tensor{"w", kind.dtype, {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)}, w.stored.data(), w.stored.size()};
+    for (std::size_t T : {1u, 5u, 20u})
+      for (int threads : {1, 2}) {
+        std::vector<float> x(T * in), y(T * out);
+        for (auto& v : x) v = nd(rng);
+        cpu::ThreadPool pool(threads);
+        cpu::linear(l, x.data(), T, y.data(), pool);
+        for (std::size_t t = 0; t < T; ++t)
+          for (std::size_t o = 0; o < out; ++o)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(y[t * out + o]),
+                      std::bit_cast<std::uint32_t>(wide_reference(x.data() + t * in, w.value.data() + o * in, in)))
+                << format_name(kind.f) << ", T " << T << ", threads " << threads << " [" << t << ", " << o << "]";
+      }
+  }
 }
 
 }  // namespace

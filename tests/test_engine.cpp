@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
+#include "bestofn/numeric.h"
+#include "bestofn/safetensors.h"
+#include "bestofn/safetensors_writer.h"
 #include "bestofn/sampler.h"
 #include "bestofn/synthetic.h"
 #include "bestofn/weights.h"
@@ -298,15 +302,15 @@ std::vector<float> trajectory(Engine& e, const std::vector<int>& prompt, int ste
 TEST(CpuEngine, BatchInvarianceAloneOrAmong64) {
   test::TempDir dir;
   const auto fp8 = synthetic(dir, "fp8");
-  for (const char* dtype : {"bf16", "fp8", "fp8 + fp8 kv"}) {
-    auto w = std::string(dtype) == "bf16" ? synthetic(dir, "bf16") : fp8;
+  for (const char* dtype : {"bf16", "f32", "fp8", "fp8 + fp8 kv"}) {
+    auto w = std::string(dtype) == "bf16" || std::string(dtype) == "f32" ? synthetic(dir, dtype) : fp8;
     EngineOptions o;
     if (std::string(dtype).ends_with("kv")) o.kv = EngineOptions::Kv::FP8;
     const std::vector<int> prompt = {1, 17, 300, 42, 99, 7};
     for (float temperature : {0.0f, 0.8f}) {
       const auto alone = trajectory(*make_cpu_engine(w, o), prompt, 12, temperature, 0);
       // Batch sizes 2 to 65 put the candidate in GEMM kernel calls of 1 to 16 tokens with 4, 2 or 1
-      // strips per call (cpu/gemm_fp8.cpp, gemm_bf16.cpp), several chunks of 16 at 65, and at
+      // strips per call (cpu/gemm_fp8.cpp, gemm_wide.cpp), several chunks of 16 at 65, and at
       // different places in the batch.
       for (int others : {1, 2, 3, 5, 7, 11, 15, 64}) {
         const auto crowd = trajectory(*make_cpu_engine(w, o), prompt, 12, temperature, others);
@@ -317,6 +321,63 @@ TEST(CpuEngine, BatchInvarianceAloneOrAmong64) {
       }
     }
   }
+}
+
+namespace {
+
+// A copy of the one-file model `from` (with its config) whose floating-point tensors are rounded
+// to F16 and stored as `as` (F16, or F32 holding the F16 values).
+std::filesystem::path rounded_to_f16(const std::filesystem::path& from, const std::filesystem::path& to, DType as) {
+  std::filesystem::create_directories(to);
+  std::filesystem::copy_file(from / "config.json", to / "config.json");
+  SafetensorsFile in(from / "model.safetensors");
+  std::vector<TensorSpec> specs;
+  for (const TensorInfo& t : in.tensors()) specs.push_back({t.name, t.dtype == DType::F32 ? as : t.dtype, t.shape});
+  SafetensorsWriter out(to / "model.safetensors", specs);
+  for (const TensorInfo& t : in.tensors()) {
+    if (t.dtype != DType::F32) {
+      out.write(in.data(t), t.nbytes);
+      continue;
+    }
+    std::vector<float> v(t.nbytes / 4);
+    std::memcpy(v.data(), in.data(t), t.nbytes);
+    std::vector<std::uint16_t> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) h[i] = f16_from_float(v[i]), v[i] = f16_to_float(h[i]);
+    if (as == DType::F16) out.write(h.data(), h.size() * 2);
+    else out.write(v.data(), v.size() * 4);
+  }
+  out.finish();
+  return to;
+}
+
+}  // namespace
+
+// An F16 checkpoint (Llama 2 family checkpoints often are) runs the F32 path's numbers on the same
+// values, bit for bit: every F16 weight widens exactly, the GEMM's order is the same for both
+// formats (cpu/gemm_wide.h), and the F32 path is the one checked against transformers and
+// llama2.c. Greedy and sampled, alone and in a batch, with the same (F32) KV cache.
+TEST(CpuEngine, F16WeightsGiveTheF32NumbersOfTheSameValues) {
+  test::TempDir dir;
+  SyntheticOptions o;
+  o.shape = "tiny";
+  o.dtype = "f32";
+  o.seed = 12;
+  o.out = dir / "f32";
+  make_synthetic(o);
+  const auto f16 = load(rounded_to_f16(o.out, dir / "f16", DType::F16));
+  const auto f32 = load(rounded_to_f16(o.out, dir / "f32-of-f16", DType::F32));
+  ASSERT_EQ(f16->lm_head.weight.dtype, DType::F16);
+  ASSERT_EQ(f16->layers[0].w_down.weight.dtype, DType::F16);
+  EngineOptions eo;
+  eo.kv = EngineOptions::Kv::F32;
+  const std::vector<int> prompt = {1, 17, 300, 42, 99, 7};
+  for (float temperature : {0.0f, 0.8f})
+    for (int others : {0, 5}) {
+      const auto a = trajectory(*make_cpu_engine(f16, eo), prompt, 10, temperature, others);
+      const auto b = trajectory(*make_cpu_engine(f32, eo), prompt, 10, temperature, others);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "temperature " << temperature << ", others " << others;
+    }
 }
 
 TEST(CpuEngine, ThreadCountDoesNotChangeTheNumbers) {

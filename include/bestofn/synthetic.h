@@ -13,7 +13,7 @@ namespace bestofn {
 
 struct SyntheticOptions {
   std::string shape = "tiny";  // a preset name, or the path of a config.json
-  std::string dtype = "bf16";  // f32 | bf16 | fp8
+  std::string dtype = "bf16";  // f32 | f16 | bf16 | fp8
   // fp8 only: "channel" = per-output-channel weight scales, dynamic per-token activations;
   // "tensor" = per-tensor weight scales and a static input_scale (the RedHatAI FP8 layout).
   std::string fp8_scheme = "channel";

@@ -170,7 +170,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   auto* m = sub->add_option("--model", o->model, "Model directory");
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m");
   m->excludes(s);
-  sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "bf16", "fp8"}))->default_str("fp8");
+  sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8");
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
   sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)");
   sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
@@ -298,7 +298,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
       if (engine->name() == "cpu") {
         row["core_round_trip_ns"] = round_trip_ns;
-        row["cpu_kernels"] = {{"fp8", cpu::fp8_kernel_name()}, {"bf16", cpu::bf16_kernel_name()}};  // which GEMM kernels ran
+        row["cpu_kernels"] = {{"fp8", cpu::fp8_kernel_name()}, {"bf16", cpu::wide_kernel_name()}};  // which GEMM kernels ran
       }
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;

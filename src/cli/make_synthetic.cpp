@@ -51,7 +51,7 @@ Runner add_make_synthetic(CLI::App& app) {
       "  bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /data/synth-8b \\\n"
       "      --tokenizer ~/models/Llama-3.1-8B/tokenizer.json");
   sub->add_option("--shape", opt->shape, "Preset name or path of a config.json")->required();
-  sub->add_option("--dtype", opt->dtype, "Weight dtype")->check(CLI::IsMember({"f32", "bf16", "fp8"}))->default_str("bf16");
+  sub->add_option("--dtype", opt->dtype, "Weight dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("bf16");
   sub->add_option("--fp8-scheme", opt->fp8_scheme,
                   "fp8: 'channel' (per-channel weight scales, dynamic activations) or 'tensor' (per-tensor scales, static input_scale)")
       ->check(CLI::IsMember({"channel", "tensor"}))

@@ -244,7 +244,7 @@ class CpuEngine final : public Engine {
     const bool f32 = w_->token_embedding.dtype == DType::F32;
     kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
     if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
-    // Every FP8 and BF16 layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h, gemm_bf16.h):
+    // Every layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h, gemm_wide.h):
     // as many bytes as the checkpoint's, which the engine then no longer reads (a tied lm_head is
     // copied; the embedding lookups still read the checkpoint's table). One arena in 2 MB pages
     // where the kernel grants them (madvise: a decode step streams all of it, 4 KB pages cost a

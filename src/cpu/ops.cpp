@@ -12,18 +12,13 @@
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
 #include "bestofn/quantize.h"
-#include "cpu/gemm_bf16.h"
 #include "cpu/exp_poly.h"
 #include "cpu/gemm_fp8.h"
+#include "cpu/gemm_wide.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn::cpu {
 namespace {
-
-constexpr int kLanes = 16;    // partial sums per dot product: a fixed order, one AVX-512 vector
-constexpr int kRows = 4;      // weight rows per block, each read once for all tokens
-constexpr std::size_t kTokenTile = 32;  // tokens per tile, so a tile of x stays in L2
-constexpr int kTokens = 4;              // tokens per micro-kernel call
 
 void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
   const std::size_t off = static_cast<std::size_t>(r) * n;
@@ -54,93 +49,6 @@ void widen(const Tensor& t, std::int64_t r, std::size_t n, float* out) {
     }
     default: throw Error("tensor '" + t.name + "': unsupported dtype for compute");
   }
-}
-
-// The GEMM micro-kernel: kRows weight rows x TT tokens, each dot product kept as kLanes partial
-// sums over i (a fixed order), then summed lane 0..kLanes-1 and the tail added last. Every
-// (token, row) pair goes through the same instruction sequence whatever TT is and wherever it
-// sits in the tile, so a token's result never depends on the tokens beside it.
-// One vector of kLanes floats (GCC/Clang vector extension: AVX-512 here, split into narrower
-// registers by the compiler elsewhere).
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-inline Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// Sum of a vector's lanes in lane order, then the scalar tail: the one reduction every dot
-// product uses.
-inline float finish_dot(const Vec& acc, const float* __restrict x, const float* __restrict w, std::size_t i, std::size_t n) {
-  float a = 0.0f;
-  for (int l = 0; l < kLanes; ++l) a += acc[l];
-  for (; i < n; ++i) a += x[i] * w[i];
-  return a;
-}
-
-// 4 rows x 1 token.
-void kernel_4x1(const float* __restrict x, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
-                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
-  Vec a0 = {}, a1 = {}, a2 = {}, a3 = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const Vec xv = load_vec(x + i);
-    a0 += xv * load_vec(w0 + i);
-    a1 += xv * load_vec(w1 + i);
-    a2 += xv * load_vec(w2 + i);
-    a3 += xv * load_vec(w3 + i);
-  }
-  out[0][0] = finish_dot(a0, x, w0, i, n);
-  out[0][1] = finish_dot(a1, x, w1, i, n);
-  out[0][2] = finish_dot(a2, x, w2, i, n);
-  out[0][3] = finish_dot(a3, x, w3, i, n);
-}
-
-// 4 rows x 2 tokens.
-void kernel_4x2(const float* const* xs, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
-                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
-  const float* __restrict x0 = xs[0];
-  const float* __restrict x1 = xs[1];
-  Vec a00 = {}, a01 = {}, a02 = {}, a03 = {}, a10 = {}, a11 = {}, a12 = {}, a13 = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const Vec v0 = load_vec(w0 + i), v1 = load_vec(w1 + i), v2 = load_vec(w2 + i), v3 = load_vec(w3 + i);
-    Vec xv = load_vec(x0 + i);
-    a00 += xv * v0, a01 += xv * v1, a02 += xv * v2, a03 += xv * v3;
-    xv = load_vec(x1 + i);
-    a10 += xv * v0, a11 += xv * v1, a12 += xv * v2, a13 += xv * v3;
-  }
-  const Vec* acc[2][4] = {{&a00, &a01, &a02, &a03}, {&a10, &a11, &a12, &a13}};
-  const float* ws[4] = {w0, w1, w2, w3};
-  for (int t = 0; t < 2; ++t)
-    for (int k = 0; k < kRows; ++k) out[t][k] = finish_dot(*acc[t][k], xs[t], ws[k], i, n);
-}
-
-// 4 rows x 4 tokens: 16 accumulators, 8 loads per 16 multiply-adds.
-void kernel_4x4(const float* const* xs, const float* __restrict w0, const float* __restrict w1, const float* __restrict w2,
-                const float* __restrict w3, std::size_t n, float (*out)[kRows]) {
-  const float* __restrict x0 = xs[0];
-  const float* __restrict x1 = xs[1];
-  const float* __restrict x2 = xs[2];
-  const float* __restrict x3 = xs[3];
-  Vec a00 = {}, a01 = {}, a02 = {}, a03 = {}, a10 = {}, a11 = {}, a12 = {}, a13 = {};
-  Vec a20 = {}, a21 = {}, a22 = {}, a23 = {}, a30 = {}, a31 = {}, a32 = {}, a33 = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const Vec v0 = load_vec(w0 + i), v1 = load_vec(w1 + i), v2 = load_vec(w2 + i), v3 = load_vec(w3 + i);
-    Vec xv = load_vec(x0 + i);
-    a00 += xv * v0, a01 += xv * v1, a02 += xv * v2, a03 += xv * v3;
-    xv = load_vec(x1 + i);
-    a10 += xv * v0, a11 += xv * v1, a12 += xv * v2, a13 += xv * v3;
-    xv = load_vec(x2 + i);
-    a20 += xv * v0, a21 += xv * v1, a22 += xv * v2, a23 += xv * v3;
-    xv = load_vec(x3 + i);
-    a30 += xv * v0, a31 += xv * v1, a32 += xv * v2, a33 += xv * v3;
-  }
-  const Vec* acc[4][4] = {{&a00, &a01, &a02, &a03}, {&a10, &a11, &a12, &a13}, {&a20, &a21, &a22, &a23}, {&a30, &a31, &a32, &a33}};
-  const float* ws[4] = {w0, w1, w2, w3};
-  for (int t = 0; t < 4; ++t)
-    for (int k = 0; k < kRows; ++k) out[t][k] = finish_dot(*acc[t][k], xs[t], ws[k], i, n);
 }
 
 // max(|x_i|) over n values, NaNs skipped (as std::max(amax, |x|) in order does): a max does not
@@ -193,12 +101,22 @@ T* line_aligned(std::vector<T>& buf, std::size_t n) {
   return static_cast<T*>(std::align(64, n * sizeof(T), p, room));
 }
 
+// The wide GEMM's format of a layer that is not FP8 (weights.cpp admits F32, BF16 and F16 alone).
+wide::Format wide_format(const Linear& l) {
+  switch (l.weight.dtype) {
+    case DType::BF16: return wide::Format::Bf16;
+    case DType::F16: return wide::Format::F16;
+    case DType::F32: return wide::Format::F32;
+    default: throw Error("tensor '" + l.weight.name + "': unsupported dtype for a linear layer");
+  }
+}
+
 // A layer's packed weights: `given`, else packed into `own` for this call alone.
 const void* packed_or_own(const Linear& l, const void* given, ThreadPool& pool, std::vector<std::uint8_t>& own) {
   if (given) return given;
   own.resize(packed_bytes(l));
   pack_linear(l, pool, own.data());
-  return own.data();  // vector storage: aligned for the codes' and BF16 words' types
+  return own.data();  // operator new's alignment: enough for the codes, 16-bit words and floats
 }
 
 // The GEMM path for FP8 weights: fp8::best_path() unless BESTOFN_FP8_GENERIC is set (both give
@@ -217,10 +135,10 @@ const char* fp8_kernel_name() {
     default: return "generic";
   }
 }
-const char* bf16_kernel_name() {
-  switch (bf16::best_path()) {
-    case bf16::Path::Avx512: return "avx512";
-    case bf16::Path::Avx2Fma: return "avx2";
+const char* wide_kernel_name() {
+  switch (wide::best_path()) {
+    case wide::Path::Avx512: return "avx512";
+    case wide::Path::Avx2Fma: return "avx2";
     default: return "portable";
   }
 }
@@ -286,8 +204,7 @@ bool share_fp8_input(std::span<const Linear* const> ls) {
 std::size_t packed_bytes(const Linear& l) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
   if (l.is_fp8()) return fp8::packed_weight_bytes(out, in);
-  if (l.weight.dtype == DType::BF16) return bf16::packed_weight_words(out, in) * sizeof(std::uint16_t);
-  return 0;
+  return wide::packed_weight_bytes(wide_format(l), out, in);
 }
 
 void pack_linear(const Linear& l, ThreadPool& pool, void* packed) {
@@ -295,31 +212,29 @@ void pack_linear(const Linear& l, ThreadPool& pool, void* packed) {
   if (l.is_fp8()) {
     auto* p = static_cast<std::uint8_t*>(packed);
     pool.run(fp8::strip_count(out), [&](std::size_t s0, std::size_t s1) { fp8::pack_weights(l.weight.data, out, in, s0, s1, p); });
-  } else if (l.weight.dtype == DType::BF16) {
-    auto* p = static_cast<std::uint16_t*>(packed);
-    const auto* w = reinterpret_cast<const std::uint16_t*>(l.weight.data);
-    pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::pack_weights(w, out, in, s0, s1, p); });
   } else {
-    throw Error("pack_linear: " + l.weight.name + " is read in place, not packed");
+    const wide::Format f = wide_format(l);
+    pool.run(wide::strip_count(out), [&](std::size_t s0, std::size_t s1) { wide::pack_weights(f, l.weight.data, out, in, s0, s1, packed); });
   }
 }
 
 namespace {
 
-// A BF16 layer: x packed input by input into chunks of 16 tokens (split over the pool by input),
-// then the strips over the pool.
-void linear_bf16(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const std::uint16_t* strips) {
+// A BF16, F16 or F32 layer: x packed input by input into chunks of 16 tokens (split over the pool
+// by input), then the strips over the pool.
+void linear_wide(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const void* strips) {
   const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
+  const wide::Format f = wide_format(l);
   std::vector<std::uint8_t> own;
-  strips = static_cast<const std::uint16_t*>(packed_or_own(l, strips, pool, own));
+  strips = packed_or_own(l, strips, pool, own);
   thread_local std::vector<float> xp;
-  float* xpw = line_aligned(xp, bf16::packed_size(T, in));  // this thread's buffer, named plainly for the workers
-  auto pack = [&](std::size_t k0, std::size_t k1) { bf16::pack_activations(x, T, in, k0, k1, xpw); };
+  float* xpw = line_aligned(xp, wide::packed_size(T, in));  // this thread's buffer, named plainly for the workers
+  auto pack = [&](std::size_t k0, std::size_t k1) { wide::pack_activations(x, T, in, k0, k1, xpw); };
   if (T >= 4) pool.run(in, pack);
   else pack(0, in);
   const float* xs = xpw;
-  const bf16::Path path = bf16::best_path();
-  pool.run(bf16::strip_count(out), [&](std::size_t s0, std::size_t s1) { bf16::dot_strips(path, strips, out, in, s0, s1, xs, T, y, out); });
+  const wide::Path path = wide::best_path();
+  pool.run(wide::strip_count(out), [&](std::size_t s0, std::size_t s1) { wide::dot_strips(path, f, strips, out, in, s0, s1, xs, T, y, out); });
 }
 
 }  // namespace
@@ -345,40 +260,7 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
     linear_fp8_many(one, x, T, out, packed, pool);
     return;
   }
-  if (l.weight.dtype == DType::BF16) {
-    linear_bf16(l, x, T, y, pool, static_cast<const std::uint16_t*>(strips));
-    return;
-  }
-  const auto out = static_cast<std::size_t>(l.out_features()), in = static_cast<std::size_t>(l.in_features());
-  const std::size_t blocks = (out + kRows - 1) / kRows;
-  pool.run(blocks, [&](std::size_t b0, std::size_t b1) {
-    thread_local std::vector<float> wbuf;
-    wbuf.resize(kRows * in);
-    for (std::size_t t0 = 0; t0 < T; t0 += kTokenTile) {
-      const std::size_t t1 = std::min(T, t0 + kTokenTile);
-      for (std::size_t b = b0; b < b1; ++b) {
-        const std::size_t r0 = b * kRows;
-        const int rows = static_cast<int>(std::min<std::size_t>(kRows, out - r0));
-        const float* w[kRows];
-        for (int k = 0; k < kRows; ++k) {
-          w[k] = wbuf.data() + static_cast<std::size_t>(k) * in;
-          if (k < rows) widen(l.weight, static_cast<std::int64_t>(r0) + k, in, wbuf.data() + static_cast<std::size_t>(k) * in);
-          else std::fill_n(wbuf.data() + static_cast<std::size_t>(k) * in, in, 0.0f);
-        }
-        for (std::size_t t = t0; t < t1; t += kTokens) {
-          const int tt = static_cast<int>(std::min<std::size_t>(kTokens, t1 - t));
-          const float* xs[kTokens];
-          for (int j = 0; j < kTokens; ++j) xs[j] = x + (t + static_cast<std::size_t>(std::min(j, tt - 1))) * in;
-          float acc[kTokens][kRows];
-          if (tt == 1) kernel_4x1(xs[0], w[0], w[1], w[2], w[3], in, acc);
-          else if (tt == 2) kernel_4x2(xs, w[0], w[1], w[2], w[3], in, acc);
-          else kernel_4x4(xs, w[0], w[1], w[2], w[3], in, acc);  // a 3-token tile repeats its last token
-          for (int j = 0; j < tt; ++j)
-            for (int k = 0; k < rows; ++k) y[(t + static_cast<std::size_t>(j)) * out + r0 + static_cast<std::size_t>(k)] = acc[j][k];
-        }
-      }
-    }
-  });
+  linear_wide(l, x, T, y, pool, strips);
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c) {

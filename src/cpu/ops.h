@@ -20,31 +20,30 @@ void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std:
 // Row r of an embedding / weight tensor, widened to float.
 void tensor_row(const Tensor& t, std::int64_t r, float* out);
 
-// A Linear's weights re-laid in the strips the CPU GEMM reads (FP8: fp8::pack_weights, BF16:
-// bf16::pack_weights; the same bytes as the checkpoint's plus padding): an engine packs its
-// layers once and hands them to linear(). packed_bytes is 0 for weights read in place (F32, F16).
-// pack_linear writes packed_bytes(l) bytes (64-byte aligned), the strips split over the pool.
+// A Linear's weights re-laid in the strips the CPU GEMM reads (FP8: fp8::pack_weights; BF16, F16
+// and F32: wide::pack_weights; the same bytes as the checkpoint's plus padding): an engine packs
+// its layers once and hands them to linear(). pack_linear writes packed_bytes(l) bytes into a
+// buffer aligned for floats (the engine's: 64 bytes), the strips split over the pool.
 std::size_t packed_bytes(const Linear& l);
 void pack_linear(const Linear& l, ThreadPool& pool, void* packed);
 
 // y (T x out) = x (T x in) W^T. FP8 weights: the activations are quantized to E4M3 first (the
 // static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
 // summed in fp32 (in the order cpu/gemm_fp8.h states, on every CPU) and scaled by
-// x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does. BF16 weights: fp32 FMAs in
-// the order cpu/gemm_bf16.h states. F32 / F16: fp32 FMAs, 16 lanes then the tail.
+// x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does. BF16, F16 and F32 weights:
+// fp32 FMAs in the order cpu/gemm_wide.h states (one accumulator, input by input).
 // Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
 // a candidate's numbers never depend on the batch around it.
-// `packed`: pack_linear(l) for FP8 / BF16 layers; without it such a layer is packed for this call
-// alone.
+// `packed`: pack_linear(l); without it the layer is packed for this call alone.
 void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool& pool, const void* packed = nullptr);
 // ys[i] = linear(*ls[i], x): the same numbers, but FP8 layers that quantize x alike (q/k/v,
 // gate/up) quantize it once and share one pass of the thread pool.
 // packed: one per layer (as linear's), or empty.
-// The kernels linear() runs on this CPU for FP8 and BF16 weights: "avx512_bf16", "avx2" or
-// "generic" (FP8; BESTOFN_FP8_GENERIC forces the last), "avx512", "avx2" or "portable" (BF16).
-// Every one gives the same bits; they differ in speed alone.
+// The kernels linear() runs on this CPU for FP8 weights, "avx512_bf16", "avx2" or "generic"
+// (BESTOFN_FP8_GENERIC forces the last), and for BF16, F16 and F32 weights, "avx512", "avx2" or
+// "portable". Every one gives the same bits; they differ in speed alone.
 const char* fp8_kernel_name();
-const char* bf16_kernel_name();
+const char* wide_kernel_name();
 void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
                  std::span<const void* const> packed = {});
 

@@ -1,5 +1,5 @@
 #pragma once
-// The walk both strip GEMMs (gemm_fp8.cpp, gemm_bf16.cpp) make over a range of strips: kernel
+// The walk both strip GEMMs (gemm_fp8.cpp, gemm_wide.cpp) make over a range of strips: kernel
 // calls of `per_call` strips (several strips give few tokens more independent chains of
 // additions), the strips left at the end one at a time.
 #include <cstddef>
