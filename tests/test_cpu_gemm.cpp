@@ -219,29 +219,34 @@ float wide_reference(const float* x, const float* w, std::size_t in) {
   return a;
 }
 
-// Random weights of one format (N(0, 0.05)) with its edge values up front: for BF16 and F16 the
-// smallest and largest subnormal, -0 and the largest finite value; for F32 a subnormal and -0.
-// `stored` holds the format's bits, `value` the same weights as floats.
+// Random (out, in) weights of one format, N(0, 0.05), with its edge values: row 0 starts with -0
+// and the largest finite value (BF16 0x7f7f, F16 65504, F32 FLT_MAX); row 1 is all subnormals of
+// either sign (its sums are small: a path that flushed subnormal weights to zero would give 0
+// there). `stored` holds the format's bits, `value` the same weights as floats.
 struct WideWeights {
   std::vector<std::uint8_t> stored;
   std::vector<float> value;
 };
-WideWeights wide_weights(cpu::wide::Format f, std::size_t n, std::mt19937& rng) {
+WideWeights wide_weights(cpu::wide::Format f, std::size_t out, std::size_t in, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  const std::size_t n = out * in;
   WideWeights w;
   w.stored.resize(n * cpu::wide::weight_bytes(f));
   w.value.resize(n);
+  const bool subnormal_row = out > 1;
   for (std::size_t i = 0; i < n; ++i) {
     const float v = nd(rng) * 0.05f;
+    const bool sub = subnormal_row && i / in == 1;
+    const std::uint32_t sign = rng() & 1u;
     if (f == cpu::wide::Format::F32) {
-      const std::uint32_t edge[] = {0x00000001u, 0x80000000u, 0x007fffffu};
-      const float e = i < 3 ? std::bit_cast<float>(edge[i]) : v;
+      float e = i == 0 ? -0.0f : i == 1 ? std::bit_cast<float>(0x7f7fffffu) : v;
+      if (sub) e = std::bit_cast<float>(static_cast<std::uint32_t>((sign << 31) | (1u + rng() % 0x7fffffu)));
       std::memcpy(&w.stored[4 * i], &e, 4);
       w.value[i] = e;
     } else {
       const bool bf = f == cpu::wide::Format::Bf16;
-      const std::uint16_t edge[] = {0x0001, static_cast<std::uint16_t>(bf ? 0x007f : 0x03ff), 0x8000, static_cast<std::uint16_t>(bf ? 0x7f7f : 0x7bff)};
-      const std::uint16_t h = i < 4 ? edge[i] : bf ? bf16_from_float(v) : f16_from_float(v);
+      std::uint16_t h = i == 0 ? 0x8000 : i == 1 ? static_cast<std::uint16_t>(bf ? 0x7f7f : 0x7bff) : bf ? bf16_from_float(v) : f16_from_float(v);
+      if (sub) h = static_cast<std::uint16_t>((sign << 15) | (1u + rng() % (bf ? 0x7fu : 0x3ffu)));
       std::memcpy(&w.stored[2 * i], &h, 2);
       w.value[i] = bf ? bf16_to_float(h) : f16_to_float(h);
     }
@@ -292,11 +297,13 @@ TEST(CpuGemm, LinearManyGivesEachLayersOwnNumbers) {
 
 TEST(CpuGemm, WidePathsFollowTheStatedOrderBitForBit) {
   namespace wide = cpu::wide;
+  std::cout << "[ note     ] paths run on this CPU:" << (wide::available(wide::Path::Avx512) ? " AVX-512" : "")
+            << (wide::available(wide::Path::Avx2Fma) ? " AVX2 + FMA" : "") << " portable\n";
   std::mt19937 rng(10);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (wide::Format f : {wide::Format::Bf16, wide::Format::F16, wide::Format::F32})
     for (const Shape& s : kShapes) {
-      const WideWeights w = wide_weights(f, s.out * s.in, rng);
+      const WideWeights w = wide_weights(f, s.out, s.in, rng);
       std::vector<float> x(s.T * s.in);
       for (auto& v : x) v = nd(rng);
       const std::size_t n = wide::strip_count(s.out);
@@ -335,7 +342,7 @@ TEST(CpuGemm, WideLinearGivesTheOrderedSums) {
     DType dtype;
   } kinds[] = {{cpu::wide::Format::Bf16, DType::BF16}, {cpu::wide::Format::F16, DType::F16}, {cpu::wide::Format::F32, DType::F32}};
   for (const auto& kind : kinds) {
-    const WideWeights w = wide_weights(kind.f, out * in, rng);
+    const WideWeights w = wide_weights(kind.f, out, in, rng);
     Linear l;
     l.weight = Tensor{"w", kind.dtype, {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)}, w.stored.data(), w.stored.size()};
     for (std::size_t T : {1u, 5u, 20u})

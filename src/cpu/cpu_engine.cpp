@@ -325,7 +325,7 @@ class CpuEngine final : public Engine {
                      std::span<const void* const>(strips.data(), ws.size()));
     add_since(t0, &PhaseTimes::gemm_ms);
   }
-  // The packed weights of a layer of this model (nullptr for layers read in place).
+  // The packed weights of a layer of this model (nullptr for a layer without weights: packed_bytes 0).
   const void* strips_of(const Linear& l) const {
     const auto it = strips_.find(&l);
     return it == strips_.end() ? nullptr : it->second;

@@ -46,20 +46,26 @@ inline float widen(Elem<F> e) {
   else return e;
 }
 
-// The portable path, one token and one strip at a time.
+// The portable path, one strip and one chunk of tokens at a time: each input's 16 weights are
+// widened once for the chunk's tokens.
 template <Format F>
 void dot_strips_generic(const Elem<F>* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
                         std::size_t T, float* y, std::size_t ys) {
   for (std::size_t s = s0; s < s1; ++s) {
     const Elem<F>* sw = pw + s * kStrip * in;
     const std::size_t r0 = s * kStrip, rows = std::min(kStrip, out - r0);
-    for (std::size_t t = 0; t < T; ++t) {
-      const std::size_t c = t / kChunk, n = std::min(kChunk, T - c * kChunk);
-      const float* xt = x + c * kChunk * in + t % kChunk;  // token t's value for input k at xt[k * n]
-      float acc[kStrip] = {};
-      for (std::size_t k = 0; k < in; ++k)
-        for (std::size_t j = 0; j < kStrip; ++j) acc[j] = std::fma(xt[k * n], widen<F>(sw[k * kStrip + j]), acc[j]);
-      for (std::size_t j = 0; j < rows; ++j) y[t * ys + r0 + j] = acc[j];
+    for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
+      const std::size_t n = std::min(kChunk, T - c0);
+      const float* xc = x + c0 * in;  // the chunk's token t, input k at xc[k * n + t]
+      float acc[kChunk][kStrip] = {};
+      for (std::size_t k = 0; k < in; ++k) {
+        float wk[kStrip];
+        for (std::size_t j = 0; j < kStrip; ++j) wk[j] = widen<F>(sw[k * kStrip + j]);
+        for (std::size_t t = 0; t < n; ++t)
+          for (std::size_t j = 0; j < kStrip; ++j) acc[t][j] = std::fma(xc[k * n + t], wk[j], acc[t][j]);
+      }
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t j = 0; j < rows; ++j) y[(c0 + t) * ys + r0 + j] = acc[t][j];
     }
   }
 }
@@ -259,25 +265,20 @@ BESTOFN_AVX512 void dot_strips_avx512(const Elem<F>* pw, std::size_t out, std::s
   }
 }
 
+// `w`: the checkpoint's bytes, which safetensors does not align (read element by element with
+// memcpy); `packed`: aligned for Elem<F>.
 template <Format F>
-void pack_weights_as(const Elem<F>* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, Elem<F>* packed) {
+void pack_weights_as(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, Elem<F>* packed) {
   for (std::size_t s = s0; s < s1; ++s)
     for (std::size_t j = 0; j < kStrip; ++j) {
       const std::size_t r = s * kStrip + j;
       Elem<F>* dst = packed + s * kStrip * in + j;
-      for (std::size_t k = 0; k < in; ++k) dst[k * kStrip] = r < out ? w[r * in + k] : Elem<F>{};
+      for (std::size_t k = 0; k < in; ++k) {
+        Elem<F> e{};
+        if (r < out) std::memcpy(&e, w + (r * in + k) * sizeof e, sizeof e);
+        dst[k * kStrip] = e;
+      }
     }
-}
-
-template <Format F>
-void dot_strips_as(Path p, const void* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
-                   std::size_t T, float* y, std::size_t ys) {
-  const auto* pw = static_cast<const Elem<F>*>(packed_w);
-  switch (p) {
-    case Path::Avx512: dot_strips_avx512<F>(pw, out, in, s0, s1, x, T, y, ys); break;
-    case Path::Avx2Fma: dot_strips_avx2<F>(pw, out, in, s0, s1, x, T, y, ys); break;
-    default: dot_strips_generic<F>(pw, out, in, s0, s1, x, T, y, ys);
-  }
 }
 
 // F16C (vcvtph2ps), from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c").
@@ -286,13 +287,28 @@ bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+template <Format F>
+void dot_strips_as(Path p, const void* packed_w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
+                   std::size_t T, float* y, std::size_t ys) {
+  const auto* pw = static_cast<const Elem<F>*>(packed_w);
+  if constexpr (F == Format::F16) {
+    static const bool f16c = has_f16c();
+    if (p == Path::Avx2Fma && !f16c) p = Path::Portable;  // an AVX2 CPU (or VM) without F16C: the same bits, slower
+  }
+  switch (p) {
+    case Path::Avx512: dot_strips_avx512<F>(pw, out, in, s0, s1, x, T, y, ys); break;
+    case Path::Avx2Fma: dot_strips_avx2<F>(pw, out, in, s0, s1, x, T, y, ys); break;
+    default: dot_strips_generic<F>(pw, out, in, s0, s1, x, T, y, ys);
+  }
+}
+
 }  // namespace
 
 bool available(Path p) {
   __builtin_cpu_init();
   switch (p) {
     case Path::Avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    case Path::Avx2Fma: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+    case Path::Avx2Fma: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     default: return true;
   }
 }
@@ -304,13 +320,9 @@ Path best_path() {
 
 void pack_weights(Format f, const void* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, void* packed) {
   switch (f) {
-    case Format::Bf16:
-      pack_weights_as<Format::Bf16>(static_cast<const std::uint16_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed));
-      break;
-    case Format::F16:
-      pack_weights_as<Format::F16>(static_cast<const std::uint16_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed));
-      break;
-    case Format::F32: pack_weights_as<Format::F32>(static_cast<const float*>(w), out, in, s0, s1, static_cast<float*>(packed)); break;
+    case Format::Bf16: pack_weights_as<Format::Bf16>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
+    case Format::F16: pack_weights_as<Format::F16>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
+    case Format::F32: pack_weights_as<Format::F32>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<float*>(packed)); break;
   }
 }
 

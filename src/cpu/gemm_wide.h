@@ -20,9 +20,10 @@ namespace bestofn::cpu::wide {
 enum class Format { Bf16, F16, F32 };
 inline std::size_t weight_bytes(Format f) { return f == Format::F32 ? 4 : 2; }
 
-// The paths, fastest first; all give the same bits. Avx512: AVX-512F + FMA. Avx2Fma: AVX2 + FMA +
-// F16C kernels (two 8-lane vectors per strip). Portable: plain C++ (std::fma; a libm call per
-// product where the CPU has no FMA).
+// The paths, fastest first; all give the same bits (NaN weights aside: their payloads). Avx512:
+// AVX-512F + FMA. Avx2Fma: AVX2 + FMA kernels (two 8-lane vectors per strip; F16 weights also need
+// F16C, without which they take the portable path). Portable: plain C++ (std::fma; a libm call
+// per product where the CPU has no FMA).
 enum class Path { Avx512, Avx2Fma, Portable };
 bool available(Path p);
 Path best_path();
@@ -33,7 +34,7 @@ inline std::size_t packed_weight_bytes(Format f, std::size_t out, std::size_t in
 
 // Strips [s0, s1) of w (out, in) weights in format f, row-major, into `packed` (strip s at
 // s * kStrip * in elements, input k's 16 rows at k * kStrip within it; rows past `out` are
-// zero). `packed` is aligned for the element type.
+// zero). `w` may sit at any address (a checkpoint's bytes); `packed` is aligned for the element type.
 void pack_weights(Format f, const void* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, void* packed);
 
 // Floats of packed activations for T tokens: chunks of 16 tokens (the last: n <= 16), each

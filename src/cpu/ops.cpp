@@ -107,7 +107,7 @@ wide::Format wide_format(const Linear& l) {
     case DType::BF16: return wide::Format::Bf16;
     case DType::F16: return wide::Format::F16;
     case DType::F32: return wide::Format::F32;
-    default: throw Error("tensor '" + l.weight.name + "': unsupported dtype for a linear layer");
+    default: throw Error("tensor '" + l.weight.name + "': " + std::string(dtype_name(l.weight.dtype)) + " is not a linear layer's dtype here");
   }
 }
 
