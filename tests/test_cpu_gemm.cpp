@@ -331,6 +331,21 @@ TEST(CpuGemm, WidePathsFollowTheStatedOrderBitForBit) {
     }
 }
 
+// No inputs: every output is the empty sum, 0, on every path (the AVX2 path sizes its cache
+// groups by the strip's width, which is then 0).
+TEST(CpuGemm, WideEmptySumsAreZero) {
+  namespace wide = cpu::wide;
+  const float none = 0.0f;
+  for (wide::Path p : {wide::Path::Avx512, wide::Path::Avx2Fma, wide::Path::Portable}) {
+    if (!wide::available(p)) continue;
+    for (wide::Format f : {wide::Format::Bf16, wide::Format::F16, wide::Format::F32}) {
+      std::vector<float> y(3 * 20, NAN);
+      wide::dot_strips(p, f, &none, 20, 0, 0, wide::strip_count(20), &none, 3, y.data(), 20);
+      for (float v : y) ASSERT_EQ(std::bit_cast<std::uint32_t>(v), 0u) << format_name(f) << " path " << static_cast<int>(p);
+    }
+  }
+}
+
 // cpu::linear on a BF16, F16 or F32 Linear (packed for the call, activations packed over the pool
 // by input): the stated order whatever the thread count and the token count.
 TEST(CpuGemm, WideLinearGivesTheOrderedSums) {

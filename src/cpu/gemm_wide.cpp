@@ -339,6 +339,11 @@ void dot_strips(Path p, Format f, const void* packed_w, std::size_t out, std::si
                 const float* x, std::size_t T, float* y, std::size_t y_stride) {
   s1 = std::min(s1, strip_count(out));
   if (s0 >= s1 || T == 0) return;
+  if (in == 0) {  // empty sums (and no strip width to divide the cache by)
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t r = s0 * kStrip; r < std::min(out, s1 * kStrip); ++r) y[t * y_stride + r] = 0.0f;
+    return;
+  }
   switch (f) {
     case Format::Bf16: dot_strips_as<Format::Bf16>(p, packed_w, out, in, s0, s1, x, T, y, y_stride); break;
     case Format::F16: dot_strips_as<Format::F16>(p, packed_w, out, in, s0, s1, x, T, y, y_stride); break;
