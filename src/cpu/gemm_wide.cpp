@@ -134,27 +134,26 @@ BESTOFN_AVX2 void avx2_kernel(const Avx2Args<F>& a) {
 
 constexpr int kAvx2Tokens = 6;  // tokens per call at most
 constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt == 2 ? 3 : tt == 3 ? 2 : 1; }
-template <Format F>
-using Avx2Kernel = void (*)(const Avx2Args<F>&);
-template <Format F, std::size_t... I>
-constexpr std::array<Avx2Kernel<F>, sizeof...(I)> make_avx2(std::index_sequence<I...>) {
-  return {avx2_kernel<F, static_cast<int>(I) + 1, avx2_strips_for(static_cast<int>(I) + 1)>...};
+// {make(1), ..., make(N)} with each argument a std::integral_constant: the kernels for 1..N
+// tokens, indexed by tokens - 1.
+template <int N, class Make>
+constexpr auto kernel_table(Make make) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array{make(std::integral_constant<int, static_cast<int>(I) + 1>{})...};
+  }(std::make_index_sequence<N>{});
 }
-template <Format F, std::size_t... I>
-constexpr std::array<Avx2Kernel<F>, sizeof...(I)> make_avx2_single(std::index_sequence<I...>) {
-  return {avx2_kernel<F, static_cast<int>(I) + 1, 1>...};
-}
+
 template <Format F>
-constexpr auto kAvx2 = make_avx2<F>(std::make_index_sequence<kAvx2Tokens>{});
+constexpr auto kAvx2 = kernel_table<kAvx2Tokens>([](auto tt) { return &avx2_kernel<F, tt(), avx2_strips_for(tt())>; });
 template <Format F>
-constexpr auto kAvx2Single = make_avx2_single<F>(std::make_index_sequence<kAvx2Tokens>{});
+constexpr auto kAvx2Single = kernel_table<kAvx2Tokens>([](auto tt) { return &avx2_kernel<F, tt(), 1>; });
 
 template <Format F>
 BESTOFN_AVX2 void dot_strips_avx2(const Elem<F>* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, const float* x,
                                   std::size_t T, float* y, std::size_t ys) {
   const std::size_t sw = kStrip * in;
   // Strips that all of a chunk's token groups pass over while they stay in L2 (256 KB of them).
-  const std::size_t group = std::max<std::size_t>(1, (256u << 10) / (sw * sizeof(Elem<F>)));
+  const std::size_t group = std::max<std::size_t>(1, (256u << 10) / std::max<std::size_t>(1, sw * sizeof(Elem<F>)));
   for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
     const std::size_t n = std::min(kChunk, T - c0);
     for (std::size_t g0 = s0; g0 < s1; g0 += group) {
@@ -230,19 +229,9 @@ BESTOFN_AVX512 void strip_kernel(const StripArgs<F>& a) {
 constexpr int strips_for(int tt) { return tt <= 2 ? 4 : tt <= 4 ? 2 : 1; }
 
 template <Format F>
-using StripKernel = void (*)(const StripArgs<F>&);
-template <Format F, std::size_t... I>
-constexpr std::array<StripKernel<F>, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
-  return {strip_kernel<F, static_cast<int>(I) + 1, strips_for(static_cast<int>(I) + 1)>...};
-}
-template <Format F, std::size_t... I>
-constexpr std::array<StripKernel<F>, sizeof...(I)> make_single(std::index_sequence<I...>) {
-  return {strip_kernel<F, static_cast<int>(I) + 1, 1>...};
-}
+constexpr auto kKernels = kernel_table<kChunk>([](auto tt) { return &strip_kernel<F, tt(), strips_for(tt())>; });
 template <Format F>
-constexpr auto kKernels = make_kernels<F>(std::make_index_sequence<kChunk>{});
-template <Format F>
-constexpr auto kSingle = make_single<F>(std::make_index_sequence<kChunk>{});
+constexpr auto kSingle = kernel_table<kChunk>([](auto tt) { return &strip_kernel<F, tt(), 1>; });
 
 template <Format F>
 BESTOFN_AVX512 void dot_strips_avx512(const Elem<F>* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
@@ -265,19 +254,13 @@ BESTOFN_AVX512 void dot_strips_avx512(const Elem<F>* pw, std::size_t out, std::s
   }
 }
 
-// `w`: the checkpoint's bytes, which safetensors does not align (read element by element with
-// memcpy); `packed`: aligned for Elem<F>.
 template <Format F>
-void pack_weights_as(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, Elem<F>* packed) {
+void pack_weights_as(const Elem<F>* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, Elem<F>* packed) {
   for (std::size_t s = s0; s < s1; ++s)
     for (std::size_t j = 0; j < kStrip; ++j) {
       const std::size_t r = s * kStrip + j;
       Elem<F>* dst = packed + s * kStrip * in + j;
-      for (std::size_t k = 0; k < in; ++k) {
-        Elem<F> e{};
-        if (r < out) std::memcpy(&e, w + (r * in + k) * sizeof e, sizeof e);
-        dst[k * kStrip] = e;
-      }
+      for (std::size_t k = 0; k < in; ++k) dst[k * kStrip] = r < out ? w[r * in + k] : Elem<F>{};
     }
 }
 
@@ -320,9 +303,9 @@ Path best_path() {
 
 void pack_weights(Format f, const void* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, void* packed) {
   switch (f) {
-    case Format::Bf16: pack_weights_as<Format::Bf16>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
-    case Format::F16: pack_weights_as<Format::F16>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
-    case Format::F32: pack_weights_as<Format::F32>(static_cast<const std::uint8_t*>(w), out, in, s0, s1, static_cast<float*>(packed)); break;
+    case Format::Bf16: pack_weights_as<Format::Bf16>(static_cast<const std::uint16_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
+    case Format::F16: pack_weights_as<Format::F16>(static_cast<const std::uint16_t*>(w), out, in, s0, s1, static_cast<std::uint16_t*>(packed)); break;
+    case Format::F32: pack_weights_as<Format::F32>(static_cast<const float*>(w), out, in, s0, s1, static_cast<float*>(packed)); break;
   }
 }
 
@@ -339,11 +322,6 @@ void dot_strips(Path p, Format f, const void* packed_w, std::size_t out, std::si
                 const float* x, std::size_t T, float* y, std::size_t y_stride) {
   s1 = std::min(s1, strip_count(out));
   if (s0 >= s1 || T == 0) return;
-  if (in == 0) {  // empty sums (and no strip width to divide the cache by)
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t r = s0 * kStrip; r < std::min(out, s1 * kStrip); ++r) y[t * y_stride + r] = 0.0f;
-    return;
-  }
   switch (f) {
     case Format::Bf16: dot_strips_as<Format::Bf16>(p, packed_w, out, in, s0, s1, x, T, y, y_stride); break;
     case Format::F16: dot_strips_as<Format::F16>(p, packed_w, out, in, s0, s1, x, T, y, y_stride); break;

@@ -34,7 +34,8 @@ inline std::size_t packed_weight_bytes(Format f, std::size_t out, std::size_t in
 
 // Strips [s0, s1) of w (out, in) weights in format f, row-major, into `packed` (strip s at
 // s * kStrip * in elements, input k's 16 rows at k * kStrip within it; rows past `out` are
-// zero). `w` may sit at any address (a checkpoint's bytes); `packed` is aligned for the element type.
+// zero). `w` and `packed` are aligned for the element type (load_model copies a checkpoint
+// tensor that is not: src/weights.cpp).
 void pack_weights(Format f, const void* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, void* packed);
 
 // Floats of packed activations for T tokens: chunks of 16 tokens (the last: n <= 16), each
