@@ -73,7 +73,8 @@ void dot_strips_generic(const Elem<F>* pw, std::size_t out, std::size_t in, std:
 // AVX2 + FMA: the AVX-512 kernel's scheme on 8-lane vectors, a strip's 16 rows in two of them.
 // S strips x TT tokens x 2 halves accumulators, at most 12 (with the two weight vectors and a
 // broadcast, 15 of the 16 registers) and at least 8 (FMA chains in flight); more than 6 tokens of
-// a chunk go in groups of at most 6 over each group of strips while it is in the caches.
+// a chunk go in calls of at most 6 (avx2_call_tokens) over each group of strips while it is in
+// the caches.
 #define BESTOFN_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 template <Format F>
@@ -158,8 +159,9 @@ BESTOFN_AVX2 void dot_strips_avx2(const Elem<F>* pw, std::size_t out, std::size_
     const std::size_t n = std::min(kChunk, T - c0);
     for (std::size_t g0 = s0; g0 < s1; g0 += group) {
       const std::size_t g1 = std::min(s1, g0 + group);
-      for (std::size_t t0 = 0; t0 < n; t0 += kAvx2Tokens) {
-        const std::size_t tt = std::min<std::size_t>(kAvx2Tokens, n - t0);
+      const std::size_t calls = (n + kAvx2Tokens - 1) / kAvx2Tokens;
+      for (std::size_t t0 = 0, c = 0; t0 < n; ++c) {
+        const std::size_t tt = avx2_call_tokens(n - t0, calls - c, kAvx2Tokens);
         const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(tt)));
         for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t ns) BESTOFN_AVX2 {
           Avx2Args<F> a;
@@ -172,6 +174,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const Elem<F>* pw, std::size_t out, std::size_
           for (std::size_t j = 0; j < ns; ++j) a.rows[j] = std::min(kStrip, out - (s + j) * kStrip);
           (ns == 1 ? kAvx2Single<F> : kAvx2<F>)[tt - 1](a);
         });
+        t0 += tt;
       }
     }
   }

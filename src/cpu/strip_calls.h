@@ -1,7 +1,9 @@
 #pragma once
 // The walk both strip GEMMs (gemm_fp8.cpp, gemm_wide.cpp) make over a range of strips: kernel
 // calls of `per_call` strips (several strips give few tokens more independent chains of
-// additions), the strips left at the end one at a time.
+// additions), the strips left at the end one at a time; and how their AVX2 paths split tokens
+// into kernel calls.
+#include <algorithm>
 #include <cstddef>
 
 namespace bestofn::cpu {
@@ -14,6 +16,16 @@ void for_strip_calls(std::size_t s0, std::size_t s1, std::size_t per_call, F&& f
     f(s, n);
     s += n;
   }
+}
+
+// Tokens for the next of the `calls` AVX2 kernel calls (at most `most` tokens each) that take the
+// `left` tokens: an even share when it is at least 5, else `most` and the rest last. 16 tokens go
+// as 6, 5, 5: the 4-token call of 6, 6, 4 has 8 chains of FMAs, as many as Zen 3 keeps in flight
+// (4 cycles each, 2 a cycle), and waits on their latency (`bench_cpu_gemm --tokens 16`: ~6%
+// faster). 8 tokens stay 6, 2: two calls of 4 were slower.
+constexpr std::size_t avx2_call_tokens(std::size_t left, std::size_t calls, std::size_t most) {
+  const std::size_t even = calls == 0 ? left : (left + calls - 1) / calls;
+  return even >= 5 && even <= most ? even : std::min(most, left);
 }
 
 }  // namespace bestofn::cpu
