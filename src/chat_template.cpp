@@ -1,6 +1,7 @@
 #include "bestofn/chat_template.h"
 
 #include <filesystem>
+#include <vector>
 
 #include "bestofn/error.h"
 #include "bestofn/tokenizer.h"
@@ -16,19 +17,34 @@ std::string_view strip(std::string_view s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
+// The format's markers must be the tokenizer's special tokens: otherwise "<|eot_id|>" or "<s>"
+// would be encoded as plain text and the model would see no chat at all.
+ChatFormat checked(const Tokenizer& tok, ChatFormat f) {
+  const std::vector<const char*> needed = f == ChatFormat::Llama3
+                                              ? std::vector<const char*>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
+                                              : std::vector<const char*>{"<s>"};
+  for (const char* t : needed) {
+    const auto id = tok.token_id(t);
+    if (!id || !tok.is_special(*id))
+      throw Error(tok.path(), std::string("the ") + (f == ChatFormat::Llama3 ? "llama3" : "llama2") + " chat format needs the special token " + t +
+                                  ", which this tokenizer does not have (it would be encoded as plain text); choose another --chat-format");
+  }
+  return f;
+}
+
 }  // namespace
 
 ChatFormat chat_format(const Tokenizer& tok, const std::string& name) {
-  if (name == "llama3") return ChatFormat::Llama3;
-  if (name == "llama2") return ChatFormat::Llama2;
+  if (name == "llama3") return checked(tok, ChatFormat::Llama3);
+  if (name == "llama2") return checked(tok, ChatFormat::Llama2);
   const std::string config = (std::filesystem::path(tok.path()).parent_path() / "tokenizer_config.json").string();
   if (name != "auto") throw Error("--chat-format: '" + name + "' is not one of auto, llama3, llama2");
   const std::string& t = tok.chat_template();
   if (t.empty())
     throw Error(config, std::string("no chat_template to choose a chat format from; built-in formats: ") + kSupportedChatFormats +
                             " (choose one with --chat-format)");
-  if (t.find("<|start_header_id|>") != std::string::npos) return ChatFormat::Llama3;
-  if (t.find("[INST]") != std::string::npos) return ChatFormat::Llama2;
+  if (t.find("<|start_header_id|>") != std::string::npos) return checked(tok, ChatFormat::Llama3);
+  if (t.find("[INST]") != std::string::npos) return checked(tok, ChatFormat::Llama2);
   throw Error(config, std::string("unknown chat_template; built-in formats: ") + kSupportedChatFormats + " (choose one with --chat-format)");
 }
 

@@ -179,6 +179,7 @@ TEST(CliErrors, UsageErrorsExit2) {
     expect_failure({"make-synthetic", "--shape", "tiny", "--out", "/tmp/x", "--seed", seed}, 2, {"--seed"});
   for (const char* n : {"0", "", "1,,2", "a", "4097"})
     expect_failure({"bench", "--synthetic", "tiny", "--n", n}, 2, {"--n"});
+  expect_failure({"bench", "--synthetic", "nope"}, 2, {"--synthetic", "unknown preset 'nope'"});
   EXPECT_FALSE(fs::exists("/tmp/x/config.json"));
 }
 
@@ -306,6 +307,16 @@ TEST(CliTokenize, BadInputs) {
   expect_failure({"tokenize"}, 2, {"--tokenizer"});
   expect_failure({"tokenize", "--tokenizer", bestofn::test::require_shared("tokenizers/mistral").string(), "--chat", (dir / "ids.json").string()},
                  1, {"tokenizer_config.json", "no chat_template", "--chat-format"});
+  // A chat format whose markers this tokenizer lacks would encode them as plain text: refused.
+  const std::string mistral = bestofn::test::require_shared("tokenizers/mistral").string();
+  expect_failure({"tokenize", "--tokenizer", tok, "--chat", "--chat-format", "llama2", (dir / "ids.json").string()}, 1,
+                 {"llama2 chat format", "<s>", "plain text"});
+  expect_failure({"tokenize", "--tokenizer", mistral, "--chat", "--chat-format", "llama3", (dir / "ids.json").string()}, 1,
+                 {"llama3 chat format", "<|begin_of_text|>", "plain text"});
+  for (const auto& [t, format] : {std::pair{tok, "llama3"}, std::pair{mistral, "llama2"}}) {
+    const auto ok = run_cli({"tokenize", "--tokenizer", t, "--chat", "--chat-format", format, (dir / "ids.json").string()});
+    EXPECT_EQ(ok.exit_code, 0) << format << ": " << ok.err;
+  }
 }
 
 namespace {
@@ -749,4 +760,89 @@ TEST(CliScore, BadSamplesExit1WithTheLineAndWriteNothing) {
   expect_failure({"score", (dir / "s.jsonl").string(), "--data-dir", (dir / "nodata").string()}, 1, {"HumanEval.jsonl", "BESTOFN_DATA"});
   expect_failure({"score", (dir / "s.jsonl").string(), "--k", "0"}, 2, {"--k"});
   expect_failure({"score"}, 2, {"SAMPLES"});
+}
+
+TEST(CliOutput, AFifoOrASymlinkIsWrittenThroughNotReplaced) {
+  // --out names an existing file that is no regular file (here a FIFO; /dev/null is the common
+  // case): it is written in place and stays what it was (a rename over it made /dev/null a
+  // regular file). A symlink stays a link and its target gets the rows, keeping its mode.
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::vector<std::string> gen = {"generate", "--model", m, "--prompt", "def f():", "-n", "3", "--max-new-tokens", "4", "--out"};
+  const fs::path fifo = dir / "rows.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = bestofn::test::read_text(fifo); });  // blocks until bestofn opens it
+  auto args = gen;
+  args.push_back(fifo.string());
+  const auto r = run_cli(args);
+  reader.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(jsonl(got).size(), 3u) << got;
+  struct stat st;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  EXPECT_TRUE(bestofn::test::partial_files(fifo).empty());
+
+  bestofn::test::write_text(dir / "real.jsonl", "old\n");
+  ASSERT_EQ(chmod((dir / "real.jsonl").c_str(), 0640), 0);
+  fs::create_symlink("real.jsonl", dir / "link.jsonl");
+  args = gen;
+  args.push_back((dir / "link.jsonl").string());
+  const auto s = run_cli(args);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "link.jsonl")) << "the link was replaced";
+  EXPECT_EQ(jsonl(bestofn::test::read_text(dir / "real.jsonl")).size(), 3u);
+  ASSERT_EQ(stat((dir / "real.jsonl").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u) << "the replaced file's mode was not kept";
+  EXPECT_TRUE(bestofn::test::partial_files(dir / "real.jsonl").empty());
+}
+
+TEST(CliOutput, AStdoutThatCannotBeWrittenFailsTheRun) {
+  // stdout on a full device: exit 1 and one line naming <stdout>, not exit 0 with lost output.
+  // generate checks each row as it goes; tokenize and --help are checked at exit.
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"generate", "--model", m, "--prompt", "x", "-n", "2", "--max-new-tokens", "4"},
+           {"tokenize", "--tokenizer", (fs::path(m) / "tokenizer.json").string()},  // stdin: /dev/null, prints []
+           {"--help"}}) {
+    const int pid = bestofn::test::start_cli(args, "/dev/full", dir / "err");
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << args[0] << ": wait status " << st;
+    const std::string err = bestofn::test::read_text(dir / "err");
+    EXPECT_NE(err.find("<stdout>: write failed"), std::string::npos) << args[0] << ": " << err;
+    EXPECT_EQ(err.find('\n'), err.size() - 1) << args[0] << ": not one line: " << err;
+  }
+}
+
+TEST(CliOutput, ScoreNeedsOutForSamplesFromADevice) {
+  // The default results file is SAMPLES_results.jsonl: for /dev/stdin that would be a new file in
+  // /dev. Refused before anything is read.
+  expect_failure({"score", "/dev/stdin", "--data-dir", bestofn::test::require_shared("data").string()}, 1, {"/dev/stdin", "--out"});
+  EXPECT_FALSE(fs::exists("/dev/stdin_results.jsonl"));
+}
+
+TEST(CliErrors, ThreadsFromTheEnvironmentAreCheckedAndCappedAtTheCpus) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::vector<std::string> gen = {"generate", "--model", m, "--prompt", "def f():", "-n", "3", "--max-new-tokens", "6",
+                                        "--temperature", "0.8", "--seed", "5"};
+  for (const char* bad : {"abc", "-3", "0", "100000", "2x"}) {
+    ASSERT_EQ(setenv("BESTOFN_THREADS", bad, 1), 0);
+    expect_failure(gen, 2, {"$BESTOFN_THREADS", bad});
+  }
+  unsetenv("BESTOFN_THREADS");
+  // More threads than CPUs: a warning, the CPUs' count used, the same candidates as one thread.
+  auto with = [&](const char* threads) {
+    auto a = gen;
+    a.insert(a.end(), {"--threads", threads});
+    return run_cli(a);
+  };
+  const auto one = with("1"), many = with("1024");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_EQ(many.out, one.out);
+  EXPECT_NE(many.err.find("1024 CPU threads asked for"), std::string::npos) << many.err;
 }

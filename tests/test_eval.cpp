@@ -120,11 +120,16 @@ TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
   EXPECT_LT(before, 32u);
   EXPECT_FALSE(fs::exists(cut / "summary.json"));
 
-  const auto resumed = run_cli(eval_args(cut, [&] {
-    auto a = common;
+  // Resumed through another spelling of the model's path (a symlink, a trailing slash): run.json
+  // records canonical paths, so it is the same run.
+  fs::create_directory_symlink(tiny_model(), tmp / "model-link");
+  const auto resumed = run_cli([&] {
+    auto a = eval_args(cut, common);
+    const auto model = std::find(a.begin(), a.end(), "--model") + 1;
+    *model = (tmp / "model-link").string() + "/";
     a.push_back("--resume");
     return a;
-  }()));
+  }());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const auto a = rows_by_key(read_jsonl(whole / "samples.jsonl")), b = rows_by_key(read_jsonl(cut / "samples.jsonl"));
   EXPECT_EQ(read_jsonl(cut / "samples.jsonl").size(), 32u) << "no duplicates, no losses";
@@ -219,10 +224,13 @@ TEST(Eval, StopOnPassAndUsageErrors) {
                                                                {"--fail-under", "pass@1=1.5"},
                                                                {"--reference", "GPT-4o"},
                                                                {"--limit", "2", "--tasks", "HumanEval/0"},
-                                                               {"--stop-on-pass", "--fail-under", "pass@1=0.5"}}) {
+                                                               {"--stop-on-pass", "--fail-under", "pass@1=0.5"},
+                                                               {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"}}) {
     const auto e = run_cli(eval_args(tmp / "b", bad));
     EXPECT_EQ(e.exit_code, 2) << bad[0] << ": " << e.err;
   }
+  // A gate on pass@k with fewer than k samples per problem could never pass.
+  EXPECT_NE(run_cli(eval_args(tmp / "b", {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"})).err.find("-n is 2"), std::string::npos);
   const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);

@@ -228,7 +228,12 @@ TEST(ChatTemplate, FormatFromTokenizerConfig) {
   test::write_text(dir / "tokenizer_config.json", R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}"})");
   const Tokenizer t = Tokenizer::load(dir.path());
   EXPECT_THROW(chat_format(t), Error);
-  EXPECT_EQ(chat_format(t, "llama2"), ChatFormat::Llama2);
+  EXPECT_EQ(chat_format(t, "llama3"), ChatFormat::Llama3);  // --chat-format overrides an unknown template
+  // ... but only with a format whose markers are this tokenizer's special tokens (Llama 3 has no
+  // <s>, Mistral no <|eot_id|>): they would be encoded as plain text.
+  EXPECT_THROW(chat_format(t, "llama2"), Error);
+  EXPECT_THROW(chat_format(tok("mistral"), "llama3"), Error);
+  EXPECT_EQ(chat_format(tok("mistral"), "llama2"), ChatFormat::Llama2);
 }
 
 TEST(Tokenizer, MergesGivenAsPairsEncodeTheSame) {

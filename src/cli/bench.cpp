@@ -69,7 +69,7 @@ json machine() {
     }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  return {{"host", host}, {"cpu", cpu}, {"cores", default_threads()}};
+  return {{"host", host}, {"cpu", cpu}, {"cores", available_cpus()}};
 }
 
 constexpr int kProfileSteps = 4;
@@ -168,7 +168,15 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       "  bestofn bench --synthetic bench-100m --device cpu --n 1,2,4,8,16,32 --prompt-len 256 --json\n"
       "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json");
   auto* m = sub->add_option("--model", o->model, "Model directory");
-  auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m");
+  auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m, or the path of a config.json")
+                ->check(checked_by(
+                    [](const std::string& v) {
+                      const auto presets = synthetic_presets();
+                      std::error_code ec;
+                      if (std::find(presets.begin(), presets.end(), v) == presets.end() && !std::filesystem::is_regular_file(v, ec))
+                        throw Error("unknown preset '" + v + "'; presets: tiny, llama-3.1-8b, bench-100m, or the path of a config.json");
+                    },
+                    "PRESET"));
   m->excludes(s);
   sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8");
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
@@ -293,7 +301,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"quantization", w->quantization}, {"n", n}, {"prompt_len", o->prompt_len}, {"steps", o->steps},
                   {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", prefill_ms},
                   {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
-                  {"gb_per_s", bytes / ms / 1e6}, {"threads", o->threads > 0 ? o->threads : default_threads()},
+                  {"gb_per_s", bytes / ms / 1e6}, {"threads", engine_threads(o->threads)},
                   {"kv_cache", kv_cache_name(engine->kv_cache())},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
       if (engine->name() == "cpu") {

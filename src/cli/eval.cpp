@@ -112,8 +112,8 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
                       const std::vector<const Problem*>& selected, const Shard& shard) {
   std::vector<std::string> ids;
   for (const Problem* p : selected) ids.push_back(p->task_id);
-  ordered_json run = {{"model", std::filesystem::absolute(o.m.model).lexically_normal().string()},
-          {"tokenizer", m.tokenizer.path()},
+  ordered_json run = {{"model", canonical_path(o.m.model)},
+          {"tokenizer", canonical_path(m.tokenizer.path())},
           {"dataset", o.dataset},
           {"n", o.n},
           {"temperature", tidy(s.temperature)},
@@ -336,6 +336,10 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       const std::string kstr = name.starts_with("pass@") ? name.substr(5) : name;
       const bool known = std::any_of(ks.begin(), ks.end(), [&](int k) { return std::to_string(k) == kstr; });
       if (!known) throw CLI::ValidationError("--fail-under", "'" + f + "': pass@" + kstr + " is not among --k " + o->k);
+      // A gate no run can pass: pass@k needs k samples of a problem (it is reported as not computable).
+      if (std::stoi(kstr) > o->n)
+        throw CLI::ValidationError("--fail-under", "'" + f + "': pass@" + kstr + " needs at least " + kstr + " samples per problem, and -n is " +
+                                                       std::to_string(o->n));
     }
   });
   return [o, command] {

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bestofn/error.h"
+#include "cli/output_file.h"
 
 namespace bestofn::cli {
 namespace fs = std::filesystem;
@@ -69,25 +70,24 @@ std::vector<std::pair<std::string, json>> read_appended_rows(const fs::path& pat
   return rows;
 }
 
-void write_file_atomic(const fs::path& path, const std::string& content) {
-  const fs::path partial = path.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(partial, ec);
-      throw Error(path.string(), std::string("write failed: ") + std::strerror(errno));
-    }
-  }
+std::string canonical_path(const std::string& path) {
   std::error_code ec;
-  fs::rename(partial, path, ec);
-  if (ec) {
-    const std::string why = ec.message();  // before remove() reuses ec
-    fs::remove(partial, ec);
-    throw Error(path.string(), "cannot rename into place: " + why);
-  }
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) p = fs::absolute(path, ec).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  return p.string();
+}
+
+bool same_setting(const std::string& key, const nlohmann::json& a, const nlohmann::json& b) {
+  if (a == b) return true;
+  return (key == "model" || key == "tokenizer") && a.is_string() && b.is_string() &&
+         canonical_path(a.get<std::string>()) == canonical_path(b.get<std::string>());
+}
+
+void write_file_atomic(const fs::path& path, const std::string& content) {
+  OutputFile out(path.string());
+  out.write(content);
+  out.commit();
 }
 
 RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, bool resume) {
@@ -115,7 +115,7 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
     if (old.is_discarded() || !old.is_object()) throw Error(run.string(), "not valid JSON");
     for (const auto& [key, value] : manifest.items()) {
       const json now = json(value);
-      if (!old.contains(key) || old[key] != now)
+      if (!old.contains(key) || !same_setting(key, old[key], now))
         throw Error(run.string(), "this run was made with " + key + " = " + (old.contains(key) ? old[key].dump() : std::string("(unset)")) +
                                       ", and this command has " + now.dump() + "; --resume needs the same settings");
     }

@@ -30,7 +30,18 @@ class AppendFile {
 // an error naming FILE:LINE.
 std::vector<std::pair<std::string, nlohmann::json>> read_appended_rows(const std::filesystem::path& path);
 
-// Writes path.partial, then renames it into place: the file is whole or absent.
+// A model or tokenizer path as run.json records it: absolute, symlinks resolved, no trailing
+// slash, so that a run resumed (or a shard merged) from another directory, or through another
+// spelling of the same path, is the same run.
+std::string canonical_path(const std::string& path);
+
+// Whether a run.json setting has the same value in two runs: equal JSON, or for "model" and
+// "tokenizer" the same file by canonical_path (run.json files written before it recorded the
+// paths as they were typed).
+bool same_setting(const std::string& key, const nlohmann::json& a, const nlohmann::json& b);
+
+// The whole content through an OutputFile (output_file.h): a partial file of its own, renamed into
+// place, so the file is whole or absent; a device or FIFO written in place.
 void write_file_atomic(const std::filesystem::path& path, const std::string& content);
 
 class RunFiles {

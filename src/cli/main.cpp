@@ -3,11 +3,15 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 
 #include "bestofn/backends.h"
 #include "bestofn/error.h"
+#include "bestofn/parallel.h"
 #include "bestofn/temp_paths.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
@@ -37,9 +41,7 @@ std::string command_line(int argc, char** argv) {
   return s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   using namespace bestofn::cli;
   bestofn::install_temp_path_cleanup();  // partial outputs go with the process on SIGINT/SIGTERM/SIGHUP
   auto logger = spdlog::stderr_color_mt("bestofn");
@@ -94,6 +96,12 @@ int main(int argc, char** argv) {
     std::cerr << "bestofn: usage error: " << one_line(e.what()) << " (see 'bestofn --help')\n";
     return kExitUsage;
   }
+  try {
+    bestofn::threads_from_env();  // a malformed $BESTOFN_THREADS is the caller's mistake, as a bad --threads is
+  } catch (const bestofn::Error& e) {
+    std::cerr << "bestofn: usage error: " << one_line(e.what()) << "\n";
+    return kExitUsage;
+  }
   if (verbose) spdlog::set_level(spdlog::level::info);
   if (quiet) spdlog::set_level(spdlog::level::err);
 
@@ -111,3 +119,19 @@ int main(int argc, char** argv) {
   }
   return kExitError;
 }
+
+// What a successful command printed must have reached stdout: a full disk there is a failed run
+// (exit 1), not a truncated output with exit 0. (A failed command has said why already.)
+int check_stdout(int rc) {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (rc != 0 || (flushed && !std::ferror(stdout) && std::cout.good())) return rc;
+  std::cerr << "bestofn: error: <stdout>: write failed" << (err ? std::string(": ") + std::strerror(err) : std::string()) << "\n";
+  return bestofn::cli::kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return check_stdout(run_main(argc, argv)); }

@@ -80,7 +80,7 @@ void check_same_run(const ShardRun& a, const ShardRun& b) {
   for (const auto& k : keys) {
     if (k == "shard") continue;
     const bool in_a = a.manifest.contains(k), in_b = b.manifest.contains(k);
-    if (in_a && in_b && a.manifest[k] == b.manifest[k]) continue;
+    if (in_a && in_b && same_setting(k, a.manifest[k], b.manifest[k])) continue;
     const std::string what = k == "tasks" ? "tasks (the dataset's selected problems)" : k;
     throw Error("merge: the shards are of different runs: " + what + " = " + (in_b ? b.manifest[k].dump() : "(unset)") + " in " +
                 (b.dir / "run.json").string() + ", but " + (in_a ? a.manifest[k].dump() : "(unset)") + " in " + (a.dir / "run.json").string());

@@ -1,8 +1,14 @@
 #pragma once
 // An output that is complete or absent: lines go to "<path>.partial-XXXXXX" (a name of its own),
-// renamed into place by commit(); without commit (an error, an exception, SIGINT/SIGTERM/SIGHUP:
-// bestofn/temp_paths.h) the partial file is removed. An empty path means stdout, written as it goes.
+// flushed to disk and renamed into place by commit(); without commit (an error, an exception,
+// SIGINT/SIGTERM/SIGHUP: bestofn/temp_paths.h) the partial file is removed. An empty path means
+// stdout, written as it goes. A symlink is followed (the link stays; its target gets the output),
+// an existing regular file keeps its permission bits, and an existing file that is no regular
+// file (/dev/null, a FIFO) is written in place: a rename over it would replace it with a file.
+#include <sys/types.h>
+
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace bestofn::cli {
@@ -11,17 +17,28 @@ namespace bestofn::cli {
 // before anything is written, instead of replacing the input with the output.
 void check_not_input(const std::string& out, const std::string& input);
 
+// Where an output named `path` goes (symlinks followed, at most 40 of them).
+struct OutputTarget {
+  std::string path;            // the file to write
+  bool in_place = false;       // it exists and is no regular file or directory: written directly
+  std::optional<mode_t> mode;  // an existing regular file's permission bits
+};
+OutputTarget output_target(const std::string& path);
+
 class OutputFile {
  public:
   explicit OutputFile(std::string path);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
-  void line(const std::string& text);  // text + "\n"
+  void line(const std::string& text);   // text + "\n"
+  void write(const std::string& text);  // text as it is
   void commit();
 
  private:
+  [[noreturn]] void write_failed(int err) const;
   std::string path_, partial_;
+  OutputTarget target_;
   std::FILE* f_ = nullptr;
   bool done_ = false;
   int temp_ = -1;  // register_temp_path's handle

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -87,6 +88,15 @@ Runner add_score(CLI::App& app) {
     const auto problems = load_dataset(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir));
     std::map<std::string, const Problem*> by_id;
     for (const auto& p : problems) by_id[p.task_id] = &p;
+    // The default name is the samples file's own plus a suffix: for /dev/stdin (even when it is
+    // a file redirected) or a FIFO that would be a new file in /dev or beside the pipe.
+    if (o->out.empty()) {
+      std::error_code ec;
+      const std::string abs = std::filesystem::absolute(o->samples, ec).lexically_normal().string();
+      if (abs.starts_with("/dev/") || abs.starts_with("/proc/") ||
+          (std::filesystem::exists(o->samples, ec) && !std::filesystem::is_regular_file(o->samples, ec)))
+        throw Error(o->samples, "is a device, a pipe or a /proc file: name the results file with --out");
+    }
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
     check_not_input(out_path, o->samples);

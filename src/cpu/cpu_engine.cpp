@@ -14,6 +14,8 @@
 
 #include <sys/mman.h>
 
+#include <spdlog/spdlog.h>
+
 #include "bestofn/engine.h"
 #include "bestofn/error.h"
 #include "bestofn/numeric.h"
@@ -239,8 +241,12 @@ void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st, std:
 class CpuEngine final : public Engine {
  public:
   CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
-      : w_(std::move(w)), c_(w_->config), pool_(opt.threads > 0 ? opt.threads : default_threads()),
+      : w_(std::move(w)), c_(w_->config), pool_(engine_threads(opt.threads)),
         inv_freq_(cpu::rope_inv_freq(c_)) {
+    if (const int asked = opt.threads > 0 ? opt.threads : default_threads(); asked > pool_.size())
+      spdlog::warn("{} CPU threads asked for, and this process may use {} CPUs: using {} (more workers than CPUs wait on each "
+                   "other; the candidates are the same whatever the count)",
+                   asked, available_cpus(), pool_.size());
     const bool f32 = w_->token_embedding.dtype == DType::F32;
     kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
     if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
