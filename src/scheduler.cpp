@@ -46,7 +46,9 @@ class Run {
   Run(Engine& e, const Tokenizer& t, const std::vector<GenerationRequest>& r, const GenerationOptions& o,
       const std::function<void(Candidate&&)>& done)
       : engine_(e), tok_(t), reqs_(r), opt_(o), done_(done), prompts_(r.size()),
-        vocab_(static_cast<std::size_t>(e.config().vocab_size)), context_(e.config().max_position_embeddings) {
+        vocab_(static_cast<std::size_t>(e.config().vocab_size)),
+        sample_vocab_(std::min(vocab_, static_cast<std::size_t>(std::max(0, t.vocab_size())))),
+        context_(e.config().max_position_embeddings) {
     for (std::size_t p = 0; p < r.size(); ++p) {
       if (r[p].prompt_ids.empty()) throw Error("prompt " + r[p].id + " is empty");
       if (static_cast<int>(r[p].prompt_ids.size()) >= context_)
@@ -103,7 +105,8 @@ class Run {
       const auto t0 = Clock::now();
       bool sampled = false;
       try {
-        sampled = engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
+        // (The device sampler draws from the whole logits row: with padded rows the host draws.)
+        sampled = sample_vocab_ == vocab_ && engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
         if (!sampled) {
           logits.resize(B * vocab_);
           engine_.decode(slots, tokens, logits);
@@ -139,7 +142,7 @@ class Run {
   }
   Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
     const auto [prompt, candidate, step] = draw_ids(a);
-    return sample_token(logits, opt_.sampling, prompt, candidate, step, s);
+    return sample_token(logits.first(sample_vocab_), opt_.sampling, prompt, candidate, step, s);
   }
 
   // Fill free slots with pending candidates; prefill prompts on first use.
@@ -279,6 +282,9 @@ class Run {
   std::deque<std::pair<std::size_t, int>> pending_;
   std::vector<std::unique_ptr<Active>> active_;
   std::size_t vocab_;
+  // The ids drawn from: the tokenizer's. A model may pad its vocabulary past them (rows no text
+  // maps to); those ids are never sampled, since they could not be detokenized.
+  std::size_t sample_vocab_;
   int context_;
   std::size_t finished_ = 0;
   GenerationStats stats_;

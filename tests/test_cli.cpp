@@ -846,3 +846,24 @@ TEST(CliErrors, ThreadsFromTheEnvironmentAreCheckedAndCappedAtTheCpus) {
   EXPECT_EQ(many.out, one.out);
   EXPECT_NE(many.err.find("1024 CPU threads asked for"), std::string::npos) << many.err;
 }
+
+TEST(CliGenerate, AModelVocabularyPaddedPastTheTokenizersIsNeverSampledThere) {
+  // A model with more logit rows than the tokenizer has ids (here the Llama 3 sized tiny model,
+  // 128256 rows, with Mistral's tokenizer of 32000 ids; real checkpoints pad too): the extra ids
+  // have no text, so they are never drawn (they failed the run when the draw hit one).
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::string mistral = bestofn::test::require_shared("tokenizers/mistral/tokenizer.json").string();
+  const auto r = run_cli({"generate", "--model", m, "--tokenizer", mistral, "--prompt", "def f():", "-n", "8", "--max-new-tokens", "24",
+                          "--temperature", "1", "--seed", "3", "--ids"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = jsonl(r.out);
+  ASSERT_EQ(rows.size(), 8u);
+  int drawn = 0;
+  for (const auto& row : rows)
+    for (const auto& id : row["token_ids"]) {
+      EXPECT_LT(id.get<int>(), 32000);
+      ++drawn;
+    }
+  EXPECT_GT(drawn, 8 * 8) << "too few draws to have met an id past 32000 by chance";
+}
