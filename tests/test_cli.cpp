@@ -180,6 +180,7 @@ TEST(CliErrors, UsageErrorsExit2) {
   for (const char* n : {"0", "", "1,,2", "a", "4097"})
     expect_failure({"bench", "--synthetic", "tiny", "--n", n}, 2, {"--n"});
   expect_failure({"bench", "--synthetic", "nope"}, 2, {"--synthetic", "unknown preset 'nope'"});
+  expect_failure({"bench", "--synthetic", "tiny", "--threads", "1", "--threads", "2"}, 2, {"--threads: given 2 times; give it once"});
   EXPECT_FALSE(fs::exists("/tmp/x/config.json"));
 }
 

