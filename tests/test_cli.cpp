@@ -868,3 +868,16 @@ TEST(CliGenerate, AModelVocabularyPaddedPastTheTokenizersIsNeverSampledThere) {
     }
   EXPECT_GT(drawn, 8 * 8) << "too few draws to have met an id past 32000 by chance";
 }
+
+TEST(CliBench, APromptThatFillsTheContextExactlyRunsAndOneMoreIsRefusedWithTheLargest) {
+  // bench's positions: the prompt, 2 warm-up steps, --steps, and 4 profiling steps (CUDA). The
+  // check was off by one (>=) and did not say what would fit.
+  bestofn::test::TempDir dir;
+  const std::string m = synth(dir, "m", "bf16");
+  const int ctx = json::parse(bestofn::test::read_text(fs::path(m) / "config.json"))["max_position_embeddings"].get<int>();
+  const int largest = ctx - (1 + 2 + 4);
+  const auto ok = run_cli({"bench", "--model", m, "--n", "1", "--steps", "1", "--prompt-len", std::to_string(largest), "--json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  expect_failure({"bench", "--model", m, "--n", "1", "--steps", "1", "--prompt-len", std::to_string(largest + 1)}, 1,
+                 {"--prompt-len " + std::to_string(largest + 1), "the largest --prompt-len with these --steps is " + std::to_string(largest)});
+}

@@ -215,8 +215,15 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     lo.quantize_lm_head_fp8 = o->quantize_lm_head;
     auto w = std::make_shared<const Weights>(load_model(dir, lo));
     const ModelConfig& c = w->config;
-    if (o->prompt_len + o->steps + 2 + kProfileSteps >= c.max_position_embeddings)
-      throw Error("--prompt-len " + std::to_string(o->prompt_len) + " + steps do not fit the context of " + std::to_string(c.max_position_embeddings));
+    // Positions: the prompt, then per candidate 2 warm-up steps, --steps timed ones and (CUDA)
+    // kProfileSteps profiling ones.
+    const int extra = o->steps + 2 + kProfileSteps;
+    if (o->prompt_len + extra > c.max_position_embeddings)
+      throw Error("--prompt-len " + std::to_string(o->prompt_len) + " with --steps " + std::to_string(o->steps) + " needs " +
+                  std::to_string(o->prompt_len + extra) + " positions (2 warm-up and " + std::to_string(kProfileSteps) +
+                  " profiling steps included), more than the model's context of " + std::to_string(c.max_position_embeddings) +
+                  (c.max_position_embeddings > extra ? "; the largest --prompt-len with these --steps is " + std::to_string(c.max_position_embeddings - extra)
+                                                     : std::string()));
     EngineOptions eo;
     eo.threads = o->threads;
     eo.cuda_prefix_gemm = o->cuda_prefix_gemm;
