@@ -53,6 +53,8 @@ std::string slurp_fd(int fd) {
 }
 }  // namespace
 
+std::string bestofn_binary() { return BESTOFN_BINARY; }
+
 pid_t start_cli(const std::vector<std::string>& args, const fs::path& out_path, const fs::path& err_path) {
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");

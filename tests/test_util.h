@@ -37,6 +37,8 @@ struct CliResult {
   std::string out;
   std::string err;
 };
+// The built bestofn binary's path (for a test that needs a shell pipeline).
+std::string bestofn_binary();
 // Runs the built bestofn binary with `args` (no shell), stdin from /dev/null.
 CliResult run_cli(const std::vector<std::string>& args);
 // Starts the binary in the background (stdout and stderr to the given files); the caller waits

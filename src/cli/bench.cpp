@@ -171,10 +171,17 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m, or the path of a config.json")
                 ->check(checked_by(
                     [](const std::string& v) {
-                      const auto presets = synthetic_presets();
+                      // make_synthetic's rule: a name without '/' or ".json" is a preset, else a config file.
                       std::error_code ec;
-                      if (std::find(presets.begin(), presets.end(), v) == presets.end() && !std::filesystem::is_regular_file(v, ec))
-                        throw Error("unknown preset '" + v + "'; presets: tiny, llama-3.1-8b, bench-100m, or the path of a config.json");
+                      if (v.find('/') != std::string::npos || v.ends_with(".json")) {
+                        if (!std::filesystem::exists(v, ec)) throw Error("'" + v + "': no such config file");
+                        return;
+                      }
+                      const auto presets = synthetic_presets();
+                      if (std::find(presets.begin(), presets.end(), v) != presets.end()) return;
+                      std::string names;
+                      for (const auto& n : presets) names += n + ", ";
+                      throw Error("unknown preset '" + v + "'; presets: " + names + "or the path of a config.json");
                     },
                     "PRESET"));
   m->excludes(s);

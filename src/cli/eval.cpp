@@ -112,8 +112,8 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
                       const std::vector<const Problem*>& selected, const Shard& shard) {
   std::vector<std::string> ids;
   for (const Problem* p : selected) ids.push_back(p->task_id);
-  ordered_json run = {{"model", canonical_path(o.m.model)},
-          {"tokenizer", canonical_path(m.tokenizer.path())},
+  ordered_json run = {{"model", absolute_path(o.m.model)},
+          {"tokenizer", absolute_path(m.tokenizer.path())},
           {"dataset", o.dataset},
           {"n", o.n},
           {"temperature", tidy(s.temperature)},

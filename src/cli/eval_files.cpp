@@ -70,6 +70,13 @@ std::vector<std::pair<std::string, json>> read_appended_rows(const fs::path& pat
   return rows;
 }
 
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  return p.string();
+}
+
 std::string canonical_path(const std::string& path) {
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
@@ -85,6 +92,7 @@ bool same_setting(const std::string& key, const nlohmann::json& a, const nlohman
 }
 
 void write_file_atomic(const fs::path& path, const std::string& content) {
+  if (path.empty()) throw Error("write_file_atomic: an empty path");  // OutputFile("") is stdout
   OutputFile out(path.string());
   out.write(content);
   out.commit();

@@ -30,14 +30,15 @@ class AppendFile {
 // an error naming FILE:LINE.
 std::vector<std::pair<std::string, nlohmann::json>> read_appended_rows(const std::filesystem::path& path);
 
-// A model or tokenizer path as run.json records it: absolute, symlinks resolved, no trailing
-// slash, so that a run resumed (or a shard merged) from another directory, or through another
-// spelling of the same path, is the same run.
+// A model or tokenizer path as run.json records it: absolute, lexically normal, no trailing
+// slash (symlinks kept: shards on other nodes may resolve a shared mount differently).
+std::string absolute_path(const std::string& path);
+// The same with symlinks resolved, for comparing.
 std::string canonical_path(const std::string& path);
 
 // Whether a run.json setting has the same value in two runs: equal JSON, or for "model" and
-// "tokenizer" the same file by canonical_path (run.json files written before it recorded the
-// paths as they were typed).
+// "tokenizer" the same file by canonical_path, so that a run resumed (or a shard merged) from
+// another directory, or through another spelling of the same path, is the same run.
 bool same_setting(const std::string& key, const nlohmann::json& a, const nlohmann::json& b);
 
 // The whole content through an OutputFile (output_file.h): a partial file of its own, renamed into

@@ -1,13 +1,15 @@
 #include "cli/output_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <vector>
+#include <random>
 
 #include "bestofn/error.h"
 #include "bestofn/temp_paths.h"
@@ -24,21 +26,35 @@ void check_not_input(const std::string& out, const std::string& input) {
 
 OutputTarget output_target(const std::string& path) {
   OutputTarget t;
+  t.path = path;
+  // What the path names in the end (links followed by the kernel): a device, a FIFO or a socket
+  // is written in place, by its own name (/dev/stdout and /proc/self/fd/N are "magic" links whose
+  // text, such as "pipe:[123]", names no file).
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    t.in_place = true;
+    return t;
+  }
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(path, "is a directory; name a file");
   fs::path p = path;
   for (int hops = 0;; ++hops) {
-    struct stat st;
-    if (::lstat(p.c_str(), &st) != 0) break;  // a new file (or an error that creating it will name)
-    if (S_ISLNK(st.st_mode)) {
-      if (hops == 40) throw Error(path, "too many levels of symbolic links");
-      std::error_code ec;
-      const fs::path to = fs::read_symlink(p, ec);
-      if (ec) throw Error(path, "cannot read the symbolic link: " + ec.message());
-      p = to.is_absolute() ? to : p.parent_path() / to;
-      continue;
+    // The file descriptors of /proc (and /dev/fd, /dev/stdout through them) are written in place
+    // too: a file open on stdout (`>>` appends to it) must not be replaced.
+    if (p.lexically_normal().string().starts_with("/proc/")) {
+      t.in_place = true;
+      t.path = path;
+      return t;
     }
-    if (S_ISREG(st.st_mode)) t.mode = st.st_mode & 07777;
-    else if (!S_ISDIR(st.st_mode)) t.in_place = true;
-    break;
+    if (::lstat(p.c_str(), &st) != 0) break;  // a new file (or an error that creating it will name)
+    if (!S_ISLNK(st.st_mode)) {
+      if (S_ISREG(st.st_mode)) t.mode = st.st_mode & 0777;  // not setuid/setgid/sticky: new content
+      break;
+    }
+    if (hops == 40) throw Error(path, "too many levels of symbolic links");
+    std::error_code ec;
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) throw Error(path, "cannot read the symbolic link: " + ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
   }
   t.path = p.string();
   return t;
@@ -51,29 +67,33 @@ OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
   }
   target_ = output_target(path_);
   if (target_.in_place) {
-    f_ = std::fopen(target_.path.c_str(), "wb");
+    // Appending, never truncating: for a device or a FIFO the same, and /dev/stdout redirected to
+    // a file with `>>` keeps what the file held.
+    f_ = std::fopen(target_.path.c_str(), "ab");
     if (!f_) throw Error(path_, std::string("cannot open: ") + std::strerror(errno));
     return;
   }
-  // A name of its own (two runs writing the same --out must not share one partial file), made
-  // with the replaced file's permission bits, else mode 0666 less the umask like any new file,
-  // and removed if a signal ends the process.
-  std::vector<char> name(target_.path.begin(), target_.path.end());
-  for (char ch : std::string(".partial-XXXXXX")) name.push_back(ch);
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0) throw Error(path_, std::string("cannot create: ") + std::strerror(errno));
-  partial_ = name.data();
-  temp_ = register_temp_path(partial_);
-  mode_t mode = 0;
-  if (target_.mode) {
-    mode = *target_.mode;
-  } else {
-    const mode_t mask = umask(0);
-    umask(mask);
-    mode = 0666 & ~mask;
+  // A name of its own (two runs writing the same --out must not share one partial file), created
+  // with mode 0666 less the umask like any new file (the kernel applies it), then given the
+  // replaced file's permission bits if there was one; removed if a signal ends the process.
+  static std::atomic<unsigned> serial{0};
+  std::random_device rd;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".partial-%06x%u", rd() & 0xffffffu, serial++);
+    partial_ = target_.path + suffix;
+    fd = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno != EEXIST || attempt == 100)) throw Error(path_, std::string("cannot create: ") + std::strerror(errno));
   }
-  fchmod(fd, mode);
+  temp_ = register_temp_path(partial_);
+  if (target_.mode && fchmod(fd, *target_.mode) != 0) {
+    const int err = errno;
+    close(fd);
+    std::remove(partial_.c_str());
+    unregister_temp_path(temp_);
+    throw Error(path_, std::string("cannot set the mode of the new file: ") + std::strerror(err));
+  }
   f_ = fdopen(fd, "wb");
   if (!f_) {
     const int err = errno;

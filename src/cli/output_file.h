@@ -3,8 +3,9 @@
 // flushed to disk and renamed into place by commit(); without commit (an error, an exception,
 // SIGINT/SIGTERM/SIGHUP: bestofn/temp_paths.h) the partial file is removed. An empty path means
 // stdout, written as it goes. A symlink is followed (the link stays; its target gets the output),
-// an existing regular file keeps its permission bits, and an existing file that is no regular
-// file (/dev/null, a FIFO) is written in place: a rename over it would replace it with a file.
+// a replaced regular file's permission bits are kept, a directory is refused, and an existing
+// file that is no regular file (/dev/null, a FIFO), or a descriptor under /proc (/dev/stdout), is
+// appended to in place: a rename over it would replace it with a file.
 #include <sys/types.h>
 
 #include <cstdio>

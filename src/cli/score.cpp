@@ -89,13 +89,14 @@ Runner add_score(CLI::App& app) {
     std::map<std::string, const Problem*> by_id;
     for (const auto& p : problems) by_id[p.task_id] = &p;
     // The default name is the samples file's own plus a suffix: for /dev/stdin (even when it is
-    // a file redirected) or a FIFO that would be a new file in /dev or beside the pipe.
+    // a file redirected), /dev/fd/N, /proc/self/fd/N or a FIFO that would be a new file in /dev
+    // or /proc, or beside the pipe. (A file in /dev/shm is a file.)
     if (o->out.empty()) {
       std::error_code ec;
-      const std::string abs = std::filesystem::absolute(o->samples, ec).lexically_normal().string();
-      if (abs.starts_with("/dev/") || abs.starts_with("/proc/") ||
+      const std::filesystem::path abs = std::filesystem::absolute(o->samples, ec).lexically_normal();
+      if (abs.parent_path() == "/dev" || abs.string().starts_with("/dev/fd/") || abs.string().starts_with("/proc/") ||
           (std::filesystem::exists(o->samples, ec) && !std::filesystem::is_regular_file(o->samples, ec)))
-        throw Error(o->samples, "is a device, a pipe or a /proc file: name the results file with --out");
+        throw Error(o->samples, "is a device, a pipe or a descriptor, not a file to write results beside: name the results file with --out");
     }
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;

@@ -310,7 +310,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
     decode_strip(pw + s * sb, a.quads, wbuf);
     a.r0 = s * kStrip;
     for (std::size_t g = 0, c0 = 0; g < groups; ++g) {
-      const std::size_t tt = avx2_call_tokens(T - c0, groups - g, kAvx2BufTokens);
+      const std::size_t tt = avx2_call_tokens(T - c0, kAvx2BufTokens);
       a.x = x + c0 * xs, a.y = y + c0 * ys + s * kStrip, a.ts = ts ? ts + c0 : nullptr;
       kAvx2Buf[tt - 1](a);
       c0 += tt;

@@ -159,9 +159,8 @@ BESTOFN_AVX2 void dot_strips_avx2(const Elem<F>* pw, std::size_t out, std::size_
     const std::size_t n = std::min(kChunk, T - c0);
     for (std::size_t g0 = s0; g0 < s1; g0 += group) {
       const std::size_t g1 = std::min(s1, g0 + group);
-      const std::size_t calls = (n + kAvx2Tokens - 1) / kAvx2Tokens;
-      for (std::size_t t0 = 0, c = 0; t0 < n; ++c) {
-        const std::size_t tt = avx2_call_tokens(n - t0, calls - c, kAvx2Tokens);
+      for (std::size_t t0 = 0; t0 < n;) {
+        const std::size_t tt = avx2_call_tokens(n - t0, kAvx2Tokens);
         const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(tt)));
         for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t ns) BESTOFN_AVX2 {
           Avx2Args<F> a;
