@@ -319,7 +319,7 @@ void check_options(const SyntheticOptions& opt) {
 }
 
 ModelConfig resolve_config(const SyntheticOptions& opt, const std::optional<TokenizerInfo>& tok) {
-  const bool preset = opt.shape.find('/') == std::string::npos && !opt.shape.ends_with(".json");
+  const bool preset = names_a_preset(opt.shape);
   ModelConfig c = preset ? synthetic_preset(opt.shape) : parse_model_config(read_json_file(opt.shape), opt.shape);
   c.quant = {};
   c.torch_dtype = opt.dtype == "f32" ? "float32" : opt.dtype == "f16" ? "float16" : "bfloat16";
@@ -347,6 +347,8 @@ void check_disk(const fs::path& dir, std::uint64_t need) {
 }  // namespace
 
 std::vector<std::string> synthetic_presets() { return {"tiny", "llama-3.1-8b", "bench-100m"}; }
+
+bool names_a_preset(const std::string& shape) { return shape.find('/') == std::string::npos && !shape.ends_with(".json"); }
 
 ModelConfig synthetic_preset(const std::string& name) {
   if (name == "tiny") return preset_tiny();

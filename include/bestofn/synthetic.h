@@ -25,6 +25,9 @@ struct SyntheticOptions {
 
 // "tiny", "llama-3.1-8b", "bench-100m".
 std::vector<std::string> synthetic_presets();
+// How --shape is read: a name without '/' and not ending in ".json" names a preset, anything else
+// a config.json file.
+bool names_a_preset(const std::string& shape);
 // Throws bestofn::Error listing the presets for an unknown name.
 ModelConfig synthetic_preset(const std::string& name);
 

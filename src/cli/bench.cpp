@@ -171,9 +171,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m, or the path of a config.json")
                 ->check(checked_by(
                     [](const std::string& v) {
-                      // make_synthetic's rule: a name without '/' or ".json" is a preset, else a config file.
                       std::error_code ec;
-                      if (v.find('/') != std::string::npos || v.ends_with(".json")) {
+                      if (!names_a_preset(v)) {
                         if (!std::filesystem::exists(v, ec)) throw Error("'" + v + "': no such config file");
                         return;
                       }

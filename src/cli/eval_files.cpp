@@ -70,19 +70,22 @@ std::vector<std::pair<std::string, json>> read_appended_rows(const fs::path& pat
   return rows;
 }
 
-std::string absolute_path(const std::string& path) {
-  std::error_code ec;
-  fs::path p = fs::absolute(path, ec).lexically_normal();
+namespace {
+std::string without_trailing_slash(fs::path p) {
   if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
   return p.string();
+}
+}  // namespace
+
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  return without_trailing_slash(fs::absolute(path, ec).lexically_normal());
 }
 
 std::string canonical_path(const std::string& path) {
   std::error_code ec;
-  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  if (ec) p = fs::absolute(path, ec).lexically_normal();
-  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
-  return p.string();
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? absolute_path(path) : without_trailing_slash(p);
 }
 
 bool same_setting(const std::string& key, const nlohmann::json& a, const nlohmann::json& b) {

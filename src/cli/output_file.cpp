@@ -31,11 +31,13 @@ OutputTarget output_target(const std::string& path) {
   // is written in place, by its own name (/dev/stdout and /proc/self/fd/N are "magic" links whose
   // text, such as "pipe:[123]", names no file).
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    t.in_place = true;
-    return t;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(path, "is a directory; name a file");
+    if (!S_ISREG(st.st_mode)) {
+      t.in_place = true;
+      return t;
+    }
   }
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(path, "is a directory; name a file");
   fs::path p = path;
   for (int hops = 0;; ++hops) {
     // The file descriptors of /proc (and /dev/fd, /dev/stdout through them) are written in place

@@ -298,7 +298,6 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
   }
   // More tokens: each strip decoded into a buffer once, then the tokens over it in calls of at
   // most kAvx2BufTokens (avx2_call_tokens: 16 tokens as 6, 5, 5; 8 as 6, 2).
-  const std::size_t groups = (T + kAvx2BufTokens - 1) / kAvx2BufTokens;
   struct alignas(32) Lane8 {
     float v[8];
   };
@@ -309,7 +308,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
   for (std::size_t s = s0; s < s1; ++s) {
     decode_strip(pw + s * sb, a.quads, wbuf);
     a.r0 = s * kStrip;
-    for (std::size_t g = 0, c0 = 0; g < groups; ++g) {
+    for (std::size_t c0 = 0; c0 < T;) {
       const std::size_t tt = avx2_call_tokens(T - c0, kAvx2BufTokens);
       a.x = x + c0 * xs, a.y = y + c0 * ys + s * kStrip, a.ts = ts ? ts + c0 : nullptr;
       kAvx2Buf[tt - 1](a);
