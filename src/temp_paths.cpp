@@ -14,6 +14,11 @@ namespace bestofn {
 namespace {
 
 constexpr int kSlots = 32;
+// The signals whose default action ends the process and that arrive from outside it: a user's
+// ^C or ^\, kill, a hangup, a closed pipe, an exceeded CPU or file size limit, a timer, and the
+// user signals no part of bestofn uses. (Not faults: SIGSEGV and the like mean the process is
+// broken, and its partial files are named as partial.)
+constexpr int kFatalSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXCPU, SIGXFSZ, SIGALRM, SIGUSR1, SIGUSR2};
 constexpr std::size_t kPathMax = 4096;
 
 struct Slot {
@@ -53,7 +58,7 @@ void remove_flat_dir_retrying(const char* dir) noexcept {
   }
 }
 
-// Runs with SIGINT, SIGTERM and SIGHUP blocked (sa_mask): a second signal (a hangup sends two)
+// Runs with every one of kFatalSignals blocked (sa_mask): a second signal (a hangup sends two)
 // waits for the cleanup instead of killing the process half way through it.
 extern "C" void on_fatal_signal(int sig) {
   const int saved = errno;
@@ -91,13 +96,13 @@ void remove_temp_paths_now() noexcept {
 }
 
 void install_temp_path_cleanup() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int sig : kFatalSignals) {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;  // nohup: keep ignoring
     struct sigaction sa {};
     sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
-    for (int other : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, other);
+    for (int other : kFatalSignals) sigaddset(&sa.sa_mask, other);
     sigaction(sig, &sa, nullptr);
   }
 }

@@ -490,7 +490,7 @@ TEST(CliGenerate, TwoRunsOnOneOutAndASignalLeaveOneWholeFile) {
   bestofn::test::TempDir dir;
   const std::string m = synth_with_tokenizer(dir);
   const fs::path out = dir / "out.jsonl";
-  for (int sig : {SIGTERM, SIGHUP, SIGINT}) {
+  for (int sig : {SIGTERM, SIGHUP, SIGINT, SIGALRM, SIGUSR1}) {
     fs::remove(out);
     // A long run writes its partial file; a short run on the same --out finishes meanwhile.
     const int slow = bestofn::test::start_cli({"generate", "--model", m, "--prompt", "a", "-n", "64", "--max-new-tokens", "2000",

@@ -167,6 +167,43 @@ TEST(DiskFull, GenerateInjectedWriteFailure) {
   expect_injected_failure_then_success(generate_args(model, out), out, 4096);
 }
 
+// bestofn's handler for fatal signals removes its partial output files. The sandbox's children
+// start from a copy of bestofn before they exec, so one that meets such a signal there must not
+// run that handler: here each child writes its 100 KB program under bestofn's own file size limit
+// (ulimit -f 64), with SIGXFSZ at its default in bestofn. The candidate is a sandbox error (the
+// child's failed write, not a death by the signal that would pass for the candidate's), and the
+// results file (a few hundred bytes) is still written whole. In the full sandbox the child writes after
+// its own mounts, where bestofn's files are out of its reach, so as root the run drops to nobody
+// (setpriv), which is the degraded sandbox of an unprivileged CI runner: there the handler, before
+// clone_trampoline, unlinked the partial file ("cannot rename into place").
+TEST(SignalFaults, ASandboxChildsSignalLeavesBestofnsPartialOutputAlone) {
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::all);  // nobody writes the results here
+  const fs::path data = dir / "big_test.jsonl", samples = dir / "s.jsonl", out = dir / "results.jsonl";
+  std::ofstream(data) << json{{"task_id", "Big/0"}, {"prompt", "def f():\n"}, {"canonical_solution", "    return 1\n"},
+                              {"entry_point", "f"}, {"test", "def check(c):\n    assert c() == 1\n" + std::string(100000, '#') + "\n"}}
+                             .dump()
+                      << "\n";
+  std::ofstream(samples) << json{{"task_id", "Big/0"}, {"completion", "    return 1\n"}}.dump() << "\n";
+  const std::string as_nobody = geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  const std::string bin = bestofn::test::bestofn_binary();
+  if (!as_nobody.empty() && std::system((as_nobody + "'" + bin + "' --version > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "cannot run " << bin << " as nobody (setpriv missing, or the build directory is private)";
+  const std::string cmd = "ulimit -c 0 && ulimit -f 64 && exec " + as_nobody + "'" + bin + "' score '" + samples.string() + "' --dataset '" +
+                          data.string() + "' --no-zygote --k 1 --out '" + out.string() + "' > /dev/null 2> '" + (dir / "err").string() + "'";
+  auto* const saved = std::signal(SIGXFSZ, SIG_DFL);  // as a shell leaves it (a Python parent ignores it)
+  const int status = std::system(cmd.c_str());
+  std::signal(SIGXFSZ, saved);
+  const std::string err = bestofn::test::read_text(dir / "err");
+  ASSERT_TRUE(WIFEXITED(status)) << status << ": " << err;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << err;  // the sandbox error
+  ASSERT_TRUE(fs::exists(out)) << "the results file is gone: " << err;
+  const auto rows = bestofn::test::read_jsonl(out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0]["result"].get<std::string>().starts_with("sandbox error")) << rows[0].dump();
+  EXPECT_TRUE(bestofn::test::partial_files(out).empty());
+}
+
 // A candidate that writes until its temporary space is full gets a verdict (a failure naming the
 // error) in bounded time, and the next candidate starts with an empty working directory.
 TEST(SandboxFaults, CandidateFillingItsTemporarySpaceIsContained) {

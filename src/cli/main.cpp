@@ -51,7 +51,7 @@ std::string command_line(int argc, char** argv) {
 
 int run_main(int argc, char** argv) {
   using namespace bestofn::cli;
-  bestofn::install_temp_path_cleanup();  // partial outputs go with the process on SIGINT/SIGTERM/SIGHUP
+  bestofn::install_temp_path_cleanup();  // partial outputs go with the process on a signal that ends it (temp_paths.h)
   auto logger = spdlog::stderr_color_mt("bestofn");
   logger->set_pattern("%^%l%$: %v");
   spdlog::set_default_logger(logger);

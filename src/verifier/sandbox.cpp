@@ -369,11 +369,53 @@ BESTOFN_CHILD_CODE int probe_child(void*) {
   _exit(e == 0 ? 0 : 10 + e % 200);
 }
 
+// What a clone()d child starts from: its function, and the signal mask to restore.
+struct CloneStart {
+  int (*fn)(void*);
+  void* arg;
+  sigset_t mask;
+};
+
+// A clone()d child shares nothing with bestofn, but it starts with bestofn's signal handlers,
+// until it execs. bestofn's handler for a fatal signal removes bestofn's partial output files
+// (temp_paths.cpp): run in the child (a SIGXFSZ while it writes the program under bestofn's file
+// size limit, a signal sent to it alone), it would remove the files of the parent, which carries
+// on. So the parent clones with every signal blocked, and the child puts each caught signal back
+// to its default before it unblocks them. (exec would do the same, later.) SIGXFSZ it ignores: a
+// program larger than bestofn's own file size limit is then a failed write, which the child
+// reports as a sandbox error, where a death by the signal would pass for the candidate's own.
+// (Python ignores SIGXFSZ itself, so the candidate runs as it would have.)
+BESTOFN_CHILD_CODE int clone_trampoline(void* p) {
+  const CloneStart& s = *static_cast<const CloneStart*>(p);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || (sig != SIGXFSZ && (old.sa_handler == SIG_DFL || old.sa_handler == SIG_IGN))) continue;
+    struct sigaction dfl {};
+    dfl.sa_handler = sig == SIGXFSZ ? SIG_IGN : SIG_DFL;
+    sigaction(sig, &dfl, nullptr);
+  }
+  sigprocmask(SIG_SETMASK, &s.mask, nullptr);
+  return s.fn(s.arg);
+}
+
+// clone() of fn(arg) on `stack` with every signal blocked around it (see clone_trampoline).
+pid_t clone_child(int (*fn)(void*), std::vector<char>& stack, int flags, void* arg) {
+  CloneStart start{fn, arg, {}};
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &start.mask);
+  const pid_t pid = clone(clone_trampoline, stack.data() + stack.size(), flags | SIGCHLD, &start);
+  const int saved = errno;
+  pthread_sigmask(SIG_SETMASK, &start.mask, nullptr);
+  errno = saved;
+  return pid;
+}
+
 // Runs a probe child (clone() with `flags`) to its end: its exit status, or -1 if it could not
 // start or did not exit normally (errno then says why, for a failed clone).
 int run_probe(int (*child)(void*), int flags) {
   std::vector<char> stack(64 * 1024);
-  const pid_t pid = clone(child, stack.data() + stack.size(), flags | SIGCHLD, nullptr);
+  const pid_t pid = clone_child(child, stack, flags, nullptr);
   if (pid < 0) return -1;
   int st = 0;
   waitpid(pid, &st, 0);
@@ -383,7 +425,7 @@ int run_probe(int (*child)(void*), int flags) {
 // clone() with a private stack; the child runs child_main until it execs.
 pid_t spawn(ChildArgs& args, int flags) {
   std::vector<char> stack(256 * 1024);
-  return clone(child_main, stack.data() + stack.size(), flags | SIGCHLD, &args);
+  return clone_child(child_main, stack, flags, &args);
 }
 
 // 128 bits from the kernel's CSPRNG: one getrandom() (a std::random_device per candidate cost
