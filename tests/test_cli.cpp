@@ -381,6 +381,27 @@ TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
   EXPECT_EQ(rows[3]["id"], 1);  // no id: the prompt's line index among prompts
   for (const auto& row : rows) EXPECT_LE(row["num_tokens"].get<int>(), 8);
 
+  // The same rows from stdin (--prompts -) and from a .json array of the same objects.
+  const auto from_stdin = run_cli({"generate", "--model", m, "--prompts", "-", "-n", "2", "--max-new-tokens", "8"}, dir / "p.jsonl");
+  ASSERT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
+  EXPECT_EQ(jsonl(from_stdin.out), rows);
+  bestofn::test::write_text(dir / "p.json", "[{\"id\": \"a\", \"prompt\": \"def f():\", \"n\": 3},\n {\"prompt\": \"x = \", \"stop\": \"\\n\"}]\n");
+  const auto from_array = run_cli({"generate", "--model", m, "--prompts", (dir / "p.json").string(), "-n", "2", "--max-new-tokens", "8"});
+  ASSERT_EQ(from_array.exit_code, 0) << from_array.err;
+  EXPECT_EQ(jsonl(from_array.out), rows);
+  bestofn::test::write_text(dir / "bad_stdin.jsonl", "{\"prompt\": \"ok\"}\n[]\n");
+  const auto bad_stdin = run_cli({"generate", "--model", m, "--prompts", "-"}, dir / "bad_stdin.jsonl");
+  EXPECT_EQ(bad_stdin.exit_code, 1);
+  EXPECT_NE(bad_stdin.err.find("<stdin>:2"), std::string::npos) << bad_stdin.err;
+  // A .json file that is not an array, or an element that is not a row, names the file.
+  bestofn::test::write_text(dir / "obj.json", "{\"prompt\": \"x\"}");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "obj.json").string()}, 1, {"obj.json", "JSON array"});
+  bestofn::test::write_text(dir / "elem.json", "[{\"prompt\": \"x\"}, \"y\"]");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "elem.json").string()}, 1, {"elem.json", "element 1", "\"prompt\""});
+  // An empty plain-text prompt file is a mistake, not an empty prompt.
+  bestofn::test::write_text(dir / "empty.txt", "");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "empty.txt").string()}, 1, {"empty.txt", "is empty"});
+
   bestofn::test::write_text(dir / "plain.txt", "a whole file\nis one prompt\n");
   const auto p = run_cli({"generate", "--model", m, "--prompts", (dir / "plain.txt").string(), "--max-new-tokens", "4"});
   ASSERT_EQ(p.exit_code, 0) << p.err;
@@ -420,6 +441,14 @@ TEST(CliGenerate, BadInvocations) {
   const auto tiny_t = run_cli({"generate", "--model", m, "--prompt", "x", "--max-new-tokens", "4", "--temperature", "1e-20"});
   EXPECT_EQ(tiny_t.exit_code, 0) << tiny_t.err;
   expect_failure({"generate", "--model", m, "--prompt", "x", "-n", "0"}, 2, {"-n"});
+  // A flag that only modifies another one is a usage error without it, not silently ignored.
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--system", "Be terse."}, 2, {"--system", "--chat"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--chat-format", "llama3"}, 2, {"--chat-format", "--chat"});
+  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--timeout", "5"}, {"--workers", "2"}, {"--no-zygote"}}) {
+    std::vector<std::string> args = {"generate", "--model", m, "--prompt", "x"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    expect_failure(args, 2, {flag[0], "--verify"});
+  }
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--kv-cache", "int4"}, 2, {"--kv-cache"});
@@ -615,7 +644,7 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json s = json::parse(r.out);
   EXPECT_EQ(s["verdicts"]["passed"], 164) << r.out;
-  EXPECT_EQ(s["pass_at_k"]["pass@1"], 1.0);
+  EXPECT_EQ(s["pass_at_k"]["1"], 1.0);
   const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
   ASSERT_EQ(rows.size(), 164u);
   EXPECT_EQ(rows[0]["extra"], 7);  // every input field is kept
@@ -629,12 +658,20 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   const std::string bad = samples_file(dir, "bad.jsonl", twice, [&](const json& x) {
     return json{{"task_id", x["task_id"]}, {"completion", ++i % 2 ? "    return None\n" : "    raise ValueError('no')\n"}};
   });
-  const auto b = run_cli({"score", bad, "--data-dir", data, "--k", "1,10", "--json"});
+  // Read from stdin (which needs --out); a k given twice (and blanks around one) counts once.
+  expect_failure({"score", "-", "--data-dir", data}, 1, {"<stdin>", "--out"});
+  // --plus-timeout on a dataset without plus tests is said to change nothing.
+  const auto b = run_cli(
+      {"score", "-", "--data-dir", data, "--k", "1, 10,1", "--json", "--out", (dir / "bad_res.jsonl").string(), "--plus-timeout", "5"}, bad);
   ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("--plus-timeout: humaneval has no HumanEval+ plus tests"), std::string::npos) << b.err;
+  EXPECT_EQ(jsonl(bestofn::test::read_text(dir / "bad_res.jsonl")).size(), 328u);
   const json t = json::parse(b.out);
-  EXPECT_EQ(t["pass_at_k"]["pass@1"], 0.0);
-  EXPECT_TRUE(t["pass_at_k"]["pass@10"].is_null());
-  EXPECT_EQ(t["not_computable"]["pass@10"], 164);
+  EXPECT_EQ(t["pass_at_k"].size(), 2u) << b.out;
+  EXPECT_EQ(t["pass_at_k"]["1"], 0.0);
+  EXPECT_TRUE(t["pass_at_k"]["10"].is_null());
+  EXPECT_EQ(t["problems_skipped"]["10"], 164);
+  EXPECT_FALSE(t["problems_skipped"].contains("1"));  // eval's summary.json schema: only the ks that skipped any
   EXPECT_EQ(t["verdicts"]["passed"], 0);
   EXPECT_EQ(t["verdicts"]["failed"], 328);
 }
@@ -653,8 +690,8 @@ TEST(CliScore, HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests) {
   const auto r = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json", "--out", (dir / "res.jsonl").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json s = json::parse(r.out);
-  EXPECT_EQ(s["pass_at_k"]["pass@1"], 1.0) << r.out;
-  EXPECT_EQ(s["plus_pass_at_k"]["pass@1"], 1.0) << r.out;
+  EXPECT_EQ(s["pass_at_k"]["1"], 1.0) << r.out;
+  EXPECT_EQ(s["plus_pass_at_k"]["1"], 1.0) << r.out;
   const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
   EXPECT_EQ(rows[0]["plus_result"], "passed");
 
@@ -682,7 +719,7 @@ TEST(CliScore, MbppCanonicalSolutionsPass) {
   });
   const auto mr = run_cli({"score", m, "--dataset", "mbpp", "--data-dir", data, "--k", "1", "--json", "--timeout", "10"});
   ASSERT_EQ(mr.exit_code, 0) << mr.err;
-  EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["pass@1"], 1.0) << mr.out;
+  EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["1"], 1.0) << mr.out;
 }
 
 TEST(CliErrors, FifosDevicesAndDirectoriesAreNotReadForever) {

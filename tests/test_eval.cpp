@@ -225,6 +225,8 @@ TEST(Eval, StopOnPassAndUsageErrors) {
                                                                {"--reference", "GPT-4o"},
                                                                {"--limit", "2", "--tasks", "HumanEval/0"},
                                                                {"--stop-on-pass", "--fail-under", "pass@1=0.5"},
+                                                               {"--system", "Be terse."},
+                                                               {"--stop-on-pass", "--plot", "p.svg"},
                                                                {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"}}) {
     const auto e = run_cli(eval_args(tmp / "b", bad));
     EXPECT_EQ(e.exit_code, 2) << bad[0] << ": " << e.err;
@@ -235,11 +237,15 @@ TEST(Eval, StopOnPassAndUsageErrors) {
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);
   // An empty --tasks (or an empty id in it) is no selection, not "every task".
-  for (const char* tasks : {"", ",", "HumanEval/0,", "HumanEval/0,,HumanEval/1"}) {
+  for (const char* tasks : {"", ",", "HumanEval/0,", "HumanEval/0,,HumanEval/1", "HumanEval/0, ,HumanEval/1"}) {
     const auto e = run_cli(eval_args(tmp / "d", {"--tasks", tasks}));
     EXPECT_EQ(e.exit_code, 2) << "'" << tasks << "': " << e.err;
     EXPECT_NE(e.err.find("--tasks"), std::string::npos) << e.err;
   }
+  // Blanks around an id (as a shell user types a list) are not part of it.
+  const auto spaced = run_cli(eval_args(tmp / "f", {"-n", "1", "--max-new-tokens", "4", "--tasks", "HumanEval/1 , HumanEval/0", "--json"}));
+  ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
+  EXPECT_EQ(json::parse(spaced.out)["dataset"]["problems"], 2) << spaced.out;
   // A --plot that cannot be written fails before the run, leaving no run directory.
   write_text(tmp / "file", "x");
   for (const auto& [plot, why] : std::vector<std::pair<fs::path, std::string>>{{tmp / "nodir" / "p.svg", "does not exist"},

@@ -55,11 +55,11 @@ std::string slurp_fd(int fd) {
 
 std::string bestofn_binary() { return BESTOFN_BINARY; }
 
-pid_t start_cli(const std::vector<std::string>& args, const fs::path& out_path, const fs::path& err_path) {
+pid_t start_cli(const std::vector<std::string>& args, const fs::path& out_path, const fs::path& err_path, const fs::path& in_path) {
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
+    int in = open(in_path.c_str(), O_RDONLY);
     int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(in, 0);
@@ -86,11 +86,11 @@ std::vector<std::string> partial_files(const fs::path& out) {
   return names;
 }
 
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args, const fs::path& in_path) {
   // stdout and stderr go to temp files (no pipe deadlock on large output).
   TempDir tmp;
   const fs::path out_path = tmp / "out", err_path = tmp / "err";
-  const pid_t pid = start_cli(args, out_path, err_path);
+  const pid_t pid = start_cli(args, out_path, err_path, in_path);
   int status = 0;
   waitpid(pid, &status, 0);
   CliResult r;

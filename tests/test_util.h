@@ -39,11 +39,12 @@ struct CliResult {
 };
 // The built bestofn binary's path (for a test that needs a shell pipeline).
 std::string bestofn_binary();
-// Runs the built bestofn binary with `args` (no shell), stdin from /dev/null.
-CliResult run_cli(const std::vector<std::string>& args);
+// Runs the built bestofn binary with `args` (no shell), stdin from `in` (/dev/null by default).
+CliResult run_cli(const std::vector<std::string>& args, const std::filesystem::path& in = "/dev/null");
 // Starts the binary in the background (stdout and stderr to the given files); the caller waits
 // for (or kills) the returned pid.
-int start_cli(const std::vector<std::string>& args, const std::filesystem::path& out, const std::filesystem::path& err);
+int start_cli(const std::vector<std::string>& args, const std::filesystem::path& out, const std::filesystem::path& err,
+              const std::filesystem::path& in = "/dev/null");
 
 // A tiny synthetic model (make-synthetic --shape tiny --dtype bf16 with ../shared's Llama 3
 // tokenizer), made once per seed per process in a directory that lives as long as the process.

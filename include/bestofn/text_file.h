@@ -9,6 +9,12 @@ namespace bestofn {
 // The file's bytes, decompressed when it is gzip. Throws bestofn::Error naming the file.
 std::string read_text_file(const std::filesystem::path& path);
 
+// read_text_file, where "-" is standard input (also gzip or plain; read to its end, so a
+// terminal reads until ^D). Errors name it "<stdin>".
+std::string read_text_input(const std::string& path);
+// How errors name an input: "<stdin>" for "-", else the path.
+std::string input_name(const std::string& path);
+
 // A read-only descriptor (close-on-exec) of an input: a regular file, a pipe or a FIFO (opened
 // without waiting for a writer: one that never comes reads as empty, never as a hang). A
 // directory, a device (/dev/zero would be read forever) or a socket is a bestofn::Error naming the

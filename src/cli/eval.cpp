@@ -77,7 +77,7 @@ extern "C" void on_interrupt(int) {
 std::vector<std::string> task_ids(const std::string& text) {
   std::vector<std::string> ids;
   std::stringstream ss(text);
-  for (std::string id; std::getline(ss, id, ',');) ids.push_back(id);
+  for (std::string id; std::getline(ss, id, ',');) ids.push_back(trim_blanks(id));  // "HumanEval/0, HumanEval/7"
   if (ids.empty() || text.back() == ',' || std::count(ids.begin(), ids.end(), std::string()) > 0)
     throw Error("--tasks: '" + text + "' has an empty task id");
   return ids;
@@ -309,12 +309,13 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   limit->excludes(tasks);
   sub->add_option("--out-dir", o->out_dir, "Output directory")->default_str("bestofn-eval");
   sub->add_flag("--resume", o->resume, "Continue the run in --out-dir: only missing samples are generated and verified");
-  sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
+  auto* plot = sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 of another model, drawn on the plot (repeatable)");
   sub->add_option("--fail-under", o->fail_under, "pass@K=X: exit 3 when pass@K < X (repeatable)");
-  sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)");
-  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
-  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(finite_range(0.05, 3600.0))->default_str("20");
+  sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)")
+      ->excludes(plot);  // no pass@k, no fail@k chart
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
+  sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (default: 64 x workers)")->check(CLI::Range(0, 10000000));
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
@@ -342,7 +343,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                                                        std::to_string(o->n));
     }
   });
-  return [o, command] {
+  return [o, command, sub] {
     check_plot_path(o->plot);
     const std::vector<int> ks = parse_ks(o->k);
     const std::filesystem::path data_dir = o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir);
@@ -368,6 +369,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     }
     const std::string kind = selected.front()->dataset;
     const bool has_plus = std::any_of(selected.begin(), selected.end(), [](const Problem* p) { return !p->plus_input_json.empty(); });
+    if (sub->count("--plus-timeout") && !has_plus)
+      spdlog::warn("--plus-timeout: {} has no HumanEval+ plus tests; the flag changes nothing", o->dataset);
 
     const Shard shard = o->shard.empty() ? Shard{} : parse_shard(o->shard, "--shard");
     // The candidates of each problem that this run makes: all n, or this shard's share.

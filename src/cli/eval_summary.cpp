@@ -49,15 +49,12 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
     return r;
   }
   r.passk = tally.pass_at_k(tasks, ks, false);
-  s["pass_at_k"] = Tally::to_json(r.passk, "");
+  s["pass_at_k"] = Tally::to_json(r.passk);
   if (has_plus) {
     r.passk_plus = tally.pass_at_k(tasks, ks, true);
-    s["plus_pass_at_k"] = Tally::to_json(r.passk_plus, "");
+    s["plus_pass_at_k"] = Tally::to_json(r.passk_plus);
   }
-  ordered_json skipped = ordered_json::object();
-  for (const auto& p : r.passk)
-    if (p.problems_skipped > 0) skipped[std::to_string(p.k)] = p.problems_skipped;
-  s["problems_skipped"] = skipped;
+  s["problems_skipped"] = Tally::skipped_json(r.passk);
   return r;
 }
 

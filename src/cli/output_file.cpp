@@ -20,8 +20,9 @@ namespace fs = std::filesystem;
 
 void check_not_input(const std::string& out, const std::string& input) {
   std::error_code ec;
-  if (!out.empty() && !input.empty() && fs::equivalent(out, input, ec))
-    throw Error(out, "is " + input + ", which this run reads; write the output to another file");
+  // "-" is stdin: redirected from the output file, it is that file.
+  if (!out.empty() && !input.empty() && fs::equivalent(out, input == "-" ? "/dev/stdin" : input, ec))
+    throw Error(out, "is " + (input == "-" ? std::string("stdin") : input) + ", which this run reads; write the output to another file");
 }
 
 OutputTarget output_target(const std::string& path) {

@@ -24,6 +24,8 @@
 #include "cli/scoring.h"
 #include "cli/validators.h"
 
+#include <spdlog/spdlog.h>
+
 namespace bestofn::cli {
 namespace {
 using nlohmann::ordered_json;
@@ -52,7 +54,7 @@ std::vector<Sample> read_samples(const std::string& path, const std::map<std::st
     if (it == by_id.end()) throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset);
     out.push_back({std::move(j), it->second});
   });
-  if (out.empty()) throw Error(path, "no samples");
+  if (out.empty()) throw Error(input_name(path), "no samples");
   return out;
 }
 
@@ -69,13 +71,13 @@ Runner add_score(CLI::App& app) {
       "computable. Exit 1 when a sample could not be run (a sandbox error).\n"
       "Example:\n"
       "  bestofn score samples.jsonl --dataset humaneval --k 1,10 --out results.jsonl --json");
-  sub->add_option("SAMPLES", o->samples, "Samples JSONL (.jsonl or .jsonl.gz)")->required();
+  sub->add_option("SAMPLES", o->samples, "Samples JSONL (.jsonl or .jsonl.gz; - for stdin, with --out)")->required();
   sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
   sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
-  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, 3600.0))->default_str("3");
+  sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests (hundreds of inputs)")
-      ->check(finite_range(0.05, 36000.0))
+      ->check(finite_range(0.05, kMaxTimeoutSeconds))
       ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
@@ -83,7 +85,7 @@ Runner add_score(CLI::App& app) {
                 "Start a fresh Python interpreter per sample instead of forking it from a per-worker pre-started one "
                 "(slower; the same isolation)");
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
-  return [o] {
+  return [o, sub] {
     const std::vector<int> ks = parse_ks(o->k);
     const auto problems = load_dataset(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir));
     std::map<std::string, const Problem*> by_id;
@@ -92,12 +94,16 @@ Runner add_score(CLI::App& app) {
     // a file redirected), /dev/fd/N, /proc/self/fd/N or a FIFO that would be a new file in /dev
     // or /proc, or beside the pipe. (A file in /dev/shm is a file.)
     if (o->out.empty()) {
+      if (o->samples == "-") throw Error("<stdin>", "samples read from stdin need --out to name the results file");
       std::error_code ec;
       const std::filesystem::path abs = std::filesystem::absolute(o->samples, ec).lexically_normal();
       if (abs.parent_path() == "/dev" || abs.string().starts_with("/dev/fd/") || abs.string().starts_with("/proc/") ||
           (std::filesystem::exists(o->samples, ec) && !std::filesystem::is_regular_file(o->samples, ec)))
         throw Error(o->samples, "is a device, a pipe or a descriptor, not a file to write results beside: name the results file with --out");
     }
+    const bool has_plus = std::any_of(problems.begin(), problems.end(), [](const Problem& p) { return !p.plus_input_json.empty(); });
+    if (sub->count("--plus-timeout") && !has_plus)
+      spdlog::warn("--plus-timeout: {} has no HumanEval+ plus tests; the flag changes nothing", o->dataset);
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
     check_not_input(out_path, o->samples);
@@ -131,7 +137,6 @@ Runner add_score(CLI::App& app) {
       });
       if (tty) std::fprintf(stderr, "\n");
     }
-    const bool has_plus = std::any_of(problems.begin(), problems.end(), [](const Problem& p) { return !p.plus_input_json.empty(); });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // Results rows, and (n, c) per problem, base and plus; sandbox errors count in neither.
@@ -149,13 +154,12 @@ Runner add_score(CLI::App& app) {
 
     ordered_json summary = {{"dataset", o->dataset}, {"samples", samples.size()}, {"problems", problems_scored},
                             {"results", out_path}, {"seconds", secs}, {"samples_per_s", static_cast<double>(samples.size()) / secs}};
-    ordered_json skipped = ordered_json::object();
-    for (const auto& r : passk)
-      if (r.problems_skipped > 0) skipped["pass@" + std::to_string(r.k)] = r.problems_skipped;
-    summary["pass_at_k"] = Tally::to_json(passk, "pass@");
+    // pass@k as eval's summary.json has it: keyed by k, null where no problem has k samples, and
+    // per k the problems with fewer than k samples (not computable, left out of the mean).
+    summary["pass_at_k"] = Tally::to_json(passk);
     // HumanEval+: base and plus (base and plus tests both passed) separately
-    if (has_plus) summary["plus_pass_at_k"] = Tally::to_json(passk_plus, "pass@");
-    summary["not_computable"] = skipped;  // problems with fewer than k samples, per k
+    if (has_plus) summary["plus_pass_at_k"] = Tally::to_json(passk_plus);
+    summary["problems_skipped"] = Tally::skipped_json(passk);
     summary["verdicts"] = tally.counts();
     summary["sandbox_missing"] = sandbox.missing();
     if (o->json) {

@@ -1,5 +1,6 @@
 #include "cli/scoring.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -12,6 +13,7 @@ std::vector<int> parse_ks(const std::string& s) {
   std::vector<int> ks;
   std::stringstream ss(s);
   for (std::string part; std::getline(ss, part, ',');) {
+    part = trim_blanks(part);
     std::size_t used = 0;
     int k = 0;
     try {
@@ -20,7 +22,7 @@ std::vector<int> parse_ks(const std::string& s) {
       used = 0;
     }
     if (used != part.size() || k < 1) throw Error("--k: '" + part + "' is not a positive integer (e.g. --k 1,10,100)");
-    ks.push_back(k);
+    if (std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);  // "1,1": pass@1 once
   }
   if (ks.empty()) throw Error("--k: empty list");
   return ks;
@@ -115,9 +117,16 @@ int Tally::sandbox_errors() const {
   return it == counts_.end() ? 0 : it->second;
 }
 
-nlohmann::ordered_json Tally::to_json(const std::vector<PassAtK>& r, const std::string& prefix) {
+nlohmann::ordered_json Tally::to_json(const std::vector<PassAtK>& r) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const auto& x : r) out[prefix + std::to_string(x.k)] = x.problems_used > 0 ? nlohmann::ordered_json(x.mean) : nlohmann::ordered_json(nullptr);
+  for (const auto& x : r) out[std::to_string(x.k)] = x.problems_used > 0 ? nlohmann::ordered_json(x.mean) : nlohmann::ordered_json(nullptr);
+  return out;
+}
+
+nlohmann::ordered_json Tally::skipped_json(const std::vector<PassAtK>& r) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& x : r)
+    if (x.problems_skipped > 0) out[std::to_string(x.k)] = x.problems_skipped;
   return out;
 }
 

@@ -47,8 +47,12 @@ class Tally {
   const std::map<std::string, int>& counts() const { return counts_; }
   int sandbox_errors() const;
   int problems_done() const { return static_cast<int>(base_.size()); }
-  // {"pass@1": x | null, ...}
-  static nlohmann::ordered_json to_json(const std::vector<PassAtK>& r, const std::string& prefix);
+  // The summaries' (eval's summary.json, score --json) pass_at_k: {"1": x | null, ...}, null
+  // where no problem has k samples.
+  static nlohmann::ordered_json to_json(const std::vector<PassAtK>& r);
+  // Their problems_skipped: {"10": problems with fewer than 10 samples, ...}, only the ks that
+  // skipped any.
+  static nlohmann::ordered_json skipped_json(const std::vector<PassAtK>& r);
 
  private:
   std::map<std::string, std::pair<int, int>> base_, plus_;

@@ -18,15 +18,6 @@ struct TokenizeOptions {
   bool bos = false, chat = false;
 };
 
-// The whole input, byte for byte ("-" is stdin).
-std::string read_input(const std::string& input) {
-  if (input != "-") return read_text_file(input);
-  std::cin >> std::noskipws;
-  return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-}
-
-std::string input_name(const std::string& input) { return input == "-" ? "<stdin>" : input; }
-
 }  // namespace
 
 Runner add_tokenize(CLI::App& app) {
@@ -40,14 +31,15 @@ Runner add_tokenize(CLI::App& app) {
   sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required();
   sub->add_option("FILE", opt->input, "Text file (UTF-8, may be .gz); - for stdin")->default_str("-");
   sub->add_flag("--bos", opt->bos, "Prepend the BOS token (off by default; --chat templates carry their own)");
-  sub->add_flag("--chat", opt->chat, "Wrap the text as one user turn in the chat template");
+  auto* chat = sub->add_flag("--chat", opt->chat, "Wrap the text as one user turn in the chat template");
   sub->add_option("--chat-format", opt->chat_format, "Chat format: auto (from tokenizer_config.json), llama3, llama2")
       ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
-      ->default_str("auto");
-  sub->add_option("--system", opt->system, "System message for --chat");
+      ->default_str("auto")
+      ->needs(chat);
+  sub->add_option("--system", opt->system, "System message for --chat")->needs(chat);
   return [opt] {
     const Tokenizer tok = Tokenizer::load(opt->tokenizer);
-    const std::string text = read_input(opt->input);
+    const std::string text = read_text_input(opt->input);
     std::vector<int> ids;
     const ChatFormat format = opt->chat ? chat_format(tok, opt->chat_format) : ChatFormat::Llama3;
     try {
@@ -77,7 +69,7 @@ Runner add_detokenize(CLI::App& app) {
     const std::string name = input_name(opt->input);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_input(opt->input));
+      j = nlohmann::json::parse(read_text_input(opt->input));
     } catch (const nlohmann::json::exception& e) {
       throw Error(name, std::string("not a JSON array of token ids: ") + e.what());
     }

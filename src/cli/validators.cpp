@@ -74,4 +74,10 @@ CLI::Validator checked_by(std::function<void(const std::string&)> parse, const s
       type_name);
 }
 
+std::string trim_blanks(const std::string& s) {
+  const std::size_t first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
 }  // namespace bestofn::cli

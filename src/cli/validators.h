@@ -21,4 +21,10 @@ CLI::Validator seed_value();
 // message (less a leading "--flag: ", which CLI11 says itself) becomes the usage error.
 CLI::Validator checked_by(std::function<void(const std::string&)> parse, const std::string& type_name);
 
+// s without leading and trailing spaces and tabs: an item of a comma-separated list ("1, 10").
+std::string trim_blanks(const std::string& s);
+
+// Seconds, the most any sandbox timeout (--timeout, --plus-timeout) may be: an hour.
+inline constexpr double kMaxTimeoutSeconds = 3600.0;
+
 }  // namespace bestofn::cli
