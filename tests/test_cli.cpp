@@ -382,9 +382,12 @@ TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
   for (const auto& row : rows) EXPECT_LE(row["num_tokens"].get<int>(), 8);
 
   // The same rows from stdin (--prompts -) and from a .json array of the same objects.
-  const auto from_stdin = run_cli({"generate", "--model", m, "--prompts", "-", "-n", "2", "--max-new-tokens", "8"}, dir / "p.jsonl");
+  // (--out -: stdout, as by default, and no file named "-".)
+  const auto from_stdin =
+      run_cli({"generate", "--model", m, "--prompts", "-", "-n", "2", "--max-new-tokens", "8", "--out", "-"}, dir / "p.jsonl");
   ASSERT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
   EXPECT_EQ(jsonl(from_stdin.out), rows);
+  EXPECT_FALSE(fs::exists("-"));
   bestofn::test::write_text(dir / "p.json", "[{\"id\": \"a\", \"prompt\": \"def f():\", \"n\": 3},\n {\"prompt\": \"x = \", \"stop\": \"\\n\"}]\n");
   const auto from_array = run_cli({"generate", "--model", m, "--prompts", (dir / "p.json").string(), "-n", "2", "--max-new-tokens", "8"});
   ASSERT_EQ(from_array.exit_code, 0) << from_array.err;
@@ -660,6 +663,7 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   });
   // Read from stdin (which needs --out); a k given twice (and blanks around one) counts once.
   expect_failure({"score", "-", "--data-dir", data}, 1, {"<stdin>", "--out"});
+  expect_failure({"score", "-", "--data-dir", data, "--out", "-"}, 2, {"--out", "stdout carries score's report"});
   // --plus-timeout on a dataset without plus tests is said to change nothing.
   const auto b = run_cli(
       {"score", "-", "--data-dir", data, "--k", "1, 10,1", "--json", "--out", (dir / "bad_res.jsonl").string(), "--plus-timeout", "5"}, bad);

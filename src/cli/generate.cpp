@@ -185,7 +185,7 @@ Runner add_generate(CLI::App& app) {
       ->needs(verify);
   sub->add_option("--workers", o->workers, "--verify: candidates verified at once (default: cores)")->check(CLI::Range(0, 1024))->needs(verify);
   sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)")->needs(verify);
-  sub->add_option("--out", o->out, "Output file (default: stdout); written whole or not at all");
+  sub->add_option("--out", o->out, "Output file (default, or -: stdout); written whole or not at all");
   add_shard_flag(sub, o->shard)->excludes("--verify")->excludes("--select")->excludes("--best-only");  // best: among all candidates
   sub->callback([sub] {
     if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
@@ -221,8 +221,9 @@ Runner add_generate(CLI::App& app) {
     }
     const GenerationOptions go = generation_options(o->m, model);
 
-    check_not_input(o->out, o->prompts);
-    OutputFile out(o->out);
+    const std::string out_path = o->out == "-" ? "" : o->out;  // "-": stdout, never a file named "-"
+    check_not_input(out_path, o->prompts);
+    OutputFile out(out_path);
     // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
     std::vector<std::map<int, json>> rows(reqs.size());
     std::size_t next = 0;

@@ -80,7 +80,12 @@ Runner add_score(CLI::App& app) {
       ->check(finite_range(0.05, kMaxTimeoutSeconds))
       ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
-  sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)");
+  sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return s == "-" ? std::string("stdout carries score's report; name a file for the results (/dev/stdout mixes the two)") : std::string();
+          },
+          "FILE"));
   sub->add_flag("--no-zygote", o->no_zygote,
                 "Start a fresh Python interpreter per sample instead of forking it from a per-worker pre-started one "
                 "(slower; the same isolation)");
