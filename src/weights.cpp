@@ -52,6 +52,24 @@ class Loader {
     return t;
   }
 
+  // E4M3FN has no infinities, and its NaN codes (0x7f, 0xff) would be read as finite values by
+  // the GEMMs (which take the code table's finite rule): a checkpoint holding one is refused.
+  // Eight codes at a time: a byte of (x & 0x7f..) ^ 0x7f.. is zero exactly where x holds a NaN.
+  static void check_no_nan_codes(const Tensor& t, const std::string& file) {
+    constexpr std::uint64_t low7 = 0x7f7f7f7f7f7f7f7full, ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    std::size_t i = 0;
+    for (; i + 8 <= t.nbytes; i += 8) {
+      std::uint64_t x;
+      std::memcpy(&x, t.data + i, 8);
+      const std::uint64_t z = (x & low7) ^ low7;
+      if (((z - ones) & ~z & highs) != 0) break;  // a NaN among these 8: found below
+    }
+    for (; i < t.nbytes; ++i)
+      if ((t.data[i] & 0x7f) == 0x7f)
+        throw Error(file, "tensor '" + t.name + "': element " + std::to_string(i) + " is an FP8 E4M3 NaN (code 0x" +
+                              (t.data[i] == 0x7f ? "7f" : "ff") + "); the checkpoint is damaged");
+  }
+
   // A scale tensor as floats: `count` values (shapes [], [1], [count], [count, 1] accepted).
   std::vector<float> scales(const std::string& name, std::int64_t count, const char* what) {
     TensorView v = files_.find(name);
@@ -80,6 +98,7 @@ class Loader {
     Linear l;
     if (q.quantizes(module)) {
       l.weight = tensor(module + ".weight", {out, in}, {DType::F8_E4M3});
+      check_no_nan_codes(l.weight, *files_.find(module + ".weight").file);
       const std::int64_t n = q.weight_strategy == ScaleStrategy::Channel ? out : 1;
       l.weight_scale = scales(module + ".weight_scale", n, "FP8 weight scale");
       if (q.activations == ActivationScheme::Static)

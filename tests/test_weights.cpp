@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "bestofn/error.h"
@@ -255,4 +256,48 @@ TEST(WeightsMalformed, TruncatedShardIsNamed) {
   const fs::path p = synth(dir, "m", "f32");
   fs::resize_file(p / "model.safetensors", fs::file_size(p / "model.safetensors") - 100);
   expect_error([&] { load_model(p); }, {"model.safetensors", "truncated"});
+}
+
+namespace {
+// The bytes of tensor `name` in a single-file safetensors checkpoint, read and written in place
+// (the format: an 8-byte little-endian header length, the JSON header, then the data).
+struct TensorBytes {
+  std::size_t begin = 0, end = 0;
+};
+TensorBytes tensor_bytes(const fs::path& file, const std::string& name) {
+  const std::string all = test::read_text(file);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(all[static_cast<std::size_t>(i)]);
+  const json h = json::parse(all.substr(8, n));
+  const auto off = h.at(name).at("data_offsets");
+  return {8 + n + off[0].get<std::size_t>(), 8 + n + off[1].get<std::size_t>()};
+}
+void write_bytes(const fs::path& file, std::size_t at, const std::string& bytes) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+}  // namespace
+
+// E4M3FN's NaN codes (0x7f, 0xff; it has no infinities) would be read as finite weights by the
+// GEMMs: a checkpoint holding one is refused, naming the tensor and the element. Every finite code
+// (the largest, +-448 = 0x7e / 0xfe, among them) loads.
+TEST(WeightsMalformed, Fp8NanCodesAreRefusedAndEveryFiniteCodeLoads) {
+  test::TempDir dir;
+  const fs::path p = synth(dir, "m", "fp8");
+  const fs::path file = p / "model.safetensors";
+  const std::string down = "model.layers.1.mlp.down_proj.weight", q = "model.layers.0.self_attn.q_proj.weight";
+  const TensorBytes d = tensor_bytes(file, down), qb = tensor_bytes(file, q);
+  std::string finite;
+  for (std::size_t i = 0; i < d.end - d.begin; ++i) {
+    const auto c = static_cast<unsigned char>(i % 256);
+    finite += static_cast<char>((c & 0x7f) == 0x7f ? c - 1 : c);
+  }
+  write_bytes(file, d.begin, finite);
+  EXPECT_NO_THROW(load_model(p));
+  write_bytes(file, d.begin + 77, std::string(1, '\xff'));
+  expect_error([&] { load_model(p); }, {"model.safetensors", down, "element 77", "NaN (code 0xff)"});
+  write_bytes(file, d.begin + 77, std::string(1, '\x7e'));
+  write_bytes(file, qb.end - 1, std::string(1, '\x7f'));  // the last element
+  expect_error([&] { load_model(p); }, {q, "element " + std::to_string(qb.end - qb.begin - 1), "NaN (code 0x7f)"});
 }
