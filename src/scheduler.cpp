@@ -202,7 +202,10 @@ class Run {
       a.sync_end = "eos";
       return;
     }
-    const bool at_context = engine_.slot_length(a.slot) >= context_;  // no position left to feed this token
+    // Prompt and generated tokens fill the context at most (HF's max_length, vLLM's
+    // max_model_len): this token, not yet fed, is the last one that fits when the fed ones and it
+    // make context_.
+    const bool at_context = engine_.slot_length(a.slot) + 1 >= context_;
     if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
       a.sync_end = "length";
       return;

@@ -137,9 +137,16 @@ TEST(Scheduler, ContextLimitEndsWithLengthAndLongPromptsAreErrors) {
   GenerationRequest r{"long", std::vector<int>(static_cast<std::size_t>(ctx) - 3, 100), 2, {}};
   const auto out = run({r}, o);
   ASSERT_EQ(out.size(), 2u);
-  // Positions ctx-3, ctx-2 and ctx-1 take three fed tokens; the fourth is drawn but has no place.
+  // Prompt + generated tokens are at most the context, as HF's max_length and vLLM's
+  // max_model_len count them: ctx - 3 prompt tokens leave room for 3.
   EXPECT_EQ(out[0].finish_reason, "length");
-  EXPECT_EQ(out[0].token_ids.size(), 4u);
+  EXPECT_EQ(out[0].token_ids.size(), 3u);
+  // A prompt one short of the context gets one token.
+  r.prompt_ids.resize(static_cast<std::size_t>(ctx) - 1);
+  const auto one = run({r}, o);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0].finish_reason, "length");
+  EXPECT_EQ(one[0].token_ids.size(), 1u);
   r.prompt_ids.resize(static_cast<std::size_t>(ctx));
   EXPECT_THROW(run({r}, o), Error);
   r.prompt_ids = {1, fx().w->config.vocab_size + 5};
