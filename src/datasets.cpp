@@ -315,6 +315,15 @@ std::vector<Problem> load_dataset(const std::string& name_or_path, const fs::pat
   throw Error(name_or_path, "unknown dataset format: expected .jsonl or .jsonl.gz (HumanEval format) or .json (MBPP sanitized format)");
 }
 
+bool is_python_identifier(std::string_view s) { return is_identifier(s); }
+
+std::vector<fs::path> dataset_files(const std::string& name_or_path, const fs::path& data_dir) {
+  if (name_or_path == "humaneval") return {data_dir / "humaneval" / "HumanEval.jsonl.gz", data_dir / "humaneval" / "HumanEval.jsonl"};
+  if (name_or_path == "humaneval+") return {data_dir / "humanevalplus" / "HumanEvalPlus.jsonl.gz"};
+  if (name_or_path == "mbpp") return {data_dir / "mbpp" / "sanitized-mbpp.json"};
+  return {fs::path(name_or_path)};
+}
+
 fs::path default_data_dir() {
   if (const char* env = std::getenv("BESTOFN_DATA"); env && *env) return fs::path(env);
   const char* home = std::getenv("HOME");

@@ -401,6 +401,12 @@ TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
   expect_failure({"generate", "--model", m, "--prompts", (dir / "obj.json").string()}, 1, {"obj.json", "JSON array"});
   bestofn::test::write_text(dir / "elem.json", "[{\"prompt\": \"x\"}, \"y\"]");
   expect_failure({"generate", "--model", m, "--prompts", (dir / "elem.json").string()}, 1, {"elem.json", "element 1", "\"prompt\""});
+  // Two prompts with one id (given, or a row's position) would give rows no reader can attribute;
+  // an entry_point is a Python identifier, as in the datasets.
+  bestofn::test::write_text(dir / "dup.jsonl", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"id\": 0}\n");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "dup.jsonl").string()}, 1, {"dup.jsonl", "prompts 0 and 1", "same id 0"});
+  bestofn::test::write_text(dir / "ep.jsonl", "{\"prompt\": \"a\", \"test\": \"def check(c): pass\", \"entry_point\": \"f()\"}\n");
+  expect_failure({"generate", "--model", m, "--prompts", (dir / "ep.jsonl").string(), "--verify"}, 1, {"ep.jsonl:1", "Python identifier"});
   // An empty plain-text prompt file is a mistake, not an empty prompt.
   bestofn::test::write_text(dir / "empty.txt", "");
   expect_failure({"generate", "--model", m, "--prompts", (dir / "empty.txt").string()}, 1, {"empty.txt", "is empty"});
@@ -452,6 +458,16 @@ TEST(CliGenerate, BadInvocations) {
     args.insert(args.end(), flag.begin(), flag.end());
     expect_failure(args, 2, {flag[0], "--verify"});
   }
+  // The CUDA engine's flags change nothing on the CPU engine.
+  for (const char* flag : {"--cuda-graphs", "--paged-kv", "--fused-qkv", "--device-sampling"})
+    expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cpu", flag}, 2, {flag, "--device is cpu"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--kv-blocks", "5"}, 2, {"--kv-blocks", "--paged-kv"});
+  expect_failure({"bench", "--model", m, "--cuda-graphs"}, 2, {"--cuda-graphs", "--device is cpu"});  // bench's default device
+  expect_failure({"bench", "--model", m, "--dtype", "bf16"}, 2, {"--dtype", "--synthetic"});
+  expect_failure({"bench", "--model", m, "--keep-model", (dir / "km").string()}, 2, {"--keep-model", "--synthetic"});
+  expect_failure({"make-synthetic", "--shape", "tiny", "--dtype", "f32", "--fp8-scheme", "tensor", "--out", (dir / "ms").string()}, 2,
+                 {"--fp8-scheme", "--dtype fp8"});
+  EXPECT_FALSE(fs::exists(dir / "ms"));
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--kv-cache", "int4"}, 2, {"--kv-cache"});

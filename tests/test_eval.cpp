@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bestofn/text_file.h"
 #include "test_util.h"
 
 using namespace bestofn::test;
@@ -429,4 +430,72 @@ TEST(EvalFaults, AFullDiskFailsClearlyAndTheRunResumesElsewhere) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(rows_by_key(read_jsonl(moved / "samples.jsonl")).size(), 32u);
   EXPECT_EQ(read_jsonl(moved / "results.jsonl").size(), 32u);
+}
+
+// An output path that names one of the run's inputs is refused before the run writes anything: the
+// dataset (eval --plot, score --out), a file of the run directory (eval --resume --plot), a file
+// of the model directory (generate --out). A --plot inside the --out-dir that the run makes is
+// fine, and so are paths that are not UTF-8 (the JSON files hold U+FFFD for such bytes, and
+// --resume still matches the run).
+TEST(EvalOutputs, AnOutputThatIsAnInputIsRefusedAndOddPathsWork) {
+  TempDir tmp;
+  const fs::path dataset = tmp / "he.jsonl";
+  {
+    std::istringstream in(bestofn::read_text_file(require_shared("data/humaneval/HumanEval.jsonl.gz")));
+    std::string line, two;
+    for (int i = 0; i < 2 && std::getline(in, line); ++i) two += line + "\n";
+    write_text(dataset, two);
+  }
+  const std::string data_before = read_text(dataset);
+  std::vector<std::string> args = eval_args(tmp / "a", {"-n", "1", "--max-new-tokens", "4", "--plot", dataset.string()});
+  *std::find(args.begin(), args.end(), std::string("humaneval")) = dataset.string();
+  const auto a = run_cli(args);
+  EXPECT_EQ(a.exit_code, 1) << a.err;
+  EXPECT_NE(a.err.find("--plot: is " + dataset.string() + ", which this run reads"), std::string::npos) << a.err;
+  EXPECT_EQ(read_text(dataset), data_before);
+  EXPECT_FALSE(fs::exists(tmp / "a"));
+
+  // The plot in the new run directory; then, resumed, a --plot that is the run's samples.
+  const auto b = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--plot", (tmp / "b" / "c.svg").string()}));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_TRUE(well_formed_svg(tmp / "b" / "c.svg"));
+  const std::string samples_before = read_text(tmp / "b" / "samples.jsonl");
+  const auto c = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--resume", "--plot",
+                                               (tmp / "b" / "samples.jsonl").string()}));
+  EXPECT_EQ(c.exit_code, 1) << c.err;
+  EXPECT_NE(c.err.find("samples.jsonl, which this run reads"), std::string::npos) << c.err;
+  EXPECT_EQ(read_text(tmp / "b" / "samples.jsonl"), samples_before);
+  // Its own plot, written by an earlier run, is an output, not an input.
+  for (int run = 0; run < 2; ++run) {
+    const auto d = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--resume", "--plot",
+                                                 (tmp / "b" / "fail_at_k.svg").string()}));
+    EXPECT_EQ(d.exit_code, 0) << run << ": " << d.err;
+  }
+
+  // score --out over the dataset; generate --out over the model's tokenizer.
+  write_text(tmp / "s.jsonl", json{{"task_id", "HumanEval/0"}, {"completion", "    return 1\n"}}.dump() + "\n");
+  const auto e = run_cli({"score", (tmp / "s.jsonl").string(), "--dataset", dataset.string(), "--out", dataset.string()});
+  EXPECT_EQ(e.exit_code, 1) << e.err;
+  EXPECT_NE(e.err.find("--out: is "), std::string::npos) << e.err;
+  EXPECT_EQ(read_text(dataset), data_before);
+  const fs::path model = tmp / "model\xff";  // not UTF-8
+  fs::copy(tiny_model(), model, fs::copy_options::recursive);
+  const std::string tok_before = read_text(model / "tokenizer.json");
+  const auto f = run_cli({"generate", "--model", model.string(), "--prompt", "x", "--max-new-tokens", "2", "--out", (model / "tokenizer.json").string()});
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_NE(f.err.find("tokenizer.json, which this run reads"), std::string::npos) << f.err;
+  EXPECT_EQ(read_text(model / "tokenizer.json"), tok_before);
+
+  // That model directory's path in inspect --json, eval's run.json and summary, and a --resume.
+  const auto g = run_cli({"inspect", model.string(), "--json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(json::parse(g.out)["model_dir"], model.parent_path().string() + "/model\xef\xbf\xbd") << g.out;
+  std::vector<std::string> h = eval_args(tmp / "h", {"-n", "1", "--limit", "1", "--max-new-tokens", "4", "--json", "--reference", "R\xff=0.5"});
+  *(std::find(h.begin(), h.end(), std::string("--model")) + 1) = model.string();
+  const auto h1 = run_cli(h);
+  ASSERT_EQ(h1.exit_code, 0) << h1.err;
+  EXPECT_TRUE(json::parse(h1.out).is_object());
+  h.push_back("--resume");
+  const auto h2 = run_cli(h);
+  EXPECT_EQ(h2.exit_code, 0) << h2.err;
 }

@@ -208,6 +208,12 @@ TEST(Shard, MergeRefusesMismatchedOverlappingMissingAndIncompleteShards) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
     EXPECT_FALSE(fs::exists(tmp / "out" / "summary.json")) << c.expect;
   }
+  // A --plot that is a shard's file (its samples) is refused before anything is written.
+  const std::string samples_before = read_text(fs::path(a0) / "samples.jsonl");
+  const auto over = run_cli({"merge", (tmp / "out").string(), a0, a1, "--plot", (fs::path(a0) / "samples.jsonl").string()});
+  EXPECT_EQ(over.exit_code, 1) << over.err;
+  EXPECT_NE(over.err.find("--plot: is "), std::string::npos) << over.err;
+  EXPECT_EQ(read_text(fs::path(a0) / "samples.jsonl"), samples_before);
   // An unfinished shard: one result missing.
   const std::string text = read_text(fs::path(a1) / "results.jsonl");
   write_text(fs::path(a1) / "results.jsonl", text.substr(0, text.rfind('\n', text.size() - 2) + 1));

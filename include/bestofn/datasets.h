@@ -3,6 +3,7 @@
 // program text the verifier runs for a candidate completion.
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bestofn {
@@ -34,6 +35,12 @@ struct Problem {
 // BESTOFN_DATA choose the folder), "FILE:LINE: ..." for a bad JSONL line, "FILE: entry I: ..." for
 // a bad MBPP entry, a duplicate task_id, or an empty file.
 std::vector<Problem> load_dataset(const std::string& name_or_path, const std::filesystem::path& data_dir);
+
+// An ASCII Python identifier: what an entry_point must be (it is written into the program run).
+bool is_python_identifier(std::string_view s);
+
+// The files load_dataset(name_or_path, data_dir) may read (those that do not exist included).
+std::vector<std::filesystem::path> dataset_files(const std::string& name_or_path, const std::filesystem::path& data_dir);
 
 // $BESTOFN_DATA when set and not empty, else ~/.cache/bestofn.
 std::filesystem::path default_data_dir();

@@ -184,9 +184,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                     },
                     "PRESET"));
   m->excludes(s);
-  sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8");
+  sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8")->needs(s);
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
-  sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)");
+  sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)")->needs(s);
   sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
   sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")
       ->check(checked_by([](const std::string& text) { parse_n(text); }, "N,N,..."))
@@ -203,6 +203,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--split-attention", o->split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
   add_kv_cache_flag(sub, o->kv_cache);
+  refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
@@ -350,7 +351,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["split_ms_per_step"] = {{"attention", att}, {"gemm", gemm}, {"rest", split.total_ms / split.steps - att - gemm}};
         row["attention_ms_per_candidate"] = att / n;
       }
-      if (o->json) std::cout << row.dump() << std::endl;
+      if (o->json) std::cout << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       else if (split.steps > 0)
         std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6,
                     bytes / ms / 1e6, split.attention_ms / split.steps, split.gemm_ms / split.steps);

@@ -344,9 +344,11 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     }
   });
   return [o, command, sub] {
-    check_plot_path(o->plot);
     const std::vector<int> ks = parse_ks(o->k);
     const std::filesystem::path data_dir = o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir);
+    std::vector<std::filesystem::path> inputs = dataset_files(o->dataset, data_dir);
+    inputs.insert(inputs.end(), {o->m.model, o->m.tokenizer});
+    check_plot_path(o->plot, o->out_dir, inputs);
     const std::vector<Problem> problems = load_dataset(o->dataset, data_dir);
     // The selected problems; each keeps its dataset position as its RNG prompt index, so that a
     // subset, a resumed run or a shard draws what the full run would.
@@ -553,7 +555,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                               std::to_string(o->n) + " (" + model.engine->name() + ")");
 
       if (o->json) {
-        std::cout << summary.dump(2) << "\n";
+        std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       } else {
         print_pass_at_k(passk, rs.passk_plus);
         if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", summary["solved"].get<int>(), selected.size());

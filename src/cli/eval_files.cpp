@@ -125,7 +125,8 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
     const json old = json::parse(in, nullptr, false);
     if (old.is_discarded() || !old.is_object()) throw Error(run.string(), "not valid JSON");
     for (const auto& [key, value] : manifest.items()) {
-      const json now = json(value);
+      // As run.json holds it: bytes that are not UTF-8 (a path's) as U+FFFD.
+      const json now = json::parse(json(value).dump(-1, ' ', false, json::error_handler_t::replace));
       if (!old.contains(key) || !same_setting(key, old[key], now))
         throw Error(run.string(), "this run was made with " + key + " = " + (old.contains(key) ? old[key].dump() : std::string("(unset)")) +
                                       ", and this command has " + now.dump() + "; --resume needs the same settings");
@@ -135,7 +136,7 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   } else {
     if (fs::exists(dir / "samples.jsonl", ec) || fs::exists(dir / "results.jsonl", ec))
       throw Error(dir.string(), "has samples.jsonl or results.jsonl but no run.json: not a bestofn eval directory to write into");
-    write_file_atomic(run, manifest.dump(2) + "\n");
+    write_file_atomic(run, manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   samples_out_ = std::make_unique<AppendFile>(dir / "samples.jsonl");
   results_out_ = std::make_unique<AppendFile>(dir / "results.jsonl");

@@ -7,6 +7,7 @@
 #include "bestofn/report.h"
 #include "bestofn_version.h"
 #include "cli/eval_files.h"
+#include "cli/output_file.h"
 
 namespace bestofn::cli {
 using nlohmann::json;
@@ -58,13 +59,17 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
   return r;
 }
 
-void check_plot_path(const std::string& plot) {
+void check_plot_path(const std::string& plot, const std::filesystem::path& out_dir, std::vector<std::filesystem::path> inputs) {
+  namespace fs = std::filesystem;
   if (plot.empty()) return;
-  const std::filesystem::path file(plot);
+  const fs::path file(plot);
   std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) throw Error(plot, "--plot: is a directory; give the path of an .svg file");
-  const std::filesystem::path parent = std::filesystem::absolute(file).parent_path();
-  if (!std::filesystem::is_directory(parent, ec)) throw Error(plot, "--plot: directory " + parent.string() + " does not exist");
+  if (fs::is_directory(file, ec)) throw Error(plot, "--plot: is a directory; give the path of an .svg file");
+  const fs::path parent = fs::absolute(file).parent_path().lexically_normal();
+  if (!fs::is_directory(parent, ec) && parent != fs::absolute(out_dir).lexically_normal())
+    throw Error(plot, "--plot: directory " + parent.string() + " does not exist");
+  inputs.push_back(out_dir);
+  check_not_inputs(plot, inputs, "--plot", out_dir / "fail_at_k.svg");
 }
 
 void write_summary_files(const std::filesystem::path& dir, ordered_json& summary, const Tally& tally, const std::vector<std::string>& task_ids,
@@ -91,7 +96,7 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
     summary["plot"] = file.string();
     plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();
   }
-  write_file_atomic(dir / "summary.json", summary.dump(2) + "\n");
+  write_file_atomic(dir / "summary.json", summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
 }
 

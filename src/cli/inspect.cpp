@@ -129,7 +129,7 @@ Runner add_inspect(CLI::App& app) {
     const Weights w = load_model(opt->model_dir, lo);
     const auto j = describe(w, opt->model_dir);
     if (opt->json)
-      std::cout << j.dump(2) << "\n";
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else
       print_text(j);
     return kExitOk;

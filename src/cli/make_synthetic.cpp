@@ -56,6 +56,11 @@ Runner add_make_synthetic(CLI::App& app) {
                   "fp8: 'channel' (per-channel weight scales, dynamic activations) or 'tensor' (per-tensor scales, static input_scale)")
       ->check(CLI::IsMember({"channel", "tensor"}))
       ->default_str("channel");
+  sub->parse_complete_callback([sub] {
+    const CLI::Option* dtype = sub->get_option("--dtype");
+    if (sub->count("--fp8-scheme") && (!dtype->count() || dtype->as<std::string>() != "fp8"))
+      throw CLI::ValidationError("--fp8-scheme", "needs --dtype fp8");
+  });
   sub->add_option("--seed", opt->seed, "Random seed")->transform(seed_value())->default_str("0");
   sub->add_option("--out", opt->out, "Output directory (must not exist, or be empty)")->required();
   sub->add_option("--tokenizer", *tokenizer, "tokenizer.json (or its directory) to copy into the model; small presets take its vocabulary");

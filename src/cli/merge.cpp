@@ -162,7 +162,7 @@ void write_rows(const fs::path& p, const std::vector<const json*>& rows) {
 }
 
 int run_merge(const MergeOptions& o, const std::string& command) {
-  check_plot_path(o.plot);
+  check_plot_path(o.plot, o.out, std::vector<fs::path>(o.shards.begin(), o.shards.end()));
   std::vector<ShardRun> runs;
   std::set<fs::path> seen_dirs;
   const fs::path out = fs::absolute(o.out).lexically_normal();
@@ -204,7 +204,7 @@ int run_merge(const MergeOptions& o, const std::string& command) {
   std::sort(samples.begin(), samples.end(), order);
   std::sort(results.begin(), results.end(), order);
   manifest["shard"] = {{"index", 0}, {"count", 1}};  // the merged directory is a whole run
-  write_file_atomic(out / "run.json", manifest.dump(2) + "\n");
+  write_file_atomic(out / "run.json", manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_rows(out / "samples.jsonl", samples);
   write_rows(out / "results.jsonl", results);
 
@@ -244,7 +244,7 @@ int run_merge(const MergeOptions& o, const std::string& command) {
                       manifest["dataset"].get<std::string>() + ": " + model_name + ", n = " + std::to_string(n) + " (" + device + ", " +
                           std::to_string(runs.size()) + " shards)");
   if (o.json) {
-    std::cout << summary.dump(2) << "\n";
+    std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     print_pass_at_k(rs.passk, rs.passk_plus);
     std::printf("merged %zu shards: %zu samples into %s (report.md, summary.json)\n", runs.size(), results.size(), o.out.c_str());

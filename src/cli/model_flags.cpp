@@ -43,12 +43,26 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--gemm-autotune", f.gemm_autotune,
                 "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json");
   sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks");
-  sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->needs("--paged-kv");
   sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back; the host checks stop strings during the next step");
   sub->add_flag("--split-attention", f.split_attention,
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
   add_kv_cache_flag(sub, f.kv_cache);
+  refuse_cuda_flags_on_cpu(sub, "auto");
+}
+
+void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) {
+  sub->parse_complete_callback([sub, default_device] {
+    const CLI::Option* device = sub->get_option("--device");
+    if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
+    for (const char* flag : {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--kv-blocks", "--device-sampling",
+                             "--split-attention", "--cuda-graphs"})
+      if (sub->get_option_no_throw(flag) && sub->count(flag))
+        throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
+  });
 }
 
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {

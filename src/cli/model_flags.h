@@ -39,6 +39,10 @@ const char* kv_cache_name(EngineOptions::Kv kind);
 // --model --tokenizer --quantize --device --threads --batch --cuda-prefix-gemm --fused-qkv
 // --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --kv-cache
 void add_model_flags(CLI::App* sub, ModelFlags& f);
+// The CUDA engine's flags (--cuda-prefix-gemm ... --cuda-graphs, --kv-blocks) with --device cpu
+// (given, or `default_device` when not) change nothing: a usage error, checked when sub's flags
+// are parsed (its parse-complete callback, which sub must not set otherwise).
+void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device);
 // --max-new-tokens --temperature --top-p --top-k --min-p --seed --stop --chat --chat-format --system
 // (the --max-new-tokens default shown is f.max_new_tokens as given)
 void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help);

@@ -112,6 +112,7 @@ Runner add_score(CLI::App& app) {
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
     check_not_input(out_path, o->samples);
+    check_not_inputs(out_path, dataset_files(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir)), "--out");
     OutputFile out(out_path);  // created before the long run: an unwritable path fails now
 
     SandboxLimits limits;
@@ -168,7 +169,7 @@ Runner add_score(CLI::App& app) {
     summary["verdicts"] = tally.counts();
     summary["sandbox_missing"] = sandbox.missing();
     if (o->json) {
-      std::cout << summary.dump(2) << "\n";
+      std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       print_pass_at_k(passk, passk_plus);
       std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs,
