@@ -1,5 +1,6 @@
 #include "bestofn/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -152,6 +153,13 @@ QuantConfig parse_compressed_tensors(const json& q, const std::string& file) {
     for (const auto& m : q["ignore"]) {
       if (!m.is_string()) throw Error(file, "compressed-tensors: 'ignore' must be a list of module names");
       c.ignore.push_back(m.get<std::string>());
+      if (c.ignore.back().starts_with("re:")) {
+        try {
+          (void)std::regex(c.ignore.back().substr(3));
+        } catch (const std::regex_error& e) {
+          throw Error(file, "compressed-tensors: 'ignore' pattern '" + c.ignore.back() + "' is not a valid regular expression (" + e.what() + ")");
+        }
+      }
     }
   }
   return c;
@@ -208,10 +216,14 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   Reader rd{j, file};
   ModelConfig c;
   c.model_type = rd.get_string("model_type");
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string())
-    c.architecture = j["architectures"][0].get<std::string>();
-  else if (c.model_type == "llama")
+  if (!c.model_type.empty() && c.model_type != "llama" && c.model_type != "mistral")
+    throw Error(file, "unsupported model_type '" + c.model_type + "'; supported: llama, mistral");
+  if (j.contains("architectures") && !j["architectures"].is_null()) {
+    const json& a = j["architectures"];
+    if (!a.is_array() || a.empty() || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_string(); }))
+      throw Error(file, "field 'architectures' must be a non-empty list of class names, got " + a.dump());
+    c.architecture = a[0].get<std::string>();
+  } else if (c.model_type == "llama")
     c.architecture = "LlamaForCausalLM";
   else if (c.model_type == "mistral")
     c.architecture = "MistralForCausalLM";

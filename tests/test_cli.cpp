@@ -199,7 +199,7 @@ TEST(CliErrors, HelpTeaches) {
 TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
   bestofn::test::TempDir dir;
   expect_failure({"inspect", (dir / "nope").string()}, 1, {(dir / "nope").string(), "no such model directory"});
-  expect_failure({"make-synthetic", "--shape", "huge", "--out", (dir / "x").string()}, 1, {"unknown preset 'huge'", "tiny"});
+  expect_failure({"make-synthetic", "--shape", "huge", "--out", (dir / "x").string()}, 2, {"unknown preset 'huge'", "tiny"});
   bestofn::test::write_text(dir / "file.txt", "x");
   expect_failure({"make-synthetic", "--shape", "tiny", "--out", dir.path().string()}, 1, {"not an empty directory"});
 
@@ -468,6 +468,11 @@ TEST(CliGenerate, BadInvocations) {
   expect_failure({"make-synthetic", "--shape", "tiny", "--dtype", "f32", "--fp8-scheme", "tensor", "--out", (dir / "ms").string()}, 2,
                  {"--fp8-scheme", "--dtype fp8"});
   EXPECT_FALSE(fs::exists(dir / "ms"));
+  // A path flag given as "" names the flag (not ": no such file"), and is never stdout or "." by accident.
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--out", ""}, 2, {"--out", "is empty"});
+  expect_failure({"generate", "--model", "", "--prompt", "x"}, 2, {"--model", "is empty"});
+  expect_failure({"tokenize", "--tokenizer", ""}, 2, {"--tokenizer", "is empty"});
+  expect_failure({"eval", "--model", m, "--out-dir", ""}, 2, {"--out-dir", "is empty"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "tpu"}, 2, {"--device"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cuda"}, 1, {"--device cuda"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--kv-cache", "int4"}, 2, {"--kv-cache"});

@@ -204,6 +204,10 @@ TEST(ModelConfig, CompressedTensorsFp8LikeRedHat) {
   EXPECT_EQ(d.quant.activations, ActivationScheme::Dynamic);
   EXPECT_FALSE(d.quant.quantizes("model.layers.0.mlp.down_proj"));
   EXPECT_TRUE(d.quant.quantizes("model.layers.10.mlp.down_proj"));
+  // A pattern std::regex cannot compile is config.json's error, at parse time.
+  j["quantization_config"]["ignore"] = {"re:("};
+  expect_error(j, "'ignore' pattern 're:(' is not a valid regular expression");
+  j["quantization_config"]["ignore"] = {"lm_head"};
 
   j["quantization_config"]["config_groups"]["group_0"]["weights"]["type"] = "int";
   expect_error(j, "unsupported weight scheme");
@@ -226,6 +230,15 @@ TEST(ModelConfig, ErrorsNameTheFieldAndTheSupportedChoices) {
   json j = base();
   j["architectures"] = {"GPT2LMHeadModel"};
   expect_error(j, "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM");
+  // A malformed list is not read as "no list, so Llama"; a model_type of another family is refused.
+  for (const json& bad : {json::array({5}), json("LlamaForCausalLM"), json::array()}) {
+    j["architectures"] = bad;
+    expect_error(j, "field 'architectures' must be a non-empty list of class names, got " + bad.dump());
+  }
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "gpt2";
+  expect_error(j, "unsupported model_type 'gpt2'; supported: llama, mistral");
+  j["model_type"] = "llama";
   j = base();
   j.erase("hidden_size");
   expect_error(j, "field 'hidden_size' is missing");

@@ -167,26 +167,13 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       "Examples:\n"
       "  bestofn bench --synthetic bench-100m --device cpu --n 1,2,4,8,16,32 --prompt-len 256 --json\n"
       "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json");
-  auto* m = sub->add_option("--model", o->model, "Model directory");
+  auto* m = sub->add_option("--model", o->model, "Model directory")->check(non_empty());
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m, or the path of a config.json")
-                ->check(checked_by(
-                    [](const std::string& v) {
-                      std::error_code ec;
-                      if (!names_a_preset(v)) {
-                        if (!std::filesystem::exists(v, ec)) throw Error("'" + v + "': no such config file");
-                        return;
-                      }
-                      const auto presets = synthetic_presets();
-                      if (std::find(presets.begin(), presets.end(), v) != presets.end()) return;
-                      std::string names;
-                      for (const auto& n : presets) names += n + ", ";
-                      throw Error("unknown preset '" + v + "'; presets: " + names + "or the path of a config.json");
-                    },
-                    "PRESET"));
+                ->check(synthetic_shape());
   m->excludes(s);
   sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8")->needs(s);
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
-  sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)")->needs(s);
+  sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)")->needs(s)->check(non_empty());
   sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
   sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")
       ->check(checked_by([](const std::string& text) { parse_n(text); }, "N,N,..."))

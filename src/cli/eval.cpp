@@ -298,8 +298,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       "      --k 1,10,100 --out-dir runs/llama8b --reference GPT-4o=0.902\n"
       "  bestofn eval --model DIR -n 20 --limit 10 --fail-under pass@10=0.5 --json   # in CI");
   add_model_flags(sub, o->m);
-  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
-  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
+  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval")->check(non_empty());
+  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)")->check(non_empty());
   sub->add_option("-n", o->n, "Samples per problem")->check(CLI::Range(1, 1000000))->default_str("10");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
   add_sampling_flags(sub, o->m, "Stop string (repeatable; replaces the dataset's default set)");
@@ -307,9 +307,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   auto* tasks = sub->add_option("--tasks", o->tasks, "Only these task ids, comma-separated (HumanEval/0,HumanEval/7)")
                     ->check(checked_by([](const std::string& text) { task_ids(text); }, "ID,ID,..."));
   limit->excludes(tasks);
-  sub->add_option("--out-dir", o->out_dir, "Output directory")->default_str("bestofn-eval");
+  sub->add_option("--out-dir", o->out_dir, "Output directory")->default_str("bestofn-eval")->check(non_empty());
   sub->add_flag("--resume", o->resume, "Continue the run in --out-dir: only missing samples are generated and verified");
-  auto* plot = sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
+  auto* plot = sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)")->check(non_empty());
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 of another model, drawn on the plot (repeatable)");
   sub->add_option("--fail-under", o->fail_under, "pass@K=X: exit 3 when pass@K < X (repeatable)");
   sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)")

@@ -50,7 +50,7 @@ Runner add_make_synthetic(CLI::App& app) {
       "  bestofn make-synthetic --shape tiny --dtype f32 --seed 1 --out /tmp/tiny\n"
       "  bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /data/synth-8b \\\n"
       "      --tokenizer ~/models/Llama-3.1-8B/tokenizer.json");
-  sub->add_option("--shape", opt->shape, "Preset name or path of a config.json")->required();
+  sub->add_option("--shape", opt->shape, "Preset name or path of a config.json")->required()->check(synthetic_shape());
   sub->add_option("--dtype", opt->dtype, "Weight dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("bf16");
   sub->add_option("--fp8-scheme", opt->fp8_scheme,
                   "fp8: 'channel' (per-channel weight scales, dynamic activations) or 'tensor' (per-tensor scales, static input_scale)")
@@ -62,8 +62,8 @@ Runner add_make_synthetic(CLI::App& app) {
       throw CLI::ValidationError("--fp8-scheme", "needs --dtype fp8");
   });
   sub->add_option("--seed", opt->seed, "Random seed")->transform(seed_value())->default_str("0");
-  sub->add_option("--out", opt->out, "Output directory (must not exist, or be empty)")->required();
-  sub->add_option("--tokenizer", *tokenizer, "tokenizer.json (or its directory) to copy into the model; small presets take its vocabulary");
+  sub->add_option("--out", opt->out, "Output directory (must not exist, or be empty)")->required()->check(non_empty());
+  sub->add_option("--tokenizer", *tokenizer, "tokenizer.json (or its directory) to copy into the model; small presets take its vocabulary")->check(non_empty());
   sub->add_option("--max-shard-size", *shard, "Largest safetensors shard (5GB, 500MB, bytes)")
       ->check(checked_by([](const std::string& s) { parse_size(s); }, "SIZE"))
       ->default_str("5GB");

@@ -20,6 +20,7 @@
 #include "cli/jsonl.h"
 #include "cli/scoring.h"
 #include "cli/shard.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 namespace {
@@ -275,7 +276,7 @@ Runner add_merge(CLI::App& app, const std::string& command) {
   sub->add_option("SHARD_DIR", o->shards, "The shards' --out-dir directories, all N of them")->required();
   sub->add_option("--k", o->k, "pass@k values, comma-separated (default: the shards' --k)")->check(k_list());
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 drawn on the plot (repeatable; default: the shards' references)");
-  sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)");
+  sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)")->check(non_empty());
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
   sub->callback([o] {
     if (!o->k.empty()) parse_ks(o->k);

@@ -30,8 +30,8 @@ const char* kv_cache_name(EngineOptions::Kv kind) {
 }
 
 void add_model_flags(CLI::App* sub, ModelFlags& f) {
-  sub->add_option("--model", f.model, "Hugging Face model directory")->required();
-  sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)");
+  sub->add_option("--model", f.model, "Hugging Face model directory")->required()->check(non_empty());
+  sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)")->check(non_empty());
   sub->add_option("--quantize", f.quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
   sub->add_flag("--quantize-lm-head", f.quantize_lm_head,
                 "Quantize the lm_head to FP8 E4M3 at load (per output channel; half the bytes of a BF16 lm_head)");

@@ -72,8 +72,8 @@ Runner add_score(CLI::App& app) {
       "Example:\n"
       "  bestofn score samples.jsonl --dataset humaneval --k 1,10 --out results.jsonl --json");
   sub->add_option("SAMPLES", o->samples, "Samples JSONL (.jsonl or .jsonl.gz; - for stdin, with --out)")->required();
-  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval");
-  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)");
+  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval")->check(non_empty());
+  sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)")->check(non_empty());
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests (hundreds of inputs)")
@@ -81,6 +81,7 @@ Runner add_score(CLI::App& app) {
       ->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)")
+      ->check(non_empty())
       ->check(CLI::Validator(
           [](std::string& s) {
             return s == "-" ? std::string("stdout carries score's report; name a file for the results (/dev/stdout mixes the two)") : std::string();

@@ -9,6 +9,7 @@
 #include "bestofn/text_file.h"
 #include "bestofn/tokenizer.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 
 namespace bestofn::cli {
 namespace {
@@ -28,7 +29,7 @@ Runner add_tokenize(CLI::App& app) {
       "Examples:\n"
       "  printf 'def add(a, b):' | bestofn tokenize --tokenizer ~/models/Llama-3.1-8B\n"
       "  bestofn tokenize --tokenizer tokenizer.json --chat --system 'Be terse.' question.txt");
-  sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required();
+  sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required()->check(non_empty());
   sub->add_option("FILE", opt->input, "Text file (UTF-8, may be .gz); - for stdin")->default_str("-");
   sub->add_flag("--bos", opt->bos, "Prepend the BOS token (off by default; --chat templates carry their own)");
   auto* chat = sub->add_flag("--chat", opt->chat, "Wrap the text as one user turn in the chat template");
@@ -62,7 +63,7 @@ Runner add_detokenize(CLI::App& app) {
       "The text is written as is, with no newline added. Special tokens are kept.\n"
       "Example:\n"
       "  echo '[9906, 1917]' | bestofn detokenize --tokenizer ~/models/Llama-3.1-8B");
-  sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required();
+  sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required()->check(non_empty());
   sub->add_option("FILE", opt->input, "JSON array of ids; - for stdin")->default_str("-");
   return [opt] {
     const Tokenizer tok = Tokenizer::load(opt->tokenizer);

@@ -1,5 +1,6 @@
 #include "cli/validators.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "bestofn/error.h"
 #include "bestofn/sampler.h"
+#include "bestofn/synthetic.h"
 
 namespace bestofn::cli {
 
@@ -78,6 +80,23 @@ std::string trim_blanks(const std::string& s) {
   const std::size_t first = s.find_first_not_of(" \t");
   if (first == std::string::npos) return "";
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& s) { return s.empty() ? std::string("is empty") : std::string(); }, "TEXT");
+}
+
+CLI::Validator synthetic_shape() {
+  return checked_by(
+      [](const std::string& v) {
+        if (!names_a_preset(v)) return;  // a config.json: its loader names a missing or bad file (exit 1, as for every input)
+        const auto presets = synthetic_presets();
+        if (std::find(presets.begin(), presets.end(), v) != presets.end()) return;
+        std::string names;
+        for (const auto& n : presets) names += n + ", ";
+        throw Error("unknown preset '" + v + "'; presets: " + names + "or the path of a config.json");
+      },
+      "PRESET");
 }
 
 }  // namespace bestofn::cli

@@ -21,6 +21,13 @@ CLI::Validator seed_value();
 // message (less a leading "--flag: ", which CLI11 says itself) becomes the usage error.
 CLI::Validator checked_by(std::function<void(const std::string&)> parse, const std::string& type_name);
 
+// --synthetic / --shape: a preset's name (synthetic_presets()), or a path to a config.json (names_a_preset).
+CLI::Validator synthetic_shape();
+
+// A path or name flag given as "": a usage error ("--out: is empty"), never the default or the
+// current directory by accident.
+CLI::Validator non_empty();
+
 // s without leading and trailing spaces and tabs: an item of a comma-separated list ("1, 10").
 std::string trim_blanks(const std::string& s);
 
