@@ -465,12 +465,15 @@ TEST(EvalOutputs, AnOutputThatIsAnInputIsRefusedAndOddPathsWork) {
   EXPECT_EQ(c.exit_code, 1) << c.err;
   EXPECT_NE(c.err.find("samples.jsonl, which this run reads"), std::string::npos) << c.err;
   EXPECT_EQ(read_text(tmp / "b" / "samples.jsonl"), samples_before);
-  // Its own plot, written by an earlier run, is an output, not an input.
-  for (int run = 0; run < 2; ++run) {
-    const auto d = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--resume", "--plot",
-                                                 (tmp / "b" / "fail_at_k.svg").string()}));
-    EXPECT_EQ(d.exit_code, 0) << run << ": " << d.err;
-  }
+  // The plot an earlier run wrote there is an output, replaced; summary.json is not a plot's place.
+  const auto d = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--resume", "--plot",
+                                               (tmp / "b" / "c.svg").string()}));
+  EXPECT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_TRUE(well_formed_svg(tmp / "b" / "c.svg"));
+  const auto d2 = run_cli(eval_args(tmp / "b", {"-n", "1", "--limit", "2", "--max-new-tokens", "4", "--resume", "--plot",
+                                                (tmp / "b" / "summary.json").string()}));
+  EXPECT_EQ(d2.exit_code, 1) << d2.err;
+  EXPECT_NE(d2.err.find("summary.json, which this run reads"), std::string::npos) << d2.err;
 
   // score --out over the dataset; generate --out over the model's tokenizer.
   write_text(tmp / "s.jsonl", json{{"task_id", "HumanEval/0"}, {"completion", "    return 1\n"}}.dump() + "\n");

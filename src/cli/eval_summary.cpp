@@ -68,8 +68,8 @@ void check_plot_path(const std::string& plot, const std::filesystem::path& out_d
   const fs::path parent = fs::absolute(file).parent_path().lexically_normal();
   if (!fs::is_directory(parent, ec) && parent != fs::absolute(out_dir).lexically_normal())
     throw Error(plot, "--plot: directory " + parent.string() + " does not exist");
-  inputs.push_back(out_dir);
-  check_not_inputs(plot, inputs, "--plot", out_dir / "fail_at_k.svg");
+  for (const char* name : {"run.json", "samples.jsonl", "results.jsonl", "summary.json", "report.md"}) inputs.push_back(out_dir / name);
+  check_not_inputs(plot, inputs, "--plot");
 }
 
 void write_summary_files(const std::filesystem::path& dir, ordered_json& summary, const Tally& tally, const std::vector<std::string>& task_ids,

@@ -29,9 +29,10 @@ RunSummary build_summary(const nlohmann::ordered_json& manifest, const std::stri
                          const Tally& tally, bool has_plus);
 
 // A --plot path that cannot be written (a directory; a directory that does not exist, other than
-// the run's out_dir, which the run makes) or that names a file the run reads (one of `inputs`, or
-// a file of out_dir but its own fail_at_k.svg: check_not_inputs) is an error before any work, not
-// after it: bestofn::Error naming the path.
+// the run's out_dir, which the run makes) or that names a file the run reads or writes besides
+// the plot (one of `inputs`: check_not_inputs; out_dir's run.json, samples.jsonl, results.jsonl,
+// summary.json, report.md) is an error before any work, not after it: bestofn::Error naming the
+// path. An earlier plot in out_dir may be replaced.
 void check_plot_path(const std::string& plot, const std::filesystem::path& out_dir, std::vector<std::filesystem::path> inputs);
 
 // Adds "references" and "plot" to the summary and writes the plot (not for --stop-on-pass),

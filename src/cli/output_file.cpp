@@ -25,12 +25,12 @@ void check_not_input(const std::string& out, const std::string& input) {
     throw Error(out, "is " + (input == "-" ? std::string("stdin") : input) + ", which this run reads; write the output to another file");
 }
 
-void check_not_inputs(const std::string& out, const std::vector<fs::path>& inputs, const std::string& flag, const fs::path& except) {
+void check_not_inputs(const std::string& out, const std::vector<fs::path>& inputs, const std::string& flag) {
   if (out.empty() || out == "-") return;
   std::error_code ec;
   if (!fs::exists(out, ec)) return;  // a new file is no input
   auto refuse = [&](const fs::path& input) {
-    throw Error(out, flag + ": is " + input.string() + ", which this run reads; write the output to another file");
+    throw Error(out, flag + ": is " + input.string() + ", which this run reads or writes; write the output to another file");
   };
   for (const auto& input : inputs) {
     if (input.empty()) continue;
@@ -40,8 +40,7 @@ void check_not_inputs(const std::string& out, const std::vector<fs::path>& input
     }
     for (fs::directory_iterator it(input, ec), end; !ec && it != end; it.increment(ec)) {
       std::error_code e2;
-      if (!it->is_regular_file(e2) || (!except.empty() && fs::equivalent(it->path(), except, e2))) continue;
-      if (fs::equivalent(out, it->path(), e2)) refuse(it->path());
+      if (it->is_regular_file(e2) && fs::equivalent(out, it->path(), e2)) refuse(it->path());
     }
   }
 }

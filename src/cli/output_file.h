@@ -21,10 +21,8 @@ namespace bestofn::cli {
 void check_not_input(const std::string& out, const std::string& input);
 // The same for every input of a run: a file, or a directory whose files (not its subdirectories')
 // the run reads (a model directory, a shard's run directory). `flag` names the output in the
-// error ("--out", "--plot"); `except` is a file of such a directory that is this output's own
-// (an earlier run's fail_at_k.svg), or empty.
-void check_not_inputs(const std::string& out, const std::vector<std::filesystem::path>& inputs, const std::string& flag,
-                      const std::filesystem::path& except = {});
+// error ("--out", "--plot").
+void check_not_inputs(const std::string& out, const std::vector<std::filesystem::path>& inputs, const std::string& flag);
 
 // Where an output named `path` goes (symlinks followed, at most 40 of them).
 struct OutputTarget {
