@@ -26,7 +26,7 @@ void write_json_file(const fs::path& path, const nlohmann::json& j) {
   const fs::path partial = path.string() + ".partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    out << json_text(j, 2) << "\n";
     out.flush();
     if (!out) {
       std::error_code ec;

@@ -338,7 +338,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["split_ms_per_step"] = {{"attention", att}, {"gemm", gemm}, {"rest", split.total_ms / split.steps - att - gemm}};
         row["attention_ms_per_candidate"] = att / n;
       }
-      if (o->json) std::cout << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+      if (o->json) std::cout << json_text(row) << std::endl;
       else if (split.steps > 0)
         std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6,
                     bytes / ms / 1e6, split.attention_ms / split.steps, split.gemm_ms / split.steps);

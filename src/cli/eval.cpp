@@ -44,6 +44,7 @@
 #include "cli/eval_files.h"
 #include "cli/scoring.h"
 #include "cli/validators.h"
+#include "json_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -555,7 +556,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                               std::to_string(o->n) + " (" + model.engine->name() + ")");
 
       if (o->json) {
-        std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        std::cout << json_text(summary, 2) << "\n";
       } else {
         print_pass_at_k(passk, rs.passk_plus);
         if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", summary["solved"].get<int>(), selected.size());

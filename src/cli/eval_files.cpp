@@ -13,6 +13,7 @@
 
 #include "bestofn/error.h"
 #include "cli/output_file.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 namespace fs = std::filesystem;
@@ -126,7 +127,7 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
     if (old.is_discarded() || !old.is_object()) throw Error(run.string(), "not valid JSON");
     for (const auto& [key, value] : manifest.items()) {
       // As run.json holds it: bytes that are not UTF-8 (a path's) as U+FFFD.
-      const json now = json::parse(json(value).dump(-1, ' ', false, json::error_handler_t::replace));
+      const json now = json::parse(json_text(json(value)));
       if (!old.contains(key) || !same_setting(key, old[key], now))
         throw Error(run.string(), "this run was made with " + key + " = " + (old.contains(key) ? old[key].dump() : std::string("(unset)")) +
                                       ", and this command has " + now.dump() + "; --resume needs the same settings");
@@ -136,7 +137,7 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   } else {
     if (fs::exists(dir / "samples.jsonl", ec) || fs::exists(dir / "results.jsonl", ec))
       throw Error(dir.string(), "has samples.jsonl or results.jsonl but no run.json: not a bestofn eval directory to write into");
-    write_file_atomic(run, manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomic(run, json_text(manifest, 2) + "\n");
   }
   samples_out_ = std::make_unique<AppendFile>(dir / "samples.jsonl");
   results_out_ = std::make_unique<AppendFile>(dir / "results.jsonl");
@@ -146,7 +147,7 @@ RunFiles::DirLock::~DirLock() {
   if (fd >= 0) ::close(fd);
 }
 
-void RunFiles::append_sample(const json& row) { samples_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }
-void RunFiles::append_result(const json& row) { results_out_->line(row.dump(-1, ' ', false, json::error_handler_t::replace)); }
+void RunFiles::append_sample(const json& row) { samples_out_->line(json_text(row)); }
+void RunFiles::append_result(const json& row) { results_out_->line(json_text(row)); }
 
 }  // namespace bestofn::cli

@@ -8,6 +8,7 @@
 #include "bestofn_version.h"
 #include "cli/eval_files.h"
 #include "cli/output_file.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 using nlohmann::json;
@@ -96,7 +97,7 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
     summary["plot"] = file.string();
     plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();
   }
-  write_file_atomic(dir / "summary.json", summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(dir / "summary.json", json_text(summary, 2) + "\n");
   write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
 }
 

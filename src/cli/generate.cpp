@@ -246,7 +246,7 @@ Runner add_generate(CLI::App& app) {
       if (o->ids) row["token_ids"] = c.token_ids;
       rows[c.prompt][c.index] = std::move(row);
       while (!select && next < reqs.size() && rows[next].size() == candidate_count(reqs[next])) {
-        for (auto& [i, r] : rows[next]) out.line(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        for (auto& [i, r] : rows[next]) out.line(json_text(r));
         rows[next++].clear();
       }
     };
@@ -268,7 +268,7 @@ Runner add_generate(CLI::App& app) {
       sandbox_errors = verify_and_select(*o, specs, rows);
       for (auto& prompt_rows : rows)
         for (auto& [i, r] : prompt_rows)
-          if (!o->best_only || r["best"].get<bool>()) out.line(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+          if (!o->best_only || r["best"].get<bool>()) out.line(json_text(r));
     }
     out.commit();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

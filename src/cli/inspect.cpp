@@ -8,6 +8,7 @@
 #include "bestofn/safetensors.h"
 #include "bestofn/weights.h"
 #include "cli/commands.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 namespace {
@@ -129,7 +130,7 @@ Runner add_inspect(CLI::App& app) {
     const Weights w = load_model(opt->model_dir, lo);
     const auto j = describe(w, opt->model_dir);
     if (opt->json)
-      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      std::cout << json_text(j, 2) << "\n";
     else
       print_text(j);
     return kExitOk;

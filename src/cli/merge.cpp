@@ -21,6 +21,7 @@
 #include "cli/scoring.h"
 #include "cli/shard.h"
 #include "cli/validators.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 namespace {
@@ -158,7 +159,7 @@ double sum_field(const std::vector<ShardRun>& runs, const char* group, const cha
 
 void write_rows(const fs::path& p, const std::vector<const json*>& rows) {
   std::string text;
-  for (const json* r : rows) text += r->dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (const json* r : rows) text += json_text(*r) + "\n";
   write_file_atomic(p, text);
 }
 
@@ -205,7 +206,7 @@ int run_merge(const MergeOptions& o, const std::string& command) {
   std::sort(samples.begin(), samples.end(), order);
   std::sort(results.begin(), results.end(), order);
   manifest["shard"] = {{"index", 0}, {"count", 1}};  // the merged directory is a whole run
-  write_file_atomic(out / "run.json", manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomic(out / "run.json", json_text(manifest, 2) + "\n");
   write_rows(out / "samples.jsonl", samples);
   write_rows(out / "results.jsonl", results);
 
@@ -245,7 +246,7 @@ int run_merge(const MergeOptions& o, const std::string& command) {
                       manifest["dataset"].get<std::string>() + ": " + model_name + ", n = " + std::to_string(n) + " (" + device + ", " +
                           std::to_string(runs.size()) + " shards)");
   if (o.json) {
-    std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::cout << json_text(summary, 2) << "\n";
   } else {
     print_pass_at_k(rs.passk, rs.passk_plus);
     std::printf("merged %zu shards: %zu samples into %s (report.md, summary.json)\n", runs.size(), results.size(), o.out.c_str());

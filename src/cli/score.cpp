@@ -23,6 +23,7 @@
 #include "cli/output_file.h"
 #include "cli/scoring.h"
 #include "cli/validators.h"
+#include "json_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -93,7 +94,8 @@ Runner add_score(CLI::App& app) {
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
   return [o, sub] {
     const std::vector<int> ks = parse_ks(o->k);
-    const auto problems = load_dataset(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir));
+    const std::filesystem::path data_dir = o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir);
+    const auto problems = load_dataset(o->dataset, data_dir);
     std::map<std::string, const Problem*> by_id;
     for (const auto& p : problems) by_id[p.task_id] = &p;
     // The default name is the samples file's own plus a suffix: for /dev/stdin (even when it is
@@ -113,7 +115,7 @@ Runner add_score(CLI::App& app) {
     std::vector<Sample> samples = read_samples(o->samples, by_id, o->dataset);
     const std::string out_path = o->out.empty() ? o->samples + "_results.jsonl" : o->out;
     check_not_input(out_path, o->samples);
-    check_not_inputs(out_path, dataset_files(o->dataset, o->data_dir.empty() ? default_data_dir() : std::filesystem::path(o->data_dir)), "--out");
+    check_not_inputs(out_path, dataset_files(o->dataset, data_dir), "--out");
     OutputFile out(out_path);  // created before the long run: an unwritable path fails now
 
     SandboxLimits limits;
@@ -151,7 +153,7 @@ Runner add_score(CLI::App& app) {
     for (std::size_t i = 0; i < samples.size(); ++i) {
       const Verdict* pv = plus_of[i] == SIZE_MAX ? nullptr : &plus_verdicts[plus_of[i]];
       const nlohmann::json row = result_row(samples[i].row, verdicts[i], has_plus, pv);
-      out.line(row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      out.line(json_text(row));
       tally.add_row(row);
     }
     out.commit();
@@ -170,7 +172,7 @@ Runner add_score(CLI::App& app) {
     summary["verdicts"] = tally.counts();
     summary["sandbox_missing"] = sandbox.missing();
     if (o->json) {
-      std::cout << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      std::cout << json_text(summary, 2) << "\n";
     } else {
       print_pass_at_k(passk, passk_plus);
       std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs,
