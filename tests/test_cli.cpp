@@ -906,6 +906,37 @@ TEST(CliOutput, ScoreNeedsOutForSamplesFromADevice) {
   EXPECT_FALSE(fs::exists("/dev/stdin_results.jsonl"));
 }
 
+// BESTOFN_FP8_PATH picks the FP8 GEMM kernel (src/cpu/ops.cpp): every path this CPU runs gives
+// the candidates of the path the engine picks by itself, token for token and logprob for logprob
+// (the kernels' shared order, gemm_fp8.h); a name that is no path, or a path this CPU lacks, is a
+// one-line error that names the variable.
+TEST(CliErrors, EveryFp8PathGivesTheSameCandidates) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::vector<std::string> gen = {"generate", "--model", m, "--prompt", "def f():", "-n", "4", "--max-new-tokens", "12",
+                                        "--temperature", "0.8", "--seed", "9", "--ids"};
+  unsetenv("BESTOFN_FP8_PATH");
+  const auto base = run_cli(gen);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(jsonl(base.out).size(), 4u);
+  int ran = 0;
+  for (const char* path : {"generic", "avx2", "avx512_bf16", "avx512_fma"}) {
+    ASSERT_EQ(setenv("BESTOFN_FP8_PATH", path, 1), 0);
+    const auto r = run_cli(gen);
+    if (r.exit_code == 1 && r.err.find("this CPU does not run that path") != std::string::npos) {
+      std::cout << "[ note     ] this CPU has no FP8 path " << path << "\n";
+      continue;
+    }
+    ++ran;
+    ASSERT_EQ(r.exit_code, 0) << path << ": " << r.err;
+    EXPECT_EQ(r.out, base.out) << path;
+  }
+  EXPECT_GE(ran, 1);  // the generic path runs everywhere
+  ASSERT_EQ(setenv("BESTOFN_FP8_PATH", "avx1024", 1), 0);
+  expect_failure(gen, 1, {"BESTOFN_FP8_PATH=avx1024", "not a path"});
+  unsetenv("BESTOFN_FP8_PATH");
+}
+
 TEST(CliErrors, ThreadsFromTheEnvironmentAreCheckedAndCappedAtTheCpus) {
   bestofn::test::TempDir dir;
   const std::string m = synth_with_tokenizer(dir);

@@ -49,7 +49,7 @@ float fp8_reference(const float* x, const std::uint8_t* w, std::size_t in) {
 }
 
 const char* fp8_path_name(fp8::Path p) {
-  return p == fp8::Path::Generic ? "generic" : p == fp8::Path::Avx2 ? "AVX2 + FMA" : "AVX-512 BF16";
+  return p == fp8::Path::Generic ? "generic" : p == fp8::Path::Avx2 ? "AVX2 + FMA" : p == fp8::Path::Avx512Fma ? "AVX-512 FMA" : "AVX-512 BF16";
 }
 
 // Codes: weights take all 256 (row r, column i: code (r * 7 + i) mod 256 for the first 256
@@ -73,7 +73,7 @@ std::vector<float> activation_values(std::size_t T, std::size_t in, std::mt19937
 TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
   std::mt19937 rng(7);
   std::vector<fp8::Path> paths = {fp8::Path::Generic};
-  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16}) {
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma}) {
     if (fp8::available(p)) paths.push_back(p);
     else std::cout << "[ note ] this CPU has no " << fp8_path_name(p) << ": that path is not tested here\n";
   }
@@ -112,9 +112,18 @@ TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
 // generic path at a fraction of the speed.
 TEST(CpuGemm, Fp8FastPathPassesItsSelfCheckWhereTheCpuHasIt) {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512vbmi")) GTEST_SKIP() << "no AVX-512 BF16 / VBMI";
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vbmi"))
+    GTEST_SKIP() << "no AVX-512 VBMI";
+  EXPECT_TRUE(fp8::available(fp8::Path::Avx512Fma));
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    EXPECT_EQ(fp8::best_path(), fp8::Path::Avx512Fma);
+    return;
+  }
   EXPECT_TRUE(fp8::available(fp8::Path::Avx512Bf16));
-  EXPECT_EQ(fp8::best_path(), fp8::Path::Avx512Bf16);
+  // Either AVX-512 path, by speed (best_path times them): never the AVX2 or the generic one.
+  const fp8::Path best = fp8::best_path();
+  EXPECT_TRUE(best == fp8::Path::Avx512Bf16 || best == fp8::Path::Avx512Fma) << fp8_path_name(best);
+  std::cout << "[ note     ] the engine's FP8 path on this CPU: " << fp8_path_name(best) << "\n";
 }
 
 // The same for the AVX2 path, which every x86-64 CPU of the last decade without AVX-512 BF16 runs.
@@ -124,7 +133,7 @@ TEST(CpuGemm, Fp8Avx2PathPassesItsSelfCheckWhereTheCpuHasIt) {
     GTEST_SKIP() << "no AVX2 / FMA";
   }
   EXPECT_TRUE(fp8::available(fp8::Path::Avx2));
-  if (!fp8::available(fp8::Path::Avx512Bf16)) {
+  if (!fp8::available(fp8::Path::Avx512Bf16) && !fp8::available(fp8::Path::Avx512Fma)) {
     EXPECT_EQ(fp8::best_path(), fp8::Path::Avx2);
   }
 }
@@ -142,7 +151,7 @@ TEST(CpuGemm, Fp8PathsIgnoreDenormalsAreZero) {
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t o = 0; o < out; ++o) ref[t * out + o] = fp8_reference(x.data() + t * in, w.data() + o * in, in);
   std::vector<fp8::Path> paths = {fp8::Path::Generic};
-  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16})
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
     if (fp8::available(p)) paths.push_back(p);
   std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(out, in));
   fp8::pack_weights(w.data(), out, in, 0, fp8::strip_count(out), strips.data());

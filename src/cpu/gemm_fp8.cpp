@@ -14,7 +14,10 @@
 // pseudo-code; AMD Zen 4 does the same). A CPU that rounded otherwise would change the order, so
 // the path is used only after self_check() has compared it with the generic code on this CPU.
 //
-// AVX2 path (AVX2 + FMA, the x86 CPUs without AVX-512 BF16): the same sums with fp32 FMAs, 8 rows
+// AVX-512 FMA path (AVX-512 VBMI): the BF16 path's decoded blocks as fp32 vectors, met by fp32
+// FMAs; the same sums. Faster than `vdpbf16ps` on Intel's cores; best_path() times the two.
+//
+// AVX2 path (AVX2 + FMA, the x86 CPUs without AVX-512 VBMI): the same sums with fp32 FMAs, 8 rows
 // per vector. Each product of two E4M3 values is exact in fp32, so fma(w, x, acc) rounds exactly
 // as the add of that product does. A half block (32 bytes: 8 rows x 4 inputs) becomes four
 // vectors of weights with integer operations alone: each 16-bit code pair gives its odd code as
@@ -45,14 +48,17 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "bestofn/numeric.h"
 
 #define BESTOFN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
+#define BESTOFN_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
 #define BESTOFN_AVX2 __attribute__((target("avx2,fma")))
 
 namespace bestofn::cpu::fp8 {
@@ -342,13 +348,13 @@ struct Tables {
   __m512i hi0, hi1, lo0, lo1;
 };
 
-BESTOFN_AVX512_BF16 inline Tables load_tables() {
+BESTOFN_AVX512_VBMI inline Tables load_tables() {
   const ByteTables& b = byte_tables();
   return {_mm512_load_si512(b.hi), _mm512_load_si512(b.hi + 64), _mm512_load_si512(b.lo), _mm512_load_si512(b.lo + 64)};
 }
 
 // One block -> lane j: row j's BF16 weights for inputs (k, k+1) in p0, (k+2, k+3) in p1.
-BESTOFN_AVX512_BF16 inline void decode(const std::uint8_t* p, const Tables& tb, __m512i& p0, __m512i& p1) {
+BESTOFN_AVX512_VBMI inline void decode(const std::uint8_t* p, const Tables& tb, __m512i& p0, __m512i& p1) {
   const __m512i w = _mm512_loadu_si512(p);
   // vpermi2b reads index bits 0..6 only: the sign bit is or-ed in after (0xf8: a | (b & c)).
   const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tb.hi0, w, tb.hi1), w, _mm512_set1_epi8(-128), 0xf8);
@@ -372,6 +378,7 @@ struct StripArgs {
   std::size_t sb;            // bytes per strip
   std::size_t pin;           // padded inputs
   const std::uint16_t* x;    // the chunk of tokens (pack_activations' layout)
+  std::size_t xs;            // the FMA path: words per token (the generic layout: floats)
   float* y;                  // output (token 0 of the chunk, row 0 of the first strip)
   std::size_t ys;            // y's token stride
   const float* ts;           // token scales of the chunk, or nullptr: raw sums
@@ -379,27 +386,16 @@ struct StripArgs {
   __m512 rs[kMaxStrips];       // each strip's row scales
 };
 
-// S strips x TT tokens: S * TT accumulators of 16 rows, the weights decoded once per block for
-// all tokens. Several strips give few tokens independent chains of additions (one accumulator
-// alone would wait on each vdpbf16ps); each output still has its one accumulator and order.
+// Strip j's block at input k, decoded (the next strips' one prefetched).
+BESTOFN_AVX512_VBMI inline void block(const StripArgs& a, int j, std::size_t k, const Tables& tb, __m512i& p0, __m512i& p1) {
+  const std::size_t at = static_cast<std::size_t>(j) * a.sb + k * kStrip;
+  _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
+  decode(a.w + at, tb, p0, p1);
+}
+
+// The sums (scaled by the token's and the row's scales, if any) into the rows that exist.
 template <int TT, int S>
-BESTOFN_AVX512_BF16 void strip_kernel(const StripArgs& a, const Tables& tb) {
-  __m512 acc[S][TT];
-  for (auto& row : acc)
-    for (auto& v : row) v = _mm512_setzero_ps();
-  for (std::size_t k = 0; k < a.pin; k += kQuad)
-    for (int j = 0; j < S; ++j) {
-      const std::size_t at = static_cast<std::size_t>(j) * a.sb + k * kStrip;
-      _mm_prefetch(reinterpret_cast<const char*>(a.next + at), _MM_HINT_T0);
-      __m512i p0, p1;
-      decode(a.w + at, tb, p0, p1);
-      const std::uint16_t* xk = a.x + k * TT;  // the chunk's values for this quad, 4 per token
-      for (int t = 0; t < TT; ++t) {
-        const std::uint16_t* xt = xk + 4 * t;
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xt));
-        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xt + 2));
-      }
-    }
+BESTOFN_AVX512_VBMI inline void store_strips(const StripArgs& a, const __m512 (&acc)[S][TT]) {
   for (int j = 0; j < S; ++j)
     for (int t = 0; t < TT; ++t) {
       __m512 v = acc[j][t];
@@ -408,23 +404,102 @@ BESTOFN_AVX512_BF16 void strip_kernel(const StripArgs& a, const Tables& tb) {
     }
 }
 
-// Strips per call for TT tokens: up to 16 accumulators.
-constexpr int strips_for(int tt) { return tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
+// S strips x TT tokens: S * TT accumulators of 16 rows, the weights decoded once per block for
+// all tokens. Several strips give few tokens independent chains of additions (one accumulator
+// alone would wait on each vdpbf16ps); each output still has its one accumulator and order.
+template <int TT, int S>
+BESTOFN_AVX512_BF16 void bf16_kernel(const StripArgs& a, const Tables& tb) {
+  __m512 acc[S][TT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < a.pin; k += kQuad)
+    for (int j = 0; j < S; ++j) {
+      __m512i p0, p1;
+      block(a, j, k, tb, p0, p1);
+      const std::uint16_t* xk = a.x + k * TT;  // the chunk's values for this quad, 4 per token
+      for (int t = 0; t < TT; ++t) {
+        const std::uint16_t* xt = xk + 4 * t;
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p0), pair(xt));
+        acc[j][t] = _mm512_dpbf16_ps(acc[j][t], reinterpret_cast<__m512bh>(p1), pair(xt + 2));
+      }
+    }
+  store_strips<TT, S>(a, acc);
+}
 
+// The BF16 kernels: strips per call for TT tokens, up to 16 accumulators.
+struct Bf16Kernels {
+  static constexpr int strips_for(int tt) { return tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
+  template <int TT, int S>
+  static constexpr auto kernel = bf16_kernel<TT, S>;
+};
+
+// ---- AVX-512 FMA path ----------------------------------------------------------------------
+// The same blocks decoded as above, then each BF16 pair word split into two fp32s (the odd input
+// is the word's high half as it stands, the even one its low half shifted up): four vectors of
+// weights per block, met by each token's four values in the order of gemm_fp8.h with fp32 FMAs
+// (a broadcast from memory each). Every product is exact in fp32, so an FMA rounds as the
+// addition of that product: the sums of the BF16 path, bit for bit. Intel's cores (Sapphire and
+// Emerald Rapids) issue two 16-lane FMAs a cycle but one `vdpbf16ps` every other cycle, so this
+// path does twice the multiply-adds per second there (`bench_cpu_peak`); best_path() times both.
+
+BESTOFN_AVX512_VBMI inline float activation(const std::uint16_t* x) {
+  float v;
+  std::memcpy(&v, x, sizeof v);
+  return v;
+}
+
+template <int TT, int S>
+BESTOFN_AVX512_VBMI void fma_kernel(const StripArgs& a, const Tables& tb) {
+  __m512 acc[S][TT];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (std::size_t k = 0; k < a.pin; k += kQuad)
+    for (int j = 0; j < S; ++j) {
+      __m512i p0, p1;
+      block(a, j, k, tb, p0, p1);
+      // (maskz with every lane: GCC 12's plain _mm512_slli_epi32 trips -Wmaybe-uninitialized)
+      const __m512 w1 = _mm512_castsi512_ps(_mm512_and_si512(p0, high));             // input k + 1
+      const __m512 w0 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, p0, 16));  // input k
+      const __m512 w3 = _mm512_castsi512_ps(_mm512_and_si512(p1, high));             // input k + 3
+      const __m512 w2 = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, p1, 16));  // input k + 2
+      for (int t = 0; t < TT; ++t) {
+        const std::uint16_t* xt = a.x + static_cast<std::size_t>(t) * a.xs + 2 * k;  // floats k .. k+3
+        acc[j][t] = _mm512_fmadd_ps(w1, _mm512_set1_ps(activation(xt + 2)), acc[j][t]);
+        acc[j][t] = _mm512_fmadd_ps(w0, _mm512_set1_ps(activation(xt)), acc[j][t]);
+        acc[j][t] = _mm512_fmadd_ps(w3, _mm512_set1_ps(activation(xt + 6)), acc[j][t]);
+        acc[j][t] = _mm512_fmadd_ps(w2, _mm512_set1_ps(activation(xt + 4)), acc[j][t]);
+      }
+    }
+  store_strips<TT, S>(a, acc);
+}
+
+// The FMA kernels: strips per call for TT tokens, at least 8 accumulators where the tokens allow
+// (two FMAs a cycle of 4 cycles' latency keep 8 chains busy), at most 16.
+struct FmaKernels {
+  static constexpr int strips_for(int tt) { return tt == 1 ? 8 : tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
+  template <int TT, int S>
+  static constexpr auto kernel = fma_kernel<TT, S>;
+};
+
+// K's kernel per token count 1..kChunk: with K::strips_for(TT) strips (multi), or one strip (the
+// last strips of a range that a multi-strip kernel cannot fill).
 using StripKernel = void (*)(const StripArgs&, const Tables&);
-template <std::size_t... I>
+template <class K, bool kMulti, std::size_t... I>
 constexpr std::array<StripKernel, sizeof...(I)> make_kernels(std::index_sequence<I...>) {
-  return {strip_kernel<static_cast<int>(I) + 1, strips_for(static_cast<int>(I) + 1)>...};
+  return {K::template kernel<static_cast<int>(I) + 1, kMulti ? K::strips_for(static_cast<int>(I) + 1) : 1>...};
 }
-constexpr auto kKernels = make_kernels(std::make_index_sequence<kChunk>{});
-// The kernels for one strip (the last strips of a range that a multi-strip kernel cannot fill).
-template <std::size_t... I>
-constexpr std::array<StripKernel, sizeof...(I)> make_single(std::index_sequence<I...>) {
-  return {strip_kernel<static_cast<int>(I) + 1, 1>...};
-}
-constexpr auto kSingle = make_single(std::make_index_sequence<kChunk>{});
+template <class K>
+struct KernelTable {
+  static constexpr auto multi = make_kernels<K, true>(std::make_index_sequence<kChunk>{});
+  static constexpr auto single = make_kernels<K, false>(std::make_index_sequence<kChunk>{});
+};
 
-BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
+// Both AVX-512 paths: groups of strips that stay in L2 while chunks of up to 16 tokens pass over
+// them, each chunk in kernel calls of several strips. kFma: the FMA path (generic activation
+// layout), else the BF16 one (chunked layout).
+template <bool kFma, class K = std::conditional_t<kFma, FmaKernels, Bf16Kernels>>
+BESTOFN_AVX512_VBMI void dot_strips_avx512(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                                            const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts,
                                            const float* rs, std::size_t row_scales) {
   const std::size_t pin = padded(in), sb = strip_bytes(in);
@@ -434,14 +509,15 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
     const std::size_t g1 = std::min(s1, g0 + group);
     for (std::size_t c0 = 0; c0 < T; c0 += kChunk) {
       const std::size_t tt = std::min(kChunk, T - c0);
-      const auto per_call = static_cast<std::size_t>(strips_for(static_cast<int>(tt)));
-      for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) BESTOFN_AVX512_BF16 {  // (a lambda does not inherit its function's target)
+      const auto per_call = static_cast<std::size_t>(K::strips_for(static_cast<int>(tt)));
+      for_strip_calls(g0, g1, per_call, [&](std::size_t s, std::size_t n) BESTOFN_AVX512_VBMI {  // (a lambda does not inherit its function's target)
         StripArgs a;
         a.w = pw + s * sb;
         a.next = s + 2 * n <= s1 ? a.w + n * sb : a.w;  // the next n strips, if the range has them
         a.sb = sb;
         a.pin = pin;
-        a.x = x + c0 * pin;  // chunk c0 / 16: 16 tokens x pin words before it
+        a.xs = 2 * pin;                                  // FMA: a float per input
+        a.x = x + c0 * (kFma ? a.xs : pin);  // BF16: chunk c0 / 16, 16 tokens x pin words before it
         a.y = y + c0 * ys + s * kStrip;
         a.ys = ys;
         a.ts = ts ? ts + c0 : nullptr;
@@ -452,7 +528,7 @@ BESTOFN_AVX512_BF16 void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
                     : row_scales == 1 ? _mm512_set1_ps(rs[0])
                                       : _mm512_maskz_loadu_ps(a.rows[j], rs + r0);
         }
-        (n == 1 ? kSingle : kKernels)[tt - 1](a, tb);
+        (n == 1 ? KernelTable<K>::single : KernelTable<K>::multi)[tt - 1](a, tb);
       });
     }
   }
@@ -480,6 +556,11 @@ bool cpu_has_avx512_bf16() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
          __builtin_cpu_supports("avx512bf16");
+}
+
+bool cpu_has_avx512_vbmi() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
 }
 
 bool cpu_has_avx2_fma() {
@@ -534,6 +615,10 @@ bool available(Path p) {
       static const bool ok = cpu_has_avx512_bf16() && self_check(Path::Avx512Bf16);
       return ok;
     }
+    case Path::Avx512Fma: {
+      static const bool ok = cpu_has_avx512_vbmi() && self_check(Path::Avx512Fma);
+      return ok;
+    }
     case Path::Avx2: {
       static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2);
       return ok;
@@ -542,10 +627,48 @@ bool available(Path p) {
   }
 }
 
+double seconds_per_gemm(Path p) {
+  constexpr std::size_t rows = 256, in = 1024, T = kChunk;  // 256 KB of weights: in L2
+  // On a 64-byte boundary, as the engine's arena is: a block split over two lines costs either
+  // path up to a third of its speed, more than the paths differ by.
+  std::vector<std::uint8_t> w(rows * in), pw_buf(packed_weight_bytes(rows, in) + 64);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint8_t>((i * 37) % 0x7f);
+  std::uint8_t* pw = pw_buf.data() + (64 - reinterpret_cast<std::uintptr_t>(pw_buf.data()) % 64) % 64;
+  pack_weights(w.data(), rows, in, 0, strip_count(rows), pw);
+  std::vector<float> x(T * in, 1.0f), ones(T, 1.0f), y(T * rows);
+  std::vector<std::uint16_t> packed(packed_size(p, T, in));
+  pack_activations(p, x.data(), ones.data(), T, in, 0, T, packed.data());
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dot_strips(p, pw, rows, in, 0, strip_count(rows), packed.data(), T, y.data(), rows);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+Path choose_avx512_path() {
+  // Both AVX-512 paths give the same bits; which is faster depends on the core (Intel's: the FMAs,
+  // see the FMA path). 16-token GEMMs in L2 on each, taken in turn, the best time of each. (On the
+  // 2-vCPU Emerald Rapids VM of 2026-12-02 the FMA path took 73 us to the BF16 path's 109 in 7
+  // runs of 10, and 119-128 us to 125-132 in the other 3, as if another thread shared the core's
+  // FMA units: never slower.)
+  double bf16 = 1e30, fma = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    bf16 = std::min(bf16, seconds_per_gemm(Path::Avx512Bf16));
+    fma = std::min(fma, seconds_per_gemm(Path::Avx512Fma));
+  }
+  return fma < bf16 ? Path::Avx512Fma : Path::Avx512Bf16;
+}
+
 Path best_path() {
-  for (Path p : {Path::Avx512Bf16, Path::Avx2})
-    if (available(p)) return p;
-  return Path::Generic;
+  static const Path best = [] {
+    if (available(Path::Avx512Bf16) && available(Path::Avx512Fma)) return choose_avx512_path();
+    for (Path p : {Path::Avx512Bf16, Path::Avx512Fma, Path::Avx2})
+      if (available(p)) return p;
+    return Path::Generic;
+  }();
+  return best;
 }
 
 void pack_weights(const std::uint8_t* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, std::uint8_t* packed) {
@@ -579,7 +702,7 @@ void pack_activations(Path p, const float* x, const float* scale, std::size_t T,
         for (std::size_t i = 0; i < kSpan; ++i) v[i] = k + i < in ? fp8_e4m3_round(row[k + i] / s) : 0.0f;
     };
     float v[kSpan];
-    if (p != Path::Avx512Bf16) {  // the generic layout (the AVX2 path's too, times 2^112)
+    if (p != Path::Avx512Bf16) {  // the generic layout (the AVX-512 FMA path's too; the AVX2 path's times 2^112)
       std::uint16_t* out = packed + t * 2 * pin;  // the floats' bytes, two words each
       for (std::size_t k = 0; k < pin; k += kSpan) {
         values(k, v);
@@ -619,7 +742,9 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
   if (token_scale && !row_scale) throw std::invalid_argument("fp8::dot_strips: token scales without row scales");
   const SubnormalsAsNumbers daz_off;  // (see the AVX2 path)
   if (p == Path::Avx512Bf16) {
-    dot_strips_avx512(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
+    dot_strips_avx512<false>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
+  } else if (p == Path::Avx512Fma) {
+    dot_strips_avx512<true>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else if (p == Path::Avx2) {
     dot_strips_avx2(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else {

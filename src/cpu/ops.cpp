@@ -119,22 +119,35 @@ const void* packed_or_own(const Linear& l, const void* given, ThreadPool& pool, 
   return own.data();  // operator new's alignment: enough for the codes, 16-bit words and floats
 }
 
-// The GEMM path for FP8 weights: fp8::best_path() unless BESTOFN_FP8_GENERIC is set (both give
-// the same bits; the variable is there to measure one against the other).
+const char* fp8_name(fp8::Path p) {
+  switch (p) {
+    case fp8::Path::Avx512Bf16: return "avx512_bf16";
+    case fp8::Path::Avx512Fma: return "avx512_fma";
+    case fp8::Path::Avx2: return "avx2";
+    default: return "generic";
+  }
+}
+
+// The GEMM path for FP8 weights: fp8::best_path() unless BESTOFN_FP8_PATH names another that this
+// CPU runs (BESTOFN_FP8_GENERIC, as before: "generic"). All give the same bits; the variables are
+// there to measure one against another.
 fp8::Path fp8_path() {
-  static const fp8::Path p = std::getenv("BESTOFN_FP8_GENERIC") ? fp8::Path::Generic : fp8::best_path();
+  static const fp8::Path p = [] {
+    const char* want = std::getenv("BESTOFN_FP8_GENERIC") ? "generic" : std::getenv("BESTOFN_FP8_PATH");
+    if (!want) return fp8::best_path();
+    for (fp8::Path q : {fp8::Path::Generic, fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
+      if (std::string(want) == fp8_name(q)) {
+        if (!fp8::available(q)) throw Error(std::string("BESTOFN_FP8_PATH=") + want + ": this CPU does not run that path");
+        return q;
+      }
+    throw Error(std::string("BESTOFN_FP8_PATH=") + want + ": not a path (avx512_bf16, avx512_fma, avx2, generic)");
+  }();
   return p;
 }
 
 }  // namespace
 
-const char* fp8_kernel_name() {
-  switch (fp8_path()) {
-    case fp8::Path::Avx512Bf16: return "avx512_bf16";
-    case fp8::Path::Avx2: return "avx2";
-    default: return "generic";
-  }
-}
+const char* fp8_kernel_name() { return fp8_name(fp8_path()); }
 const char* wide_kernel_name() {
   switch (wide::best_path()) {
     case wide::Path::Avx512: return "avx512";
