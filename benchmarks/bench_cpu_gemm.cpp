@@ -83,11 +83,11 @@ int main(int argc, char** argv) {
   // Every fast path this CPU runs (they give the same bits), and which one the engine picked.
   const Path best = best_path();
   std::vector<Path> paths;
-  for (Path p : {Path::Avx512Bf16, Path::Avx512Fma, Path::Avx2})
+  for (Path p : {Path::Avx512Bf16, Path::Avx512Fma, Path::Avx2, Path::Avx2F16c})
     if (available(p)) paths.push_back(p);
   if (paths.empty()) paths.push_back(Path::Generic);
   auto name = [](Path p) {
-    return p == Path::Avx512Bf16 ? "avx512_bf16" : p == Path::Avx512Fma ? "avx512_fma" : p == Path::Avx2 ? "avx2_fma" : "generic";
+    return p == Path::Avx512Bf16 ? "avx512_bf16" : p == Path::Avx512Fma ? "avx512_fma" : p == Path::Avx2 ? "avx2_fma" : p == Path::Avx2F16c ? "avx2_f16c" : "generic";
   };
   const Shape shapes[] = {{"qkv_q", 768, 768}, {"kv", 256, 768}, {"gate_up", 2048, 768}, {"down", 768, 2048}};
   std::mt19937 rng(1);

@@ -920,7 +920,7 @@ TEST(CliErrors, EveryFp8PathGivesTheSameCandidates) {
   ASSERT_EQ(base.exit_code, 0) << base.err;
   ASSERT_EQ(jsonl(base.out).size(), 4u);
   int ran = 0;
-  for (const char* path : {"generic", "avx2", "avx512_bf16", "avx512_fma"}) {
+  for (const char* path : {"generic", "avx2", "avx2_f16c", "avx512_bf16", "avx512_fma"}) {
     ASSERT_EQ(setenv("BESTOFN_FP8_PATH", path, 1), 0);
     const auto r = run_cli(gen);
     if (r.exit_code == 1 && r.err.find("this CPU does not run that path") != std::string::npos) {

@@ -21,6 +21,7 @@
 
 #include "bestofn/numeric.h"
 #include "bestofn/weights.h"
+#include "cpu/cpu_features.h"
 #include "cpu/gemm_fp8.h"
 #include "cpu/gemm_wide.h"
 #include "cpu/ops.h"
@@ -49,7 +50,7 @@ float fp8_reference(const float* x, const std::uint8_t* w, std::size_t in) {
 }
 
 const char* fp8_path_name(fp8::Path p) {
-  return p == fp8::Path::Generic ? "generic" : p == fp8::Path::Avx2 ? "AVX2 + FMA" : p == fp8::Path::Avx512Fma ? "AVX-512 FMA" : "AVX-512 BF16";
+  return p == fp8::Path::Generic ? "generic" : p == fp8::Path::Avx2 ? "AVX2 + FMA" : p == fp8::Path::Avx2F16c ? "AVX2 + F16C" : p == fp8::Path::Avx512Fma ? "AVX-512 FMA" : "AVX-512 BF16";
 }
 
 // Codes: weights take all 256 (row r, column i: code (r * 7 + i) mod 256 for the first 256
@@ -73,7 +74,7 @@ std::vector<float> activation_values(std::size_t T, std::size_t in, std::mt19937
 TEST(CpuGemm, Fp8PathsFollowTheStatedOrderBitForBit) {
   std::mt19937 rng(7);
   std::vector<fp8::Path> paths = {fp8::Path::Generic};
-  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma}) {
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx2F16c, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma}) {
     if (fp8::available(p)) paths.push_back(p);
     else std::cout << "[ note ] this CPU has no " << fp8_path_name(p) << ": that path is not tested here\n";
   }
@@ -126,15 +127,18 @@ TEST(CpuGemm, Fp8FastPathPassesItsSelfCheckWhereTheCpuHasIt) {
   std::cout << "[ note     ] the engine's FP8 path on this CPU: " << fp8_path_name(best) << "\n";
 }
 
-// The same for the AVX2 path, which every x86-64 CPU of the last decade without AVX-512 BF16 runs.
+// The same for the AVX2 paths (shifts, or F16C), which every x86-64 CPU of the last decade without
+// AVX-512 VBMI runs: one of the two, by speed, where AVX-512 is missing.
 TEST(CpuGemm, Fp8Avx2PathPassesItsSelfCheckWhereTheCpuHasIt) {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    GTEST_SKIP() << "no AVX2 / FMA";
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !bestofn::cpu::has_f16c()) {
+    GTEST_SKIP() << "no AVX2 / FMA / F16C";
   }
   EXPECT_TRUE(fp8::available(fp8::Path::Avx2));
+  EXPECT_TRUE(fp8::available(fp8::Path::Avx2F16c));
   if (!fp8::available(fp8::Path::Avx512Bf16) && !fp8::available(fp8::Path::Avx512Fma)) {
-    EXPECT_EQ(fp8::best_path(), fp8::Path::Avx2);
+    const fp8::Path best = fp8::best_path();
+    EXPECT_TRUE(best == fp8::Path::Avx2 || best == fp8::Path::Avx2F16c) << fp8_path_name(best);
   }
 }
 
@@ -151,7 +155,7 @@ TEST(CpuGemm, Fp8PathsIgnoreDenormalsAreZero) {
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t o = 0; o < out; ++o) ref[t * out + o] = fp8_reference(x.data() + t * in, w.data() + o * in, in);
   std::vector<fp8::Path> paths = {fp8::Path::Generic};
-  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
+  for (fp8::Path p : {fp8::Path::Avx2, fp8::Path::Avx2F16c, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
     if (fp8::available(p)) paths.push_back(p);
   std::vector<std::uint8_t> strips(fp8::packed_weight_bytes(out, in));
   fp8::pack_weights(w.data(), out, in, 0, fp8::strip_count(out), strips.data());

@@ -32,7 +32,14 @@
 // such, the default; a thread running with denormals-are-zero (MXCSR.DAZ, set by code built with
 // -ffast-math) would lose the subnormal weights, and the generic path's code table is built by the
 // same kind of arithmetic: dot_strips clears DAZ for its own duration.) `vcvtph2ps`, the obvious
-// widening, is slower than this on Zen 3 (two cycles per vector). With up to 4 tokens the weights are decoded in registers as they
+// widening, is slower than this on Zen 3 (two cycles per vector). But Intel's cores multiply a
+// subnormal operand through a microcode assist: on the Emerald Rapids VM of 2026-12-02 this path
+// ran at 1.0 GFLOP/s (`bench_cpu_gemm`, random codes: ~5% subnormal, most vectors hold one)
+// against 60-100 for the AVX-512 ones. So the AVX2 path has a second decode (avx2_f16c): each code
+// becomes an FP16 (sign to bit 15, the 7 magnitude bits to 13..7: the weight times 2^-8, E4M3's
+// subnormals FP16 subnormals) that `vcvtph2ps` widens to a normal fp32; the activations are
+// packed as they are, so the products and sums are again the true ones times 2^-8. best_path()
+// times the two where AVX-512 is missing. With up to 4 tokens the weights are decoded in registers as they
 // are used (4, 2 or 1 strips at a time, so that few tokens still have 8 independent chains);
 // with more, each strip is decoded once into a buffer that the tokens then pass over 6 at a time
 // (12 accumulators + 2 weight vectors + a broadcast: 15 of the 16 registers), the rest last.
@@ -41,6 +48,7 @@
 // vector extension), on the strip widened to floats; each product is exact, so a fused or a
 // separate multiply-add rounds the same.
 #include "cpu/gemm_fp8.h"
+#include "cpu/cpu_features.h"
 #include "cpu/strip_calls.h"
 
 #include <immintrin.h>
@@ -59,7 +67,7 @@
 
 #define BESTOFN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
 #define BESTOFN_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
-#define BESTOFN_AVX2 __attribute__((target("avx2,fma")))
+#define BESTOFN_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace bestofn::cpu::fp8 {
 namespace {
@@ -142,22 +150,35 @@ void dot_strips_generic(const std::uint8_t* pw, std::size_t out, std::size_t in,
 
 constexpr float kAvx2WeightScale = 0x1p-120f;     // what decode_half's fp32s are, times the weights
 constexpr float kAvx2ActivationScale = 0x1p112f;  // what pack_activations multiplies by
-constexpr float kAvx2Unscale = 1.0f / (kAvx2WeightScale * kAvx2ActivationScale);  // 2^8
+constexpr float kAvx2Unscale = 1.0f / (kAvx2WeightScale * kAvx2ActivationScale);  // 2^8 (avx2_f16c: 2^-8 x 1, the same)
 
 // Half block h of a block (rows 8h .. 8h+7) -> w[d] = those rows' weights for input k + d, times
-// 2^-120 (kAvx2WeightScale). In the packed block, word i of each 16-byte group is a (d0, d1) code
-// pair for i < 4 and (d2, d3) for i >= 4, of row 4 * group + i % 4 (kPlaces), so the low and high
-// word unpacks of each 128-bit lane give rows 0-3 and 4-7 of one input in order.
+// 2^-120 (kAvx2WeightScale), or times 2^-8 with kF16c. In the packed block, word i of each 16-byte
+// group is a (d0, d1) code pair for i < 4 and (d2, d3) for i >= 4, of row 4 * group + i % 4
+// (kPlaces), so the low and high word unpacks of each 128-bit lane give rows 0-3 and 4-7 of one
+// input in order; for vcvtph2ps the low (d0 / d1) and high (d2 / d3) 64 bits of the two lanes are
+// brought together instead.
+template <bool kF16c>
 BESTOFN_AVX2 inline void decode_half(const std::uint8_t* p, __m256 w[4]) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i fields = _mm256_set1_epi16(static_cast<short>(0x87f0));  // BF16 sign and bits 10..4
-  const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(b, 4), fields);                           // d1, d3
-  const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 4), fields);    // d0, d2
-  const __m256i zero = _mm256_setzero_si256();
-  w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, even));
-  w[1] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, odd));
-  w[2] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, even));
-  w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, odd));
+  // BF16 sign and bits 10..4 (shift by 4), or FP16 sign and bits 13..7 (shift by 1)
+  constexpr int kShift = kF16c ? 1 : 4;
+  const __m256i fields = _mm256_set1_epi16(static_cast<short>(kF16c ? 0xbf80 : 0x87f0));
+  const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(b, kShift), fields);                         // d1, d3
+  const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), kShift), fields);  // d0, d2
+  if constexpr (kF16c) {
+    const __m256i o = _mm256_permute4x64_epi64(odd, 0xd8), e = _mm256_permute4x64_epi64(even, 0xd8);  // qwords 0, 2, 1, 3
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(e));
+    w[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(o));
+    w[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1));
+    w[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1));
+  } else {
+    const __m256i zero = _mm256_setzero_si256();
+    w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, even));
+    w[1] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, odd));
+    w[2] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, even));
+    w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, odd));
+  }
 }
 
 // One quad of one token into an accumulator, in the order of gemm_fp8.h: inputs k+1, k, k+3, k+2.
@@ -212,7 +233,7 @@ BESTOFN_AVX2 void finish_avx2(const Avx2Call& a, __m256 (&acc)[S][2][TT]) {
 }
 
 // S strips x TT tokens, the weights decoded in registers per half block and used by every token.
-template <int TT, int S>
+template <int TT, int S, bool kF16c>
 BESTOFN_AVX2 void avx2_regs_kernel(const Avx2Call& a) {
   __m256 acc[S][2][TT];
   for (auto& strip : acc)
@@ -222,7 +243,7 @@ BESTOFN_AVX2 void avx2_regs_kernel(const Avx2Call& a) {
     for (int j = 0; j < S; ++j)
       for (int h = 0; h < 2; ++h) {
         __m256 w[4];
-        decode_half(a.w + static_cast<std::size_t>(j) * a.sb + q * kBlock + static_cast<std::size_t>(32 * h), w);
+        decode_half<kF16c>(a.w + static_cast<std::size_t>(j) * a.sb + q * kBlock + static_cast<std::size_t>(32 * h), w);
         for (int t = 0; t < TT; ++t) {
           float xk[kQuad];
           std::memcpy(xk, a.x + static_cast<std::size_t>(t) * a.xs + 2 * kQuad * q, sizeof xk);
@@ -257,11 +278,12 @@ BESTOFN_AVX2 void avx2_buf_kernel(const Avx2Call& a) {
   finish_avx2<1, TT>(a, acc);
 }
 
+template <bool kF16c>
 BESTOFN_AVX2 void decode_strip(const std::uint8_t* sw, std::size_t quads, float* buf) {
   for (std::size_t q = 0; q < quads; ++q)
     for (int h = 0; h < 2; ++h) {
       __m256 w[4];
-      decode_half(sw + q * kBlock + static_cast<std::size_t>(32 * h), w);
+      decode_half<kF16c>(sw + q * kBlock + static_cast<std::size_t>(32 * h), w);
       for (std::size_t d = 0; d < kQuad; ++d) _mm256_store_ps(buf + (q * kQuad + d) * kStrip + static_cast<std::size_t>(8 * h), w[d]);
     }
 }
@@ -271,23 +293,23 @@ using Avx2Kernel = void (*)(const Avx2Call&);
 // quad adds 4 products to each accumulator in order, so fewer accumulators wait on latency.
 constexpr int kAvx2RegTokens = 4;  // up to this many tokens: weights decoded in registers
 constexpr int avx2_strips_for(int tt) { return tt == 1 ? 4 : tt <= 3 ? 2 : 1; }
-template <std::size_t... I>
+// The register kernels per token count, with avx2_strips_for(TT) strips (kMulti) or one.
+template <bool kF16c, bool kMulti, std::size_t... I>
 constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_regs(std::index_sequence<I...>) {
-  return {avx2_regs_kernel<static_cast<int>(I) + 1, avx2_strips_for(static_cast<int>(I) + 1)>...};
-}
-template <std::size_t... I>
-constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_regs_single(std::index_sequence<I...>) {
-  return {avx2_regs_kernel<static_cast<int>(I) + 1, 1>...};
+  return {avx2_regs_kernel<static_cast<int>(I) + 1, kMulti ? avx2_strips_for(static_cast<int>(I) + 1) : 1, kF16c>...};
 }
 template <std::size_t... I>
 constexpr std::array<Avx2Kernel, sizeof...(I)> make_avx2_buf(std::index_sequence<I...>) {
   return {avx2_buf_kernel<static_cast<int>(I) + 1>...};
 }
-constexpr auto kAvx2Regs = make_avx2_regs(std::make_index_sequence<kAvx2RegTokens>{});
-constexpr auto kAvx2RegsSingle = make_avx2_regs_single(std::make_index_sequence<kAvx2RegTokens>{});
+template <bool kF16c>
+constexpr auto kAvx2Regs = make_avx2_regs<kF16c, true>(std::make_index_sequence<kAvx2RegTokens>{});
+template <bool kF16c>
+constexpr auto kAvx2RegsSingle = make_avx2_regs<kF16c, false>(std::make_index_sequence<kAvx2RegTokens>{});
 constexpr int kAvx2BufTokens = 6;  // tokens per buffer kernel call
 constexpr auto kAvx2Buf = make_avx2_buf(std::make_index_sequence<kAvx2BufTokens>{});
 
+template <bool kF16c>
 BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                                   const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts, const float* rs,
                                   std::size_t row_scales) {
@@ -298,7 +320,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
     const auto per_call = static_cast<std::size_t>(avx2_strips_for(static_cast<int>(T)));
     for_strip_calls(s0, s1, per_call, [&](std::size_t s, std::size_t n) BESTOFN_AVX2 {
       a.w = pw + s * sb, a.x = x, a.y = y + s * kStrip, a.ts = ts, a.r0 = s * kStrip;
-      (n == 1 ? kAvx2RegsSingle : kAvx2Regs)[T - 1](a);
+      (n == 1 ? kAvx2RegsSingle<kF16c> : kAvx2Regs<kF16c>)[T - 1](a);
     });
     return;
   }
@@ -312,7 +334,7 @@ BESTOFN_AVX2 void dot_strips_avx2(const std::uint8_t* pw, std::size_t out, std::
   float* wbuf = reinterpret_cast<float*>(buf.data());
   a.wbuf = wbuf;
   for (std::size_t s = s0; s < s1; ++s) {
-    decode_strip(pw + s * sb, a.quads, wbuf);
+    decode_strip<kF16c>(pw + s * sb, a.quads, wbuf);
     a.r0 = s * kStrip;
     for (std::size_t c0 = 0; c0 < T;) {
       const std::size_t tt = avx2_call_tokens(T - c0, kAvx2BufTokens);
@@ -563,9 +585,9 @@ bool cpu_has_avx512_vbmi() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
 }
 
-bool cpu_has_avx2_fma() {
+bool cpu_has_avx2_fma() {  // and F16C, which every AVX2 CPU has (the kernels are built for it)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
 
 // Path p and the generic path on every pair of codes (all 256 x 256, signs and subnormals
@@ -623,49 +645,71 @@ bool available(Path p) {
       static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2);
       return ok;
     }
+    case Path::Avx2F16c: {
+      static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2F16c);
+      return ok;
+    }
     default: return true;
   }
 }
 
-double seconds_per_gemm(Path p) {
-  constexpr std::size_t rows = 256, in = 1024, T = kChunk;  // 256 KB of weights: in L2
-  // On a 64-byte boundary, as the engine's arena is: a block split over two lines costs either
-  // path up to a third of its speed, more than the paths differ by.
-  std::vector<std::uint8_t> w(rows * in), pw_buf(packed_weight_bytes(rows, in) + 64);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint8_t>((i * 37) % 0x7f);
-  std::uint8_t* pw = pw_buf.data() + (64 - reinterpret_cast<std::uintptr_t>(pw_buf.data()) % 64) % 64;
-  pack_weights(w.data(), rows, in, 0, strip_count(rows), pw);
+// Weights for timing the paths: 256 KB (in L2), codes 0..126 in turn (~5% subnormal), on a 64-byte
+// boundary as the engine's arena is (a block split over two lines cost either AVX-512 path up to a
+// third of its speed, more than the paths differ by).
+struct TimingWeights {
+  static constexpr std::size_t kRows = 256, kIn = 1024;
+  std::vector<std::uint8_t> buf = std::vector<std::uint8_t>(packed_weight_bytes(kRows, kIn) + 64);
+  std::uint8_t* packed = buf.data() + (64 - reinterpret_cast<std::uintptr_t>(buf.data()) % 64) % 64;
+  TimingWeights() {
+    std::vector<std::uint8_t> w(kRows * kIn);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint8_t>((i * 37) % 0x7f);
+    pack_weights(w.data(), kRows, kIn, 0, strip_count(kRows), packed);
+  }
+};
+
+// The best of 3 calls of path p on T tokens.
+double seconds_per_gemm(const TimingWeights& tw, Path p, std::size_t T) {
+  constexpr std::size_t rows = TimingWeights::kRows, in = TimingWeights::kIn;
   std::vector<float> x(T * in, 1.0f), ones(T, 1.0f), y(T * rows);
   std::vector<std::uint16_t> packed(packed_size(p, T, in));
   pack_activations(p, x.data(), ones.data(), T, in, 0, T, packed.data());
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    dot_strips(p, pw, rows, in, 0, strip_count(rows), packed.data(), T, y.data(), rows);
+    dot_strips(p, tw.packed, rows, in, 0, strip_count(rows), packed.data(), T, y.data(), rows);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
 
-Path choose_avx512_path() {
-  // Both AVX-512 paths give the same bits; which is faster depends on the core (Intel's: the FMAs,
-  // see the FMA path). 16-token GEMMs in L2 on each, taken in turn, the best time of each. (On the
-  // 2-vCPU Emerald Rapids VM of 2026-12-02 the FMA path took 73 us to the BF16 path's 109 in 7
-  // runs of 10, and 119-128 us to 125-132 in the other 3, as if another thread shared the core's
-  // FMA units: never slower.)
-  double bf16 = 1e30, fma = 1e30;
+// The faster of two paths that give the same bits, where the core decides (AVX-512: Intel's cores
+// run the FMAs faster than vdpbf16ps; AVX2: Intel's take a microcode assist per subnormal operand,
+// which avx2_f16c never makes, while `vcvtph2ps` is slow on Zen 3). Timed on 1 token (decode-bound)
+// and 16 (FMA-bound), the paths in turn, 5 rounds, the best time of each; b is taken if the
+// product of its two time ratios to a is below 1. (On the 2-vCPU Emerald Rapids VM of 2026-12-02
+// the AVX-512 FMA path took 73 us at 16 tokens to the BF16 path's 109 in 7 runs of 10, and 119-128
+// us to 125-132 in the other 3, as if another thread shared the core's FMA units: never slower.)
+Path faster(Path a, Path b) {
+  const TimingWeights tw;
+  double ta[2] = {1e30, 1e30}, tb[2] = {1e30, 1e30};
+  auto ratio = [&] { return (tb[0] / ta[0]) * (tb[1] / ta[1]); };
   for (int round = 0; round < 5; ++round) {
-    bf16 = std::min(bf16, seconds_per_gemm(Path::Avx512Bf16));
-    fma = std::min(fma, seconds_per_gemm(Path::Avx512Fma));
+    for (int i = 0; i < 2; ++i) {
+      const std::size_t T = i == 0 ? 1 : kChunk;
+      ta[i] = std::min(ta[i], seconds_per_gemm(tw, a, T));
+      tb[i] = std::min(tb[i], seconds_per_gemm(tw, b, T));
+    }
+    if (ratio() < 0.25 || ratio() > 4.0) break;  // (a path in microcode assists: ~8 ms a call)
   }
-  return fma < bf16 ? Path::Avx512Fma : Path::Avx512Bf16;
+  return ratio() < 1.0 ? b : a;
 }
 
 Path best_path() {
   static const Path best = [] {
-    if (available(Path::Avx512Bf16) && available(Path::Avx512Fma)) return choose_avx512_path();
-    for (Path p : {Path::Avx512Bf16, Path::Avx512Fma, Path::Avx2})
+    if (available(Path::Avx512Bf16) && available(Path::Avx512Fma)) return faster(Path::Avx512Bf16, Path::Avx512Fma);
+    for (Path p : {Path::Avx512Bf16, Path::Avx512Fma})
       if (available(p)) return p;
+    if (available(Path::Avx2) && available(Path::Avx2F16c)) return faster(Path::Avx2, Path::Avx2F16c);
     return Path::Generic;
   }();
   return best;
@@ -707,7 +751,7 @@ void pack_activations(Path p, const float* x, const float* scale, std::size_t T,
       for (std::size_t k = 0; k < pin; k += kSpan) {
         values(k, v);
         if (p == Path::Avx2)
-          for (float& e : v) e *= kAvx2ActivationScale;
+          for (float& e : v) e *= kAvx2ActivationScale;  // (avx2_f16c: as they are)
         std::memcpy(out + 2 * k, v, std::min(kSpan, pin - k) * sizeof(float));
       }
       continue;
@@ -745,8 +789,8 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
     dot_strips_avx512<false>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else if (p == Path::Avx512Fma) {
     dot_strips_avx512<true>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
-  } else if (p == Path::Avx2) {
-    dot_strips_avx2(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
+  } else if (p == Path::Avx2 || p == Path::Avx2F16c) {
+    (p == Path::Avx2 ? dot_strips_avx2<false> : dot_strips_avx2<true>)(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   } else {
     dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
   }

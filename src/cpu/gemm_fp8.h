@@ -1,7 +1,8 @@
 #pragma once
 // The FP8 GEMM behind cpu::linear: E4M3 weights x E4M3 activations, summed in fp32 in one fixed
 // order (below), on AVX-512 (BF16 dot products or fp32 FMAs, whichever is faster on this CPU)
-// where the CPU has it, else on AVX2 + FMA, else in portable vector code. The paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
+// where the CPU has it, else on AVX2 + FMA (the codes widened by shifts or, where subnormal fp32
+// operands are slow, by F16C), else in portable vector code. The paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
 // on its order, and every path follows this one.
 //
 // The order (what two `vdpbf16ps` per 4 inputs do, see gemm_fp8.cpp): one fp32 accumulator per
@@ -18,7 +19,7 @@
 
 namespace bestofn::cpu::fp8 {
 
-enum class Path { Generic, Avx2, Avx512Bf16, Avx512Fma };
+enum class Path { Generic, Avx2, Avx2F16c, Avx512Bf16, Avx512Fma };
 
 // The fastest path this CPU runs with the order above (a fast path is used only after a self
 // check against the generic path on this CPU). Where both AVX-512 paths run, the first call times

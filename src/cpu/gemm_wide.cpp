@@ -12,9 +12,9 @@
 //
 // Portable path: the same FMAs (std::fma, one rounding each) in the same order, lane by lane.
 #include "cpu/gemm_wide.h"
+#include "cpu/cpu_features.h"
 #include "cpu/strip_calls.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -264,12 +264,6 @@ void pack_weights_as(const Elem<F>* w, std::size_t out, std::size_t in, std::siz
       Elem<F>* dst = packed + s * kStrip * in + j;
       for (std::size_t k = 0; k < in; ++k) dst[k * kStrip] = r < out ? w[r * in + k] : Elem<F>{};
     }
-}
-
-// F16C (vcvtph2ps), from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c").
-bool has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
 template <Format F>

@@ -124,6 +124,7 @@ const char* fp8_name(fp8::Path p) {
     case fp8::Path::Avx512Bf16: return "avx512_bf16";
     case fp8::Path::Avx512Fma: return "avx512_fma";
     case fp8::Path::Avx2: return "avx2";
+    case fp8::Path::Avx2F16c: return "avx2_f16c";
     default: return "generic";
   }
 }
@@ -135,12 +136,12 @@ fp8::Path fp8_path() {
   static const fp8::Path p = [] {
     const char* want = std::getenv("BESTOFN_FP8_GENERIC") ? "generic" : std::getenv("BESTOFN_FP8_PATH");
     if (!want) return fp8::best_path();
-    for (fp8::Path q : {fp8::Path::Generic, fp8::Path::Avx2, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
+    for (fp8::Path q : {fp8::Path::Generic, fp8::Path::Avx2, fp8::Path::Avx2F16c, fp8::Path::Avx512Bf16, fp8::Path::Avx512Fma})
       if (std::string(want) == fp8_name(q)) {
         if (!fp8::available(q)) throw Error(std::string("BESTOFN_FP8_PATH=") + want + ": this CPU does not run that path");
         return q;
       }
-    throw Error(std::string("BESTOFN_FP8_PATH=") + want + ": not a path (avx512_bf16, avx512_fma, avx2, generic)");
+    throw Error(std::string("BESTOFN_FP8_PATH=") + want + ": not a path (avx512_bf16, avx512_fma, avx2, avx2_f16c, generic)");
   }();
   return p;
 }

@@ -39,8 +39,8 @@ void linear(const Linear& l, const float* x, std::size_t T, float* y, ThreadPool
 // ys[i] = linear(*ls[i], x): the same numbers, but FP8 layers that quantize x alike (q/k/v,
 // gate/up) quantize it once and share one pass of the thread pool.
 // packed: one per layer (as linear's), or empty.
-// The kernels linear() runs on this CPU for FP8 weights, "avx512_bf16", "avx512_fma", "avx2" or
-// "generic" (the environment's BESTOFN_FP8_PATH picks one this CPU runs; bestofn::Error for
+// The kernels linear() runs on this CPU for FP8 weights, "avx512_bf16", "avx512_fma", "avx2",
+// "avx2_f16c" or "generic" (the environment's BESTOFN_FP8_PATH picks one this CPU runs; bestofn::Error for
 // another), and for BF16, F16 and F32 weights, "avx512", "avx2" or "portable". Every one gives the
 // same bits; they differ in speed alone.
 const char* fp8_kernel_name();
