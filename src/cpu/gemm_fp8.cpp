@@ -682,34 +682,39 @@ double seconds_per_gemm(const TimingWeights& tw, Path p, std::size_t T) {
   return best;
 }
 
-// The faster of two paths that give the same bits, where the core decides (AVX-512: Intel's cores
-// run the FMAs faster than vdpbf16ps; AVX2: Intel's take a microcode assist per subnormal operand,
-// which avx2_f16c never makes, while `vcvtph2ps` is slow on Zen 3). Timed on 1 token (decode-bound)
-// and 16 (FMA-bound), the paths in turn, 5 rounds, the best time of each; b is taken if the
-// product of its two time ratios to a is below 1. (On the 2-vCPU Emerald Rapids VM of 2026-12-02
-// the AVX-512 FMA path took 73 us at 16 tokens to the BF16 path's 109 in 7 runs of 10, and 119-128
-// us to 125-132 in the other 3, as if another thread shared the core's FMA units: never slower.)
-Path faster(Path a, Path b) {
+// Of two paths that give the same bits, `usual` unless `other` is clearly faster on this core.
+// Timed on 1 token (decode-bound) and 16 (FMA-bound), the paths in turn, 5 rounds, the best time
+// of each; `other` is taken if the product of its two time ratios to `usual` is below 0.8. The
+// margin is for VMs: on the 2-vCPU Emerald Rapids VM of 2026-12-02 the AVX-512 FMA path took 73
+// us at 16 tokens to the BF16 path's 109 in 7 runs of 10, and 119-128 us to 125-132 in the other
+// 3, as if another thread shared the core's FMA units; a whole benchmark run once took the BF16
+// path when a plain "faster" decided. The usual paths are those that never fall far behind:
+// avx512_fma (vdpbf16ps does twice its multiply-adds per instruction, but Intel's cores issue it
+// at a quarter of the FMAs' rate: bench_cpu_peak 86 against 175 GFLOP/s per core there; AMD's Zen
+// 4 and 5 at the FMAs' rate, where avx512_bf16 should win by ~2x) and avx2_f16c (Intel's cores
+// multiply the shift decode's subnormal fp32s through microcode assists, ~50x slower there;
+// `vcvtph2ps` is slow on AMD's Zen 3, where the shifts should win).
+Path prefer(Path usual, Path other) {
   const TimingWeights tw;
-  double ta[2] = {1e30, 1e30}, tb[2] = {1e30, 1e30};
-  auto ratio = [&] { return (tb[0] / ta[0]) * (tb[1] / ta[1]); };
+  double tu[2] = {1e30, 1e30}, to[2] = {1e30, 1e30};
+  auto ratio = [&] { return (to[0] / tu[0]) * (to[1] / tu[1]); };
   for (int round = 0; round < 5; ++round) {
     for (int i = 0; i < 2; ++i) {
       const std::size_t T = i == 0 ? 1 : kChunk;
-      ta[i] = std::min(ta[i], seconds_per_gemm(tw, a, T));
-      tb[i] = std::min(tb[i], seconds_per_gemm(tw, b, T));
+      tu[i] = std::min(tu[i], seconds_per_gemm(tw, usual, T));
+      to[i] = std::min(to[i], seconds_per_gemm(tw, other, T));
     }
     if (ratio() < 0.25 || ratio() > 4.0) break;  // (a path in microcode assists: ~8 ms a call)
   }
-  return ratio() < 1.0 ? b : a;
+  return ratio() < 0.8 ? other : usual;
 }
 
 Path best_path() {
   static const Path best = [] {
-    if (available(Path::Avx512Bf16) && available(Path::Avx512Fma)) return faster(Path::Avx512Bf16, Path::Avx512Fma);
-    for (Path p : {Path::Avx512Bf16, Path::Avx512Fma})
+    if (available(Path::Avx512Bf16) && available(Path::Avx512Fma)) return prefer(Path::Avx512Fma, Path::Avx512Bf16);
+    for (Path p : {Path::Avx512Fma, Path::Avx512Bf16})
       if (available(p)) return p;
-    if (available(Path::Avx2) && available(Path::Avx2F16c)) return faster(Path::Avx2, Path::Avx2F16c);
+    if (available(Path::Avx2) && available(Path::Avx2F16c)) return prefer(Path::Avx2F16c, Path::Avx2);
     return Path::Generic;
   }();
   return best;

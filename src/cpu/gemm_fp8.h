@@ -22,8 +22,9 @@ namespace bestofn::cpu::fp8 {
 enum class Path { Generic, Avx2, Avx2F16c, Avx512Bf16, Avx512Fma };
 
 // The fastest path this CPU runs with the order above (a fast path is used only after a self
-// check against the generic path on this CPU). Where both AVX-512 paths run, the first call times
-// them (a few ms) and keeps the faster for the process.
+// check against the generic path on this CPU). Where both AVX-512 paths (or both AVX2 ones) run,
+// the first call times them (a few ms) and keeps, for the process, the one that never falls far
+// behind (avx512_fma, avx2_f16c) unless the other is clearly faster here (prefer(), gemm_fp8.cpp).
 Path best_path();
 bool available(Path p);
 
