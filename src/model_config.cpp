@@ -245,9 +245,16 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   c.vocab_size = rd.get_int("vocab_size");
   c.max_position_embeddings = rd.get_int("max_position_embeddings", 2048);
   c.rms_norm_eps = rd.get_float("rms_norm_eps", 1e-6);
-  c.rope_theta = rd.get_float("rope_theta", 10000.0);
+  // The RoPE base: frequencies theta^(-2i/d) are 1 at i = 0 and fall from there only for a base
+  // above 1; a base as small as 1e-300 gave infinite frequencies, reported as non-finite logits.
+  auto rope_base = [](const Reader& r) {
+    const double theta = r.get_float("rope_theta", 10000.0);
+    if (theta <= 1.0) throw r.fail("rope_theta", "must be above 1 (the RoPE base, e.g. 10000 or 500000), got " + r.j["rope_theta"].dump());
+    return theta;
+  };
+  c.rope_theta = rope_base(rd);
   if (!rd.has("rope_theta") && j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    c.rope_theta = Reader{j["rope_parameters"], file}.get_float("rope_theta", 10000.0);
+    c.rope_theta = rope_base(Reader{j["rope_parameters"], file});
   c.rope_scaling = parse_rope_scaling(j, file);
   c.tie_word_embeddings = rd.get_bool("tie_word_embeddings", false);
   const auto bos = rd.get_ids("bos_token_id");

@@ -260,6 +260,14 @@ TEST(ModelConfig, ErrorsNameTheFieldAndTheSupportedChoices) {
   j = base();
   j["hidden_act"] = "gelu";
   expect_error(j, "hidden_act 'gelu'");
+  for (const double theta : {1e-300, 0.5, 1.0}) {  // positive, but no RoPE base
+    j = base();
+    j["rope_theta"] = theta;
+    expect_error(j, "field 'rope_theta' must be above 1");
+    j.erase("rope_theta");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    expect_error(j, "field 'rope_theta' must be above 1");
+  }
   expect_error(json::array(), "must be a JSON object");
 }
 
