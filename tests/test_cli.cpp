@@ -907,6 +907,28 @@ TEST(CliOutput, ScoreNeedsOutForSamplesFromADevice) {
   EXPECT_FALSE(fs::exists("/dev/stdin_results.jsonl"));
 }
 
+// --stop and --system must be UTF-8: a usage error that names the flag and the byte, before any
+// model is loaded (a stop string with a stray byte could never match the decoded text; a bad
+// system message was blamed on the prompt it had been rendered into, at a byte of the template).
+TEST(CliErrors, StopAndSystemMustBeUtf8) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::string bad = "ok\xff";  // byte 2 breaks
+  const std::vector<std::string> gen = {"generate", "--model", m, "--prompt", "def f():", "-n", "1", "--max-new-tokens", "2"};
+  auto with = [](std::vector<std::string> a, std::initializer_list<std::string> more) {
+    a.insert(a.end(), more);
+    return a;
+  };
+  expect_failure(with(gen, {"--stop", "\n", "--stop", bad}), 2, {"--stop", "not valid UTF-8 at byte 2"});
+  expect_failure(with(gen, {"--chat", "--system", bad}), 2, {"--system", "not valid UTF-8 at byte 2"});
+  expect_failure({"tokenize", "--tokenizer", bestofn::test::require_shared("tokenizers/llama3").string(), "--chat", "--system", bad,
+                  "/dev/null"},
+                 2, {"--system", "not valid UTF-8 at byte 2"});
+  // Valid UTF-8 beyond ASCII is taken as it is.
+  const auto r = run_cli(with(gen, {"--stop", "\u00e9\u2192", "--chat", "--system", "Tu es \u00e9l\u00e8ve."}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // BESTOFN_FP8_PATH picks the FP8 GEMM kernel (src/cpu/ops.cpp): every path this CPU runs gives
 // the candidates of the path the engine picks by itself, token for token and logprob for logprob
 // (the kernels' shared order, gemm_fp8.h); a name that is no path, or a path this CPU lacks, is a

@@ -72,14 +72,14 @@ void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_he
   sub->add_option("--top-k", f.top_k, "Keep the k most probable tokens (0: off)")->check(CLI::Range(0, 100000000));
   sub->add_option("--min-p", f.min_p, "Drop tokens below min_p x the best probability")->check(finite_range(0.0, 1.0))->default_str("0");
   sub->add_option("--seed", f.seed, "Random seed")->transform(seed_value())->default_str("0");
-  sub->add_option("--stop", f.stop, stop_help);
+  sub->add_option("--stop", f.stop, stop_help)->check(utf8_text());
   auto* chat = sub->add_flag("--chat", f.chat, "Wrap each prompt as a user turn in the chat template");
   // Without --chat they would change nothing: a usage error, not a silent no-op.
   sub->add_option("--chat-format", f.chat_format, "auto, llama3 or llama2")
       ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
       ->default_str("auto")
       ->needs(chat);
-  sub->add_option("--system", f.system, "System message for --chat")->needs(chat);
+  sub->add_option("--system", f.system, "System message for --chat")->needs(chat)->check(utf8_text());
 }
 
 LoadedModel load_model_flags(const ModelFlags& f) {

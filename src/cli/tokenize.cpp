@@ -37,7 +37,7 @@ Runner add_tokenize(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
       ->default_str("auto")
       ->needs(chat);
-  sub->add_option("--system", opt->system, "System message for --chat")->needs(chat);
+  sub->add_option("--system", opt->system, "System message for --chat")->needs(chat)->check(utf8_text());
   return [opt] {
     const Tokenizer tok = Tokenizer::load(opt->tokenizer);
     const std::string text = read_text_input(opt->input);

@@ -10,6 +10,7 @@
 #include "bestofn/error.h"
 #include "bestofn/sampler.h"
 #include "bestofn/synthetic.h"
+#include "bestofn/utf8.h"
 
 namespace bestofn::cli {
 
@@ -84,6 +85,15 @@ std::string trim_blanks(const std::string& s) {
 
 CLI::Validator non_empty() {
   return CLI::Validator([](std::string& s) { return s.empty() ? std::string("is empty") : std::string(); }, "TEXT");
+}
+
+CLI::Validator utf8_text() {
+  return CLI::Validator(
+      [](std::string& s) {
+        const auto bad = utf8::first_invalid(s);
+        return bad ? "is not valid UTF-8 at byte " + std::to_string(*bad) : std::string();
+      },
+      "TEXT");
 }
 
 CLI::Validator synthetic_shape() {

@@ -28,6 +28,11 @@ CLI::Validator synthetic_shape();
 // current directory by accident.
 CLI::Validator non_empty();
 
+// Text that must be UTF-8 (--stop, --system): otherwise a usage error that says where it breaks
+// (the byte offset, from 0), instead of a stop string that can never match or an error that blames
+// the prompt the system message was rendered into.
+CLI::Validator utf8_text();
+
 // s without leading and trailing spaces and tabs: an item of a comma-separated list ("1, 10").
 std::string trim_blanks(const std::string& s);
 
