@@ -2,8 +2,9 @@
 // The FP8 GEMM behind cpu::linear: E4M3 weights x E4M3 activations, summed in fp32 in one fixed
 // order (below), on AVX-512 (BF16 dot products or fp32 FMAs, whichever is faster on this CPU)
 // where the CPU has it, else on AVX2 + FMA (the codes widened by shifts or, where subnormal fp32
-// operands are slow, by F16C), else in portable vector code. The paths give the same bits: every E4M3 x E4M3 product is exact in fp32, so a sum depends only
-// on its order, and every path follows this one.
+// operands are slow, by F16C), else in portable vector code. The paths give the same bits: every
+// E4M3 x E4M3 product is exact in fp32, so a sum depends only on its order, and every path follows
+// this one.
 //
 // The order (what two `vdpbf16ps` per 4 inputs do, see gemm_fp8.cpp): one fp32 accumulator per
 // output, starting at 0; for each quad k = 0, 4, 8, ... (inputs past `in` are zero) it adds the
