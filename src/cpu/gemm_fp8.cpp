@@ -59,7 +59,6 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -450,6 +449,7 @@ BESTOFN_AVX512_BF16 void bf16_kernel(const StripArgs& a, const Tables& tb) {
 
 // The BF16 kernels: strips per call for TT tokens, up to 16 accumulators.
 struct Bf16Kernels {
+  static constexpr bool kFloats = false;  // activations in 16-token chunks of BF16 quads
   static constexpr int strips_for(int tt) { return tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
   template <int TT, int S>
   static constexpr auto kernel = bf16_kernel<TT, S>;
@@ -499,6 +499,7 @@ BESTOFN_AVX512_VBMI void fma_kernel(const StripArgs& a, const Tables& tb) {
 // The FMA kernels: strips per call for TT tokens, at least 8 accumulators where the tokens allow
 // (two FMAs a cycle of 4 cycles' latency keep 8 chains busy), at most 16.
 struct FmaKernels {
+  static constexpr bool kFloats = true;  // activations in the generic layout: a float per input
   static constexpr int strips_for(int tt) { return tt == 1 ? 8 : tt <= 4 ? 4 : tt <= 8 ? 2 : 1; }
   template <int TT, int S>
   static constexpr auto kernel = fma_kernel<TT, S>;
@@ -517,10 +518,9 @@ struct KernelTable {
   static constexpr auto single = make_kernels<K, false>(std::make_index_sequence<kChunk>{});
 };
 
-// Both AVX-512 paths: groups of strips that stay in L2 while chunks of up to 16 tokens pass over
-// them, each chunk in kernel calls of several strips. kFma: the FMA path (generic activation
-// layout), else the BF16 one (chunked layout).
-template <bool kFma, class K = std::conditional_t<kFma, FmaKernels, Bf16Kernels>>
+// Both AVX-512 paths (K: their kernels): groups of strips that stay in L2 while chunks of up to 16
+// tokens pass over them, each chunk in kernel calls of several strips.
+template <class K>
 BESTOFN_AVX512_VBMI void dot_strips_avx512(const std::uint8_t* pw, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1,
                                            const std::uint16_t* x, std::size_t T, float* y, std::size_t ys, const float* ts,
                                            const float* rs, std::size_t row_scales) {
@@ -539,7 +539,7 @@ BESTOFN_AVX512_VBMI void dot_strips_avx512(const std::uint8_t* pw, std::size_t o
         a.sb = sb;
         a.pin = pin;
         a.xs = 2 * pin;                                  // FMA: a float per input
-        a.x = x + c0 * (kFma ? a.xs : pin);  // BF16: chunk c0 / 16, 16 tokens x pin words before it
+        a.x = x + c0 * (K::kFloats ? a.xs : pin);  // BF16: chunk c0 / 16, 16 tokens x pin words before it
         a.y = y + c0 * ys + s * kStrip;
         a.ys = ys;
         a.ts = ts ? ts + c0 : nullptr;
@@ -574,18 +574,14 @@ class SubnormalsAsNumbers {
   unsigned saved_ = _mm_getcsr();
 };
 
-bool cpu_has_avx512_bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
-         __builtin_cpu_supports("avx512bf16");
-}
-
 bool cpu_has_avx512_vbmi() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
 }
 
-bool cpu_has_avx2_fma() {  // and F16C, which every AVX2 CPU has (the kernels are built for it)
+bool cpu_has_avx512_bf16() { return cpu_has_avx512_vbmi() && __builtin_cpu_supports("avx512bf16"); }
+
+bool cpu_has_avx2_fma_f16c() {  // every AVX2 CPU has F16C; the AVX2 kernels are built for it
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 }
@@ -642,11 +638,11 @@ bool available(Path p) {
       return ok;
     }
     case Path::Avx2: {
-      static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2);
+      static const bool ok = cpu_has_avx2_fma_f16c() && self_check(Path::Avx2);
       return ok;
     }
     case Path::Avx2F16c: {
-      static const bool ok = cpu_has_avx2_fma() && self_check(Path::Avx2F16c);
+      static const bool ok = cpu_has_avx2_fma_f16c() && self_check(Path::Avx2F16c);
       return ok;
     }
     default: return true;
@@ -790,15 +786,12 @@ void dot_strips(Path p, const std::uint8_t* packed_w, std::size_t out, std::size
   if (s0 >= s1 || T == 0) return;
   if (token_scale && !row_scale) throw std::invalid_argument("fp8::dot_strips: token scales without row scales");
   const SubnormalsAsNumbers daz_off;  // (see the AVX2 path)
-  if (p == Path::Avx512Bf16) {
-    dot_strips_avx512<false>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
-  } else if (p == Path::Avx512Fma) {
-    dot_strips_avx512<true>(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
-  } else if (p == Path::Avx2 || p == Path::Avx2F16c) {
-    (p == Path::Avx2 ? dot_strips_avx2<false> : dot_strips_avx2<true>)(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
-  } else {
-    dot_strips_generic(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
-  }
+  auto* const run = p == Path::Avx512Bf16 ? dot_strips_avx512<Bf16Kernels>
+                    : p == Path::Avx512Fma  ? dot_strips_avx512<FmaKernels>
+                    : p == Path::Avx2       ? dot_strips_avx2<false>
+                    : p == Path::Avx2F16c   ? dot_strips_avx2<true>
+                                            : dot_strips_generic;
+  run(packed_w, out, in, s0, s1, x, T, y, y_stride, token_scale, row_scale, row_scales);
 }
 
 }  // namespace bestofn::cpu::fp8
