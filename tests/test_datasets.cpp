@@ -299,3 +299,58 @@ TEST(Datasets, DefaultDataDirFollowsBestofnDataThenHome) {
   EXPECT_EQ(default_data_dir(), fs::path(home) / ".cache" / "bestofn");
   if (saved) setenv("BESTOFN_DATA", saved->c_str(), 1);
 }
+
+// gzip inputs against Python's gzip module: one member and several, zero padding; truncated,
+// corrupt or trailed by other bytes, an error naming the file (zlib's gzread had read a file cut
+// after a member, or followed by anything, as a shorter text without a word).
+TEST(Datasets, GzipInputsAreWholeOrAnError) {
+  const fs::path gz = test::require_shared("data/humaneval/HumanEval.jsonl.gz");
+  test::TempDir tmp;
+  const std::string py =
+      "import gzip, sys\n"
+      "d = sys.argv[1]\n"
+      "text = gzip.open(sys.argv[2]).read()\n"
+      "open(d + '/one.txt', 'wb').write(text)\n"
+      "half = len(text) // 2\n"
+      "open(d + '/two.gz', 'wb').write(gzip.compress(text[:half]) + gzip.compress(text[half:], mtime=0))\n";
+  test::write_text(tmp / "ref.py", py);
+  ASSERT_EQ(std::system(("python3 '" + (tmp / "ref.py").string() + "' '" + tmp.path().string() + "' '" + gz.string() + "'").c_str()), 0);
+  const std::string want = test::read_text(tmp / "one.txt");
+  ASSERT_GT(want.size(), 100000u);
+  EXPECT_EQ(read_text_file(gz), want);
+  EXPECT_EQ(read_text_file(tmp / "two.gz"), want);
+
+  const std::vector<std::uint8_t> bytes = test::read_bytes(gz);
+  auto variant = [&](const std::string& name, std::vector<std::uint8_t> b) {
+    const fs::path p = tmp / name;
+    test::write_bytes(p, b);
+    return p;
+  };
+  std::vector<std::uint8_t> padded = bytes;
+  padded.resize(bytes.size() + 512, 0);
+  EXPECT_EQ(read_text_file(variant("padded.gz", padded)), want);
+
+  std::vector<std::uint8_t> trailed = bytes;
+  for (char c : std::string("{\"task_id\": \"extra\"}\n")) trailed.push_back(static_cast<std::uint8_t>(c));
+  const fs::path tp = variant("trailed.gz", trailed);
+  std::string msg = error_of([&] { read_text_file(tp); });
+  EXPECT_TRUE(msg.starts_with(tp.string() + ": unexpected data after the gzip stream")) << msg;
+
+  for (std::size_t keep : {std::size_t{2}, std::size_t{10}, bytes.size() / 2, bytes.size() - 4, bytes.size() - 1}) {
+    const fs::path p = variant("cut" + std::to_string(keep) + ".gz", {bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(keep)});
+    msg = error_of([&] { read_text_file(p); });
+    EXPECT_TRUE(msg.starts_with(p.string() + ": truncated gzip stream")) << keep << ": " << msg;
+  }
+  std::vector<std::uint8_t> bad_crc = bytes;
+  bad_crc[bytes.size() - 8] ^= 1;  // the trailer: CRC-32, then the length
+  const fs::path cp = variant("crc.gz", bad_crc);
+  msg = error_of([&] { read_text_file(cp); });
+  EXPECT_TRUE(msg.starts_with(cp.string() + ": corrupt gzip data")) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+
+  // A plain file is read as it is, even one that starts with one of the magic bytes.
+  test::write_text(tmp / "plain.txt", "\x1f plain\n");
+  EXPECT_EQ(read_text_file(tmp / "plain.txt"), "\x1f plain\n");
+  test::write_text(tmp / "empty.txt", "");
+  EXPECT_EQ(read_text_file(tmp / "empty.txt"), "");
+}

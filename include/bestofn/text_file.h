@@ -1,12 +1,14 @@
 #pragma once
-// Whole-file reads for text inputs (datasets, prompt files, tokenizer input), gzip or plain:
-// zlib reads a plain file through the same call.
+// Whole-file reads for text inputs (datasets, prompt files, tokenizer input), gzip or plain: a
+// file that starts with gzip's magic bytes is decompressed, any other is read as it is.
 #include <filesystem>
 #include <string>
 
 namespace bestofn {
 
-// The file's bytes, decompressed when it is gzip. Throws bestofn::Error naming the file.
+// The file's bytes, decompressed when it is gzip (one member or several back to back, each
+// checked by its CRC; zero padding after the last is allowed). Throws bestofn::Error naming the
+// file when it cannot be read, or when gzip data is truncated, corrupt or followed by other bytes.
 std::string read_text_file(const std::filesystem::path& path);
 
 // read_text_file, where "-" is standard input (also gzip or plain; read to its end, so a
