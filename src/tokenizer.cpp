@@ -251,9 +251,13 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
   if (auto bad = utf8::first_invalid(text)) throw Error("input text is not valid UTF-8 at byte " + std::to_string(*bad));
   std::vector<int> ids;
+  const Impl& t = *impl_;
   if (add_bos) {
-    if (!impl_->bos) throw Error(impl_->path, "this tokenizer has no BOS token");
-    ids.push_back(*impl_->bos);
+    if (t.has_template ? t.template_before.empty() && t.template_after.empty() : !t.bos)
+      throw Error(t.path, t.has_template ? "this tokenizer's post_processor template adds no special tokens (no BOS)"
+                                         : "this tokenizer has no BOS token");
+    if (t.has_template) ids = t.template_before;
+    else ids.push_back(*t.bos);
   }
   for (std::size_t pos = 0; pos <= text.size();) {
     const AddedMatch m = next_added(*impl_, text, pos);
@@ -262,6 +266,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
     ids.push_back(m.token->id);
     pos = m.end;
   }
+  if (add_bos && t.has_template) ids.insert(ids.end(), t.template_after.begin(), t.template_after.end());
   return ids;
 }
 

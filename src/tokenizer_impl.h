@@ -75,6 +75,10 @@ struct Tokenizer::Impl {
   int strip_leading = 0;
 
   std::optional<int> bos, eos;
+  // The post-processor's TemplateProcessing ("single"), when there is one: the ids it puts before
+  // and after the text (HF's add_special_tokens). bos is `before` when that is one id.
+  bool has_template = false;
+  std::vector<int> template_before, template_after;
   std::string chat_template;
 
   // pre-token piece -> ids (the same words recur in code).

@@ -449,7 +449,34 @@ struct Loader {
     return t.vocab.find(s);
   }
 
-  // BOS: the post-processor's leading special token, else tokenizer_config's bos_token.
+  // The ids of the template's special token `name`: its entry in the processor's special_tokens
+  // (what HF adds), else (a template without that map) the vocab's token of that name.
+  std::vector<int> template_ids(const json& proc, const std::string& name) const {
+    const std::string where = "post_processor TemplateProcessing";
+    const auto vocab_n = static_cast<long long>(t.id_to_token.size());
+    if (!proc.contains("special_tokens")) {
+      const auto id = t.vocab.find(name);
+      if (!id) throw fail(where + ": special token " + json(name).dump() + " is not in the vocab");
+      return {*id};
+    }
+    const json& map = proc["special_tokens"];
+    if (!map.is_object() || !map.contains(name))
+      throw fail(where + ": special token " + json(name).dump() + " is missing from its special_tokens");
+    const json& entry = map[name];
+    if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() || entry["ids"].empty())
+      throw fail(where + ": special_tokens[" + json(name).dump() + "] needs a non-empty list \"ids\"");
+    std::vector<int> ids;
+    for (const json& v : entry["ids"]) {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= vocab_n)
+        throw fail(where + ": special_tokens[" + json(name).dump() + "].ids: " + v.dump() + " is not an id in 0.." +
+                   std::to_string(vocab_n - 1));
+      ids.push_back(v.get<int>());
+    }
+    return ids;
+  }
+
+  // The post-processor's template (what HF adds with add_special_tokens): BOS is the special
+  // token it puts before the text. Without a template, BOS is tokenizer_config's bos_token.
   void specials(const json& j, const json& config) {
     const json& post = j.contains("post_processor") ? j["post_processor"] : json();
     std::vector<const json*> procs;
@@ -458,14 +485,30 @@ struct Loader {
     else if (post.is_object())
       procs.push_back(&post);
     for (const json* p : procs) {
-      if (!p->is_object() || opt_str(*p, "type", "", "post_processor") != "TemplateProcessing" || !p->contains("single")) continue;
-      const json& single = (*p)["single"];
-      if (single.is_array() && !single.empty() && single[0].is_object() && single[0].contains("SpecialToken") &&
-          single[0]["SpecialToken"].is_object() && single[0]["SpecialToken"].contains("id"))
-        t.bos = special_id(single[0]["SpecialToken"]["id"]);
+      if (!p->is_object() || opt_str(*p, "type", "", "post_processor") != "TemplateProcessing") continue;
+      const std::string where = "post_processor TemplateProcessing";
+      if (!p->contains("single") || !(*p)["single"].is_array()) throw fail(where + ": \"single\" must be a list");
+      std::vector<int> before, after;
+      bool text = false;
+      for (const json& piece : (*p)["single"]) {
+        if (piece.is_object() && piece.contains("Sequence")) {
+          text = true;
+          continue;
+        }
+        if (!piece.is_object() || !piece.contains("SpecialToken") || !piece["SpecialToken"].is_object() ||
+            !piece["SpecialToken"].contains("id") || !piece["SpecialToken"]["id"].is_string())
+          throw fail(where + ": a piece of \"single\" is neither {\"Sequence\": ...} nor {\"SpecialToken\": {\"id\": NAME}}: " +
+                     piece.dump());
+        for (int id : template_ids(*p, piece["SpecialToken"]["id"].get<std::string>())) (text ? after : before).push_back(id);
+      }
+      t.has_template = true;
+      t.template_before = std::move(before);
+      t.template_after = std::move(after);
+      t.bos.reset();
+      if (t.template_before.size() == 1) t.bos = t.template_before[0];
     }
     if (config.is_object()) {
-      if (!t.bos && config.contains("bos_token")) t.bos = special_id(config["bos_token"]);
+      if (!t.has_template && config.contains("bos_token")) t.bos = special_id(config["bos_token"]);
       if (config.contains("eos_token")) t.eos = special_id(config["eos_token"]);
       if (config.contains("chat_template") && config["chat_template"].is_string()) t.chat_template = config["chat_template"].get<std::string>();
     }

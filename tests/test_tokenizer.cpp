@@ -318,3 +318,48 @@ TEST(TokenizerMalformed, ARepeatedVocabOrMergesKeyKeepsTheLastValue) {
     }
   }
 }
+
+// The post-processor's TemplateProcessing as HF `tokenizers` applies it (checked with tokenizers
+// 0.22: Tokenizer.from_str(edited mistral json).encode("Hello").ids): the special token's ids
+// come from the template's special_tokens map, not from the vocab entry of the same name, and
+// tokens after the sequence are appended; a name missing from the map is refused (HF panics).
+TEST(TokenizerMalformed, PostProcessorTemplateAsHfAppliesIt) {
+  const json base = json::parse(test::read_text(test::require_shared("tokenizers/mistral/tokenizer.json")));
+  auto load = [](const json& j) {
+    test::TempDir dir;
+    test::write_text(dir / "tokenizer.json", j.dump());
+    return Tokenizer::load(dir / "tokenizer.json");
+  };
+  const std::vector<int> hello{22557};
+  ASSERT_EQ(tok("mistral").encode("Hello"), hello);
+  json j = base;
+  j["post_processor"]["special_tokens"]["<s>"]["ids"] = {5};
+  EXPECT_EQ(load(j).encode("Hello", true), (std::vector<int>{5, 22557}));  // HF: [5, 22557]
+  EXPECT_EQ(load(j).bos_id(), 5);
+  j["post_processor"]["single"].push_back({{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}});
+  j["post_processor"]["special_tokens"]["</s>"] = {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}};
+  EXPECT_EQ(load(j).encode("Hello", true), (std::vector<int>{5, 22557, 2}));  // HF: [5, 22557, 2]
+  EXPECT_EQ(load(j).encode("Hello"), hello);
+
+  j = base;
+  j["post_processor"]["single"] = json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}});
+  EXPECT_EQ(load(j).bos_id(), std::nullopt);
+  try {
+    load(j).encode("Hello", true);
+    ADD_FAILURE() << "a template with no special tokens gave a BOS";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adds no special tokens"), std::string::npos) << e.what();
+  }
+
+  expect_bad_tokenizer([](json& k) { k["post_processor"]["special_tokens"].erase("<s>"); },
+                       "post_processor TemplateProcessing: special token \"<s>\" is missing from its special_tokens");
+  expect_bad_tokenizer([](json& k) { k["post_processor"]["special_tokens"]["<s>"]["ids"] = {32000}; },
+                       "special_tokens[\"<s>\"].ids: 32000 is not an id in 0..31999");
+  expect_bad_tokenizer([](json& k) { k["post_processor"]["special_tokens"]["<s>"]["ids"] = json::array(); }, "needs a non-empty list \"ids\"");
+  expect_bad_tokenizer([](json& k) { k["post_processor"]["single"] = "<s> $A"; }, "\"single\" must be a list");
+  expect_bad_tokenizer([](json& k) { k["post_processor"]["single"][0] = {{"Special", "<s>"}}; }, "a piece of \"single\" is neither");
+  expect_bad_tokenizer([](json& k) {
+    k["post_processor"].erase("special_tokens");
+    k["post_processor"]["single"][0]["SpecialToken"]["id"] = "<bos>";
+  }, "special token \"<bos>\" is not in the vocab");
+}

@@ -24,7 +24,9 @@ class Tokenizer {
   ~Tokenizer();
 
   // Added and special tokens in the text are matched first; the rest goes through the normalizer,
-  // pre-tokenizer and BPE. `text` must be valid UTF-8. With add_bos, the BOS id comes first.
+  // pre-tokenizer and BPE. `text` must be valid UTF-8. With add_bos, the special tokens HF adds
+  // (add_special_tokens): the post-processor template's before and after the text (BOS first for
+  // the Llama family), else tokenizer_config's bos_token.
   std::vector<int> encode(std::string_view text, bool add_bos = false) const;
   // HF decode(ids, skip_special_tokens=False). Throws for an id outside the vocabulary.
   std::string decode(std::span<const int> ids) const;

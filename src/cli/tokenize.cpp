@@ -31,7 +31,7 @@ Runner add_tokenize(CLI::App& app) {
       "  bestofn tokenize --tokenizer tokenizer.json --chat --system 'Be terse.' question.txt");
   sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required()->check(non_empty());
   sub->add_option("FILE", opt->input, "Text file (UTF-8, may be .gz); - for stdin")->default_str("-");
-  sub->add_flag("--bos", opt->bos, "Prepend the BOS token (off by default; --chat templates carry their own)");
+  sub->add_flag("--bos", opt->bos, "Add the special tokens HF adds by default: the tokenizer's post-processor template (BOS for Llama models; off by default; --chat templates carry their own)");
   auto* chat = sub->add_flag("--chat", opt->chat, "Wrap the text as one user turn in the chat template");
   sub->add_option("--chat-format", opt->chat_format, "Chat format: auto (from tokenizer_config.json), llama3, llama2")
       ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
