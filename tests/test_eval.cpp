@@ -502,3 +502,28 @@ TEST(EvalOutputs, AnOutputThatIsAnInputIsRefusedAndOddPathsWork) {
   const auto h2 = run_cli(h);
   EXPECT_EQ(h2.exit_code, 0) << h2.err;
 }
+
+// A new run writes report.md, summary.json, ... into its --out-dir: a directory that holds other
+// files and no run (someone's notes, a model directory) is refused before anything is written; an
+// empty one is used.
+TEST(EvalOutputs, ANewRunNeedsANewOrEmptyDirectory) {
+  TempDir tmp;
+  const fs::path mine = tmp / "mine";
+  fs::create_directories(mine);
+  write_text(mine / "report.md", "# my notes\n");
+  const std::vector<std::string> small = {"-n", "1", "--limit", "1", "--max-new-tokens", "2", "--k", "1"};
+  const auto a = run_cli(eval_args(mine, small));
+  EXPECT_EQ(a.exit_code, 1) << a.err;
+  EXPECT_NE(a.err.find(mine.string() + ": is not empty and holds no run (no run.json)"), std::string::npos) << a.err;
+  EXPECT_EQ(read_text(mine / "report.md"), "# my notes\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(mine), fs::directory_iterator()), 1);
+  const auto model_files = std::distance(fs::directory_iterator(tiny_model()), fs::directory_iterator());
+  const auto b = run_cli(eval_args(tiny_model(), small));
+  EXPECT_EQ(b.exit_code, 1) << b.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(tiny_model()), fs::directory_iterator()), model_files);
+  fs::create_directories(tmp / "empty");
+  write_text(tmp / "empty" / "run.json.partial-00ab121", "{\"mod");  // a SIGKILL's leftover is no one's file
+  const auto c = run_cli(eval_args(tmp / "empty", small));
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_TRUE(fs::exists(tmp / "empty" / "run.json"));
+}

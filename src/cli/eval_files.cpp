@@ -137,6 +137,14 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
   } else {
     if (fs::exists(dir / "samples.jsonl", ec) || fs::exists(dir / "results.jsonl", ec))
       throw Error(dir.string(), "has samples.jsonl or results.jsonl but no run.json: not a bestofn eval directory to write into");
+    // A new run goes into a new or empty directory only: its report.md, summary.json, ... would
+    // replace files of the same names that are not a run's (a model directory, someone's notes).
+    // (A run.json.partial-* that a SIGKILL left behind, before run.json was in place, is no file
+    // of anyone's.)
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (!it->path().filename().string().starts_with("run.json.partial-"))
+        throw Error(dir.string(), "is not empty and holds no run (no run.json); a new run needs a new or empty --out-dir");
+    if (ec) throw Error(dir.string(), "cannot list the output directory: " + ec.message());
     write_file_atomic(run, json_text(manifest, 2) + "\n");
   }
   samples_out_ = std::make_unique<AppendFile>(dir / "samples.jsonl");
