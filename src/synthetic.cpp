@@ -15,6 +15,7 @@
 #include "bestofn/parallel.h"
 #include "bestofn/quantize.h"
 #include "bestofn/safetensors_writer.h"
+#include "bestofn/tokenizer.h"
 #include "json_file.h"
 
 namespace bestofn {
@@ -103,48 +104,33 @@ ModelConfig preset_bench() {  // ~100M parameters: 12 x 6.3M + 24.6M tied embedd
   return c;
 }
 
-// The tokenizer files to copy, the vocabulary size they need, and their BOS/EOS ids.
+// The tokenizer files to copy (source, name in the model directory), the vocabulary size they
+// need, and their BOS/EOS ids.
 struct TokenizerInfo {
-  std::vector<fs::path> files;
+  std::vector<std::pair<fs::path, std::string>> files;
   int vocab_size = 0;
   std::optional<int> bos;
   std::vector<int> eos;
 };
 
+// The tokenizer is loaded as generate will load it (a broken one is an error here, not a model
+// directory that cannot be used), and its tokenizer.json is copied under that name whatever the
+// given file is called, with the tokenizer_config.json and special_tokens_map.json beside it.
 TokenizerInfo read_tokenizer(const fs::path& path) {
-  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
-  const fs::path tj = fs::is_directory(path) ? path / "tokenizer.json" : path;
-  if (!fs::exists(tj)) throw Error(tj.string(), "no such tokenizer file");
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(path, ec);
+  const fs::path dir = is_dir ? path : path.parent_path();
+  const fs::path tj = is_dir ? path / "tokenizer.json" : path;
+  const Tokenizer tokenizer = Tokenizer::load(path);
   TokenizerInfo t;
-  t.files.push_back(tj);
-  const json j = read_json_file(tj);
-  std::map<std::string, int> ids;
-  if (!j.contains("model") || !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
-    throw Error(tj.string(), "no model.vocab object: not a BPE tokenizer.json");
-  for (auto& [tok, id] : j["model"]["vocab"].items())
-    if (id.is_number_integer()) ids[tok] = id.get<int>();
-  if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (const auto& a : j["added_tokens"])
-      if (a.contains("content") && a.contains("id") && a["id"].is_number_integer()) ids[a["content"].get<std::string>()] = a["id"].get<int>();
-  for (auto& [tok, id] : ids) t.vocab_size = std::max(t.vocab_size, id + 1);
-  const fs::path tc = dir / "tokenizer_config.json";
-  if (fs::exists(tc)) {
-    t.files.push_back(tc);
-    const json c = read_json_file(tc);
-    auto lookup = [&](const char* key) -> std::optional<int> {
-      if (!c.contains(key)) return std::nullopt;
-      const json& v = c[key];
-      const std::string s = v.is_string() ? v.get<std::string>() : v.is_object() && v.contains("content") ? v["content"].get<std::string>() : "";
-      auto it = ids.find(s);
-      return it == ids.end() ? std::nullopt : std::optional<int>(it->second);
-    };
-    t.bos = lookup("bos_token");
-    if (auto e = lookup("eos_token")) t.eos.push_back(*e);
-    for (const char* extra : {"<|end_of_text|>", "<|eot_id|>"})
-      if (auto it = ids.find(extra); it != ids.end() && std::find(t.eos.begin(), t.eos.end(), it->second) == t.eos.end())
-        t.eos.push_back(it->second);
-  }
-  if (fs::exists(dir / "special_tokens_map.json")) t.files.push_back(dir / "special_tokens_map.json");
+  t.files.emplace_back(tj, "tokenizer.json");
+  t.vocab_size = tokenizer.vocab_size();
+  t.bos = tokenizer.bos_id();
+  if (auto e = tokenizer.eos_id()) t.eos.push_back(*e);
+  for (const char* extra : {"<|end_of_text|>", "<|eot_id|>"})
+    if (auto id = tokenizer.token_id(extra); id && std::find(t.eos.begin(), t.eos.end(), *id) == t.eos.end()) t.eos.push_back(*id);
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::exists(dir / name, ec)) t.files.emplace_back(dir / name, name);
   return t;
 }
 
@@ -415,7 +401,7 @@ SyntheticResult make_synthetic(const SyntheticOptions& opt) {
   if (!c.eos_token_ids.empty()) gen_cfg["eos_token_id"] = c.eos_token_ids;
   write_json_file(stage.path() / "generation_config.json", gen_cfg);
   if (tok)
-    for (const auto& f : tok->files) fs::copy_file(f, stage.path() / f.filename(), fs::copy_options::overwrite_existing);
+    for (const auto& [from, name] : tok->files) fs::copy_file(from, stage.path() / name, fs::copy_options::overwrite_existing);
   stage.commit();
 
   std::int64_t params = 0;

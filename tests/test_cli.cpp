@@ -155,6 +155,25 @@ TEST(CliMakeSynthetic, CopiesTheTokenizerAndTakesItsVocabulary) {
   EXPECT_EQ(j["bos_token_id"], 128000);
   const auto eos = j["eos_token_ids"].get<std::vector<int>>();
   EXPECT_NE(std::find(eos.begin(), eos.end(), 128009), eos.end());  // <|eot_id|>
+
+  // A tokenizer file of another name is copied as tokenizer.json (generate reads that name); one
+  // that does not load is an error, and no model directory is left.
+  const fs::path renamed = dir / "mistral-tok.json";
+  fs::copy_file(bestofn::test::require_shared("tokenizers/mistral/tokenizer.json"), renamed);
+  const std::string out2 = (dir / "m2").string();
+  const auto r2 = run_cli({"make-synthetic", "--shape", "tiny", "--out", out2, "--tokenizer", renamed.string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_TRUE(fs::exists(dir / "m2" / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir / "m2" / "mistral-tok.json"));
+  const auto g = run_cli({"generate", "--model", out2, "--prompt", "def f(x):", "-n", "1", "--max-new-tokens", "2"});
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  json broken = json::parse(bestofn::test::read_text(renamed));
+  broken["pre_tokenizer"] = {{"type", "Whitespace"}};
+  bestofn::test::write_text(dir / "broken.json", broken.dump());
+  const auto r3 = run_cli({"make-synthetic", "--shape", "tiny", "--out", (dir / "m3").string(), "--tokenizer", (dir / "broken.json").string()});
+  EXPECT_EQ(r3.exit_code, 1) << r3.err;
+  EXPECT_NE(r3.err.find((dir / "broken.json").string() + ": unsupported pre_tokenizer 'Whitespace'"), std::string::npos) << r3.err;
+  EXPECT_FALSE(fs::exists(dir / "m3"));
 }
 
 TEST(CliMakeSynthetic, ShardsWithAnIndex) {
