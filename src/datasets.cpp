@@ -1,5 +1,6 @@
 #include "bestofn/datasets.h"
 
+#include <cctype>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -285,7 +286,13 @@ std::vector<Problem> load_mbpp(const fs::path& path) {
                                      data_dir.string() + ")");
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) { return std::string_view(s).ends_with(suffix); }
+// Whether a file name ends in `suffix` (lower case), in any case: "HumanEval.JSONL" is JSONL too.
+bool ends_with(const std::string& s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
+  return true;
+}
 
 }  // namespace
 

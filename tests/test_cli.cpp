@@ -17,6 +17,7 @@
 #include "bestofn/numeric.h"
 #include "bestofn/safetensors.h"
 #include "bestofn/text_file.h"
+#include "bestofn/utf8.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -946,6 +947,54 @@ TEST(CliErrors, StopAndSystemMustBeUtf8) {
   // Valid UTF-8 beyond ASCII is taken as it is.
   const auto r = run_cli(with(gen, {"--stop", "\u00e9\u2192", "--chat", "--system", "Tu es \u00e9l\u00e8ve."}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Prompt files are read by their names' extension in any case (.jsonl, .ndjson, .json, .gz), and
+// nothing of a prompt file is lost or altered without a word: JSONL rows under another name are
+// not one plain-text prompt, an empty prompt is refused, an id comes back as it was given or is
+// refused (an integer beyond 64 bits was written back rounded), and a parse error in a 5 MB line
+// is one short line of UTF-8.
+TEST(CliErrors, PromptFilesLoseNothingSilently) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const std::string rows = "{\"id\": \"a\", \"prompt\": \"def f(\"}\n{\"id\": \"b\", \"prompt\": \"x = \"}\n";
+  auto gen = [&](const fs::path& prompts) {
+    return std::vector<std::string>{"generate", "--model", m, "--prompts", prompts.string(), "-n", "1", "--max-new-tokens", "1"};
+  };
+  for (const char* name : {"p.JSONL", "p.ndjson", "p.NdJson"}) {
+    bestofn::test::write_text(dir / name, rows);
+    const auto r = run_cli(gen(dir / name));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << name << ": " << r.out;
+    EXPECT_NE(r.out.find("\"id\":\"b\""), std::string::npos) << r.out;
+  }
+  bestofn::test::write_text(dir / "rows.txt", "\n" + rows);
+  expect_failure(gen(dir / "rows.txt"), 1, {(dir / "rows.txt").string(), "holds JSON prompt rows", "*.jsonl"});
+  bestofn::test::write_text(dir / "text.txt", "{ braces open a plain prompt too\n");
+  EXPECT_EQ(run_cli(gen(dir / "text.txt")).exit_code, 0);
+
+  bestofn::test::write_text(dir / "empty.jsonl", "{\"prompt\": \"x\"}\n{\"prompt\": \"\"}\n");
+  expect_failure(gen(dir / "empty.jsonl"), 1, {"empty.jsonl:2", "\"prompt\" is empty"});
+  expect_failure({"generate", "--model", m, "--prompt", ""}, 2, {"--prompt", "is empty"});
+
+  bestofn::test::write_text(dir / "ids.jsonl", "{\"id\": 18446744073709551615, \"prompt\": \"x\"}\n{\"id\": -7, \"prompt\": \"y\"}\n");
+  const auto ids = run_cli(gen(dir / "ids.jsonl"));
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  EXPECT_NE(ids.out.find("\"id\":18446744073709551615,"), std::string::npos) << ids.out;
+  EXPECT_NE(ids.out.find("\"id\":-7,"), std::string::npos) << ids.out;
+  bestofn::test::write_text(dir / "bigid.jsonl", "{\"id\": 123456789012345678901234567890, \"prompt\": \"x\"}\n");
+  expect_failure(gen(dir / "bigid.jsonl"), 1, {"bigid.jsonl:1", "\"id\" must be a string or a whole number within 64 bits"});
+  bestofn::test::write_text(dir / "objid.jsonl", "{\"id\": {\"k\": 1}, \"prompt\": \"x\"}\n");
+  expect_failure(gen(dir / "objid.jsonl"), 1, {"objid.jsonl:1", "\"id\" must be"});
+
+  bestofn::test::write_text(dir / "long.jsonl", "{\"prompt\": \"" + std::string(2000000, 'x') + "\xff\"}\n");
+  const auto r = run_cli(gen(dir / "long.jsonl"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(r.err.starts_with("bestofn: error: " + (dir / "long.jsonl").string() + ":1: not valid JSON")) << r.err.substr(0, 300);
+  EXPECT_LT(r.err.size(), 1200u);
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1);
+  EXPECT_FALSE(bestofn::utf8::first_invalid(r.err)) << r.err;
+  EXPECT_NE(r.err.find("bytes cut"), std::string::npos) << r.err;
 }
 
 // BESTOFN_FP8_PATH picks the FP8 GEMM kernel (src/cpu/ops.cpp): every path this CPU runs gives

@@ -1,6 +1,7 @@
 // bestofn generate: N candidates per prompt, as JSONL, one row per candidate.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -52,6 +53,12 @@ struct PromptSpec {
 // `index` is its position (the default id), `where` names it in errors.
 PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std::string& where) {
   if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) throw Error(where, "expected an object with a string \"prompt\"");
+  if (j["prompt"].get_ref<const std::string&>().empty()) throw Error(where, "\"prompt\" is empty");
+  // An id is written back as it was read: a string, or a whole number that JSON readers keep
+  // exactly (a longer one was read as a double and written rounded, 1.2345678901234568e+29).
+  if (j.contains("id") && !j["id"].is_string() && !j["id"].is_number_integer())
+    throw Error(where, "\"id\" must be a string or a whole number within 64 bits, got " + j["id"].dump() +
+                           (j["id"].is_number_float() ? " (quote a longer number: \"id\": \"123...\")" : ""));
   PromptSpec p{j.contains("id") ? j["id"] : json(index), j["prompt"].get<std::string>(), {}, default_n, "", ""};
   if (j.contains("stop")) {
     if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
@@ -73,21 +80,39 @@ PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std
   return p;
 }
 
-// --prompts FILE:
-//   .jsonl / .jsonl.gz, or - (stdin): one prompt row per line;
+// Whether a JSON text (one line of a plain-text prompt file) is a prompt row.
+bool looks_like_prompt_row(std::string_view line) {
+  const json j = json::parse(line, nullptr, false);
+  return j.is_object() && j.contains("prompt");
+}
+
+// --prompts FILE (extensions in any case):
+//   .jsonl / .ndjson (.gz too), or - (stdin): one prompt row per line;
 //   .json / .json.gz: a JSON array of prompt rows;
-//   anything else: the whole file is one plain-text prompt (an empty file is an error).
+//   anything else: the whole file is one plain-text prompt (an empty file is an error, and so is
+//   one whose first line is a prompt row: JSONL under another name, whose rows would be one prompt).
 std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
   std::vector<PromptSpec> out;
-  if (path == "-" || path.ends_with(".jsonl") || path.ends_with(".jsonl.gz")) {
+  std::string name = path;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto named = [&](std::initializer_list<const char*> exts) {
+    for (const char* e : exts)
+      if (name.ends_with(e)) return true;
+    return false;
+  };
+  if (path == "-" || named({".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"})) {
     for_each_jsonl(path, [&](json&& j, const std::string& where) { out.push_back(prompt_row(j, out.size(), default_n, where)); });
-  } else if (path.ends_with(".json") || path.ends_with(".json.gz")) {
+  } else if (named({".json", ".json.gz"})) {
     const json rows = read_json_file(path);
     if (!rows.is_array()) throw Error(path, "a .json prompt file must hold a JSON array of rows like {\"prompt\": ...} (or use JSONL: one row per line)");
     for (const json& j : rows) out.push_back(prompt_row(j, out.size(), default_n, path + ": element " + std::to_string(out.size())));
   } else {
     std::string text = read_text_file(path);
     if (text.empty()) throw Error(path, "is empty: a plain-text prompt file holds one prompt (JSONL prompt files end in .jsonl)");
+    const std::size_t start = text.find_first_not_of(" \t\r\n");
+    if (start != std::string::npos && text[start] == '{' && looks_like_prompt_row(std::string_view(text).substr(start, text.find('\n', start) - start)))
+      throw Error(path, "holds JSON prompt rows ({\"prompt\": ...}) but is read as one plain-text prompt: name a JSONL prompt file "
+                        "*.jsonl (or *.json for an array); for that text as the prompt, use --prompt \"$(cat FILE)\"");
     return {{json(0), std::move(text), {}, default_n, "", ""}};
   }
   if (out.empty()) throw Error(input_name(path), "no prompts");
@@ -176,7 +201,7 @@ Runner add_generate(CLI::App& app) {
       "  bestofn generate --model ~/models/Llama-3.1-8B --prompt 'def fib(n):' -n 8 --temperature 0.8 --stop $'\\ndef '\n"
       "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
   add_model_flags(sub, o->m);
-  auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text");
+  auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text")->check(non_empty());
   auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz], or - for stdin: prompt, id, stop, n per line), a .json array of such rows, "
                                  "or a plain-text file (one prompt)");
   prompt->excludes(prompts);

@@ -13,6 +13,7 @@
 #include "bestofn/error.h"
 #include "bestofn/parallel.h"
 #include "bestofn/temp_paths.h"
+#include "bestofn/utf8.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
 
@@ -29,10 +30,20 @@ std::string version_string() {
 }
 
 // Errors are printed on exactly one line.
+// A message is one line of UTF-8 (each byte that is not, as U+FFFD) of at most about 1000 bytes:
+// a longer one (a parser quoting the 5 MB JSON line it stopped in) keeps its start, which names
+// the file and the problem, and its end, with the middle cut out and counted.
 std::string one_line(std::string s) {
   for (auto& ch : s)
     if (ch == '\n' || ch == '\r') ch = ' ';
-  return s;
+  s = bestofn::utf8::lossy(s);
+  constexpr std::size_t kHead = 700, kTail = 200;
+  if (s.size() <= kHead + kTail + 100) return s;
+  std::size_t head = kHead, tail = s.size() - kTail;
+  auto continuation = [&](std::size_t i) { return (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80; };
+  while (head > 0 && continuation(head)) --head;  // cut before a character, never inside one
+  while (tail < s.size() && continuation(tail)) ++tail;
+  return s.substr(0, head) + " [... " + std::to_string(tail - head) + " bytes cut ...] " + s.substr(tail);
 }
 
 // CLI11's "--threads: At Most 1 required but received 2" is a flag given twice: say so.
