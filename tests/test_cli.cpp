@@ -199,8 +199,15 @@ TEST(CliErrors, UsageErrorsExit2) {
     expect_failure({"make-synthetic", "--shape", "tiny", "--out", "/tmp/x", "--max-shard-size", size}, 2, {"--max-shard-size", size});
   for (const char* seed : {"-1", "99999999999999999999999", "18446744073709551616", "1.5", "0x10", ""})
     expect_failure({"make-synthetic", "--shape", "tiny", "--out", "/tmp/x", "--seed", seed}, 2, {"--seed"});
-  for (const char* n : {"0", "", "1,,2", "a", "4097"})
+  for (const char* n : {"0", "", "1,,2", "a", "4097", "1,"})
     expect_failure({"bench", "--synthetic", "tiny", "--n", n}, 2, {"--n"});
+  // Numbers are decimal, and a value no double holds is refused, not rounded: 1e-400 read as 0
+  // was greedy decoding.
+  for (const char* t : {"1e-400", "0x10", "1e999", "1,"})
+    expect_failure({"generate", "--model", "/nonexistent", "--prompt", "x", "--temperature", t}, 2, {"--temperature", t});
+  for (const char* p : {"1e-400", "0x1"})
+    expect_failure({"generate", "--model", "/nonexistent", "--prompt", "x", "--top-p", p}, 2, {"--top-p", p});
+  expect_failure({"score", "/nonexistent.jsonl", "--k", "1,"}, 2, {"--k", "ends in a comma"});
   expect_failure({"bench", "--synthetic", "nope"}, 2, {"--synthetic", "unknown preset 'nope'"});
   expect_failure({"bench", "--synthetic", "tiny", "--threads", "1", "--threads", "2"}, 2, {"--threads: given 2 times; give it once"});
   EXPECT_FALSE(fs::exists("/tmp/x/config.json"));

@@ -56,6 +56,7 @@ std::vector<int> parse_n(const std::string& s) {
     }
   }
   if (out.empty()) throw Error("--n: empty list");
+  if (s.back() == ',') throw Error("--n: '" + s + "' ends in a comma: a count is missing (e.g. --n 1,2,4,8)");
   return out;
 }
 

@@ -33,6 +33,7 @@ std::vector<int> parse_devices(const std::string& text, int visible) {
     out.push_back(d);
   }
   if (out.empty()) throw Error("--devices: empty list");
+  if (text.back() == ',') throw Error("--devices: '" + text + "' ends in a comma: a device number is missing (e.g. --devices 0,1,2,3)");
   return out;
 }
 

@@ -25,6 +25,7 @@ std::vector<int> parse_ks(const std::string& s) {
     if (std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);  // "1,1": pass@1 once
   }
   if (ks.empty()) throw Error("--k: empty list");
+  if (s.back() == ',') throw Error("--k: '" + s + "' ends in a comma: a K is missing (e.g. --k 1,10,100)");
   return ks;
 }
 

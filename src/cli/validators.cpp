@@ -27,10 +27,14 @@ CLI::Validator finite_range(double lo, double hi) {
   const std::string range = "[" + number_text(lo) + ", " + number_text(hi) + "]";
   return CLI::Validator(
       [lo, hi, range](std::string& s) -> std::string {
-        const char* b = s.c_str();
-        char* end = nullptr;
-        const double v = std::strtod(b, &end);
-        if (s.empty() || end != b + s.size()) return "'" + s + "' is not a number";
+        // Decimal only (CLI11 would read "0x10" as 16), and a value a double holds: "1e-400" would
+        // be 0 (greedy, for a temperature) and "1e999" infinite.
+        const char* b = s.data() + (!s.empty() && s[0] == '+');
+        double v = 0;
+        const auto r = std::from_chars(b, s.data() + s.size(), v, std::chars_format::general);
+        if (s.empty() || r.ptr != s.data() + s.size() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
+          return "'" + s + "' is not a number";
+        if (r.ec == std::errc::result_out_of_range) return "'" + s + "' is beyond what a double holds (" + range + " expected)";
         if (!std::isfinite(v) || v < lo || v > hi) return "must be a number in " + range + ", got '" + s + "'";
         return "";
       },
