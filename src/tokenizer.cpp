@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <memory>
 
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
@@ -25,16 +26,27 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-// Splits every piece by `re` into its matches and the gaps between them (HF Split, Isolated).
-std::vector<std::string_view> split(const std::vector<std::string_view>& pieces, pcre2_code* re) {
+// Splits every piece by `re` into its matches and the gaps between them (HF Split, Isolated). A
+// match that fails other than by finding nothing (PCRE2's match or depth limit, on a regex that
+// backtracks without end) is an error naming `file`: taking the rest of the piece as one gap would
+// encode the text otherwise than HF, without a word.
+std::vector<std::string_view> split(const std::vector<std::string_view>& pieces, pcre2_code* re, const std::string& file) {
   std::vector<std::string_view> out;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(pcre2_match_data_create_from_pattern(re, nullptr),
+                                                                          pcre2_match_data_free);
+  pcre2_match_data* md = data.get();
   if (!md) throw std::bad_alloc();
   for (std::string_view p : pieces) {
     std::size_t pos = 0, gap = 0;
     while (pos < p.size()) {
       const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) break;
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) msg[0] = 0;
+        throw Error(file, "pre_tokenizer regex failed on the input at byte " + std::to_string(pos) + " of a " +
+                              std::to_string(p.size()) + "-byte piece: " + reinterpret_cast<const char*>(msg));
+      }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       if (ov[0] > gap) out.push_back(p.substr(gap, ov[0] - gap));
       if (ov[1] > ov[0]) out.push_back(p.substr(ov[0], ov[1] - ov[0]));
@@ -43,7 +55,6 @@ std::vector<std::string_view> split(const std::vector<std::string_view>& pieces,
     }
     if (gap < p.size()) out.push_back(p.substr(gap));
   }
-  pcre2_match_data_free(md);
   return out;
 }
 
@@ -106,7 +117,7 @@ void Tokenizer::Impl::encode_segment(std::string_view text, std::vector<int>& ou
     }
   }
   std::vector<std::string_view> pieces{normalize ? std::string_view(normalized) : text};
-  for (const auto& re : splits) pieces = split(pieces, re.get());
+  for (const auto& re : splits) pieces = split(pieces, re.get(), path);
   for (std::string_view p : pieces) encode_piece(p, out);
 }
 

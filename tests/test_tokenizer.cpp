@@ -363,3 +363,22 @@ TEST(TokenizerMalformed, PostProcessorTemplateAsHfAppliesIt) {
     k["post_processor"]["single"][0]["SpecialToken"]["id"] = "<bos>";
   }, "special token \"<bos>\" is not in the vocab");
 }
+
+// A pre-tokenizer regex that backtracks without end hits PCRE2's match limit: an error naming the
+// tokenizer, not the rest of the text taken as one piece (which encoded it otherwise than HF).
+TEST(TokenizerMalformed, ARegexMatchLimitIsAnErrorNotAnotherSplit) {
+  json j = json::parse(test::read_text(test::require_shared("tokenizers/llama3/tokenizer.json")));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:(?:a+)+)+c|.";
+  test::TempDir dir;
+  test::write_text(dir / "tokenizer.json", j.dump());
+  const Tokenizer t = Tokenizer::load(dir / "tokenizer.json");
+  const std::vector<int> short_ids = t.encode("aaab x");  // each character its own piece: a a a b ' ' x
+  EXPECT_EQ(short_ids.size(), 6u);
+  try {
+    t.encode(std::string(40, 'a') + "b x");
+    ADD_FAILURE() << "a match limit was passed over";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "tokenizer.json").string() + ": pre_tokenizer regex failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+}
