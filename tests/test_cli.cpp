@@ -956,6 +956,20 @@ TEST(CliErrors, StopAndSystemMustBeUtf8) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// --device auto (the default) without a CUDA device runs the CPU engine; CUDA-only paths asked
+// for are then named in a warning by default (--device cpu refuses them: a usage error).
+TEST(CliErrors, AutoOnTheCpuNamesTheCudaFlagsItIgnores) {
+  const auto version = run_cli({"--version"});
+  if (version.out.find("devices:") != std::string::npos) GTEST_SKIP() << "a CUDA device is visible: auto runs the CUDA engine";
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  const auto r = run_cli({"generate", "--model", m, "--prompt", "x", "-n", "1", "--max-new-tokens", "1", "--paged-kv", "--cuda-graphs"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --device auto is running the CPU engine, which ignores --paged-kv, --cuda-graphs"), std::string::npos)
+      << r.err;
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cpu", "--paged-kv"}, 2, {"--paged-kv", "--device is cpu"});
+}
+
 // Prompt files are read by their names' extension in any case (.jsonl, .ndjson, .json, .gz), and
 // nothing of a prompt file is lost or altered without a word: JSONL rows under another name are
 // not one plain-text prompt, an empty prompt is refused, an id comes back as it was given or is
