@@ -443,12 +443,6 @@ struct Loader {
     }
   }
 
-  std::optional<int> special_id(const json& v) const {
-    std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content") && v["content"].is_string()) ? v["content"].get<std::string>() : "";
-    if (s.empty()) return std::nullopt;
-    return t.vocab.find(s);
-  }
-
   // The ids of the template's special token `name`: its entry in the processor's special_tokens
   // (what HF adds), else (a template without that map) the vocab's token of that name.
   std::vector<int> template_ids(const json& proc, const std::string& name) const {
@@ -477,7 +471,7 @@ struct Loader {
 
   // The post-processor's template (what HF adds with add_special_tokens): BOS is the special
   // token it puts before the text. Without a template, BOS is tokenizer_config's bos_token.
-  void specials(const json& j, const json& config) {
+  void specials(const json& j, const json& config, const std::string& config_file) {
     const json& post = j.contains("post_processor") ? j["post_processor"] : json();
     std::vector<const json*> procs;
     if (post.is_object() && opt_str(post, "type", "", "post_processor") == "Sequence" && post.contains("processors") && post["processors"].is_array())
@@ -507,10 +501,39 @@ struct Loader {
       t.bos.reset();
       if (t.template_before.size() == 1) t.bos = t.template_before[0];
     }
-    if (config.is_object()) {
-      if (!t.has_template && config.contains("bos_token")) t.bos = special_id(config["bos_token"]);
-      if (config.contains("eos_token")) t.eos = special_id(config["eos_token"]);
-      if (config.contains("chat_template") && config["chat_template"].is_string()) t.chat_template = config["chat_template"].get<std::string>();
+    if (config.is_null()) return;
+    if (!config.is_object()) throw Error(config_file, "must be a JSON object (HF's tokenizer_config.json)");
+    // bos_token / eos_token: a token's text or an AddedToken {"content": ...}, or null (none); a
+    // token that tokenizer.json lacks is an error (it would be no BOS, or no EOS to stop on, silently).
+    auto named_token = [&](const char* key) -> std::optional<int> {
+      if (!config.contains(key) || config[key].is_null()) return std::nullopt;
+      const json& v = config[key];
+      const bool ok = v.is_string() || (v.is_object() && v.contains("content") && v["content"].is_string());
+      if (!ok) throw Error(config_file, std::string("\"") + key + "\" must be a token's text or {\"content\": text}, got " + v.dump());
+      const std::string text = v.is_string() ? v.get<std::string>() : v["content"].get<std::string>();
+      if (text.empty()) return std::nullopt;
+      const auto id = t.vocab.find(text);
+      if (!id) throw Error(config_file, std::string("\"") + key + "\" is " + json(text).dump() + ", which is not a token of " + file);
+      return id;
+    };
+    if (auto b = named_token("bos_token"); !t.has_template) t.bos = b;
+    t.eos = named_token("eos_token");
+    // chat_template: a Jinja text, or HF's named templates [{"name", "template"}, ...], of which
+    // chat formats are chosen from the one named "default" (as HF does without a name).
+    if (config.contains("chat_template") && !config["chat_template"].is_null()) {
+      const json& c = config["chat_template"];
+      if (c.is_string()) {
+        t.chat_template = c.get<std::string>();
+      } else if (c.is_array()) {
+        for (const json& named : c) {
+          if (!named.is_object() || !named.contains("name") || !named["name"].is_string() || !named.contains("template") ||
+              !named["template"].is_string())
+            throw Error(config_file, "\"chat_template\" as a list must hold {\"name\": text, \"template\": text} objects, got " + named.dump());
+          if (named["name"] == "default") t.chat_template = named["template"].get<std::string>();
+        }
+      } else {
+        throw Error(config_file, "\"chat_template\" must be a text or a list of {\"name\", \"template\"}, got " + std::string(c.type_name()));
+      }
     }
   }
 };
@@ -550,7 +573,7 @@ void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string*
   });
   json config;
   if (config_path) config = read_json_file(*config_path);
-  ld.specials(j, config);
+  ld.specials(j, config, config_path ? *config_path : std::string());
 
   // Per-token raw bytes for the incremental decoder; the Strip step applies to whole text only.
   token_bytes.resize(id_to_token.size());

@@ -382,3 +382,39 @@ TEST(TokenizerMalformed, ARegexMatchLimitIsAnErrorNotAnotherSplit) {
     EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
   }
 }
+
+// tokenizer_config.json as HF reads it: an object; bos/eos_token a token's text, {"content"}, or
+// null, naming a token tokenizer.json has (else an error: no EOS to stop on, silently); a
+// chat_template text or HF's list of named templates, of which "default" is used.
+TEST(TokenizerMalformed, TokenizerConfigShapes) {
+  const json real = json::parse(test::read_text(test::require_shared("tokenizers/llama3/tokenizer_config.json")));
+  test::TempDir dir;
+  std::filesystem::copy_file(test::require_shared("tokenizers/llama3/tokenizer.json"), dir / "tokenizer.json");
+  auto with_config = [&](const std::string& text) {
+    test::write_text(dir / "tokenizer_config.json", text);
+    return Tokenizer::load(dir.path());
+  };
+  auto error_of = [&](const std::string& text) -> std::string {
+    try {
+      with_config(text);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  };
+  const std::string cfg = (dir / "tokenizer_config.json").string();
+  EXPECT_EQ(error_of("[]"), cfg + ": must be a JSON object (HF's tokenizer_config.json)");
+  EXPECT_NE(error_of(R"({"chat_template": 5})").find(cfg + ": \"chat_template\" must be a text or a list"), std::string::npos);
+  EXPECT_NE(error_of(R"({"eos_token": "<nope>"})").find(cfg + ": \"eos_token\" is \"<nope>\", which is not a token of"), std::string::npos);
+  EXPECT_NE(error_of(R"({"eos_token": 7})").find("\"eos_token\" must be a token's text"), std::string::npos);
+  EXPECT_EQ(with_config(R"({"eos_token": null, "bos_token": null})").eos_id(), std::nullopt);
+  EXPECT_EQ(with_config(R"({"eos_token": {"content": "<|eot_id|>", "lstrip": false}})").eos_id(), 128009);
+
+  json named = real;
+  named["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "{{ tools }}"}}, {{"name", "default"}, {"template", real["chat_template"]}}});
+  EXPECT_EQ(chat_format(with_config(named.dump())), ChatFormat::Llama3);
+  named["chat_template"].erase(1);
+  EXPECT_THROW(chat_format(with_config(named.dump())), Error);  // no "default": no chat format to pick
+  named["chat_template"] = json::array({"just text"});
+  EXPECT_NE(error_of(named.dump()).find("as a list must hold {\"name\": text, \"template\": text} objects"), std::string::npos);
+}
