@@ -713,6 +713,9 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   // Read from stdin (which needs --out); a k given twice (and blanks around one) counts once.
   expect_failure({"score", "-", "--data-dir", data}, 1, {"<stdin>", "--out"});
   expect_failure({"score", "-", "--data-dir", data, "--out", "-"}, 2, {"--out", "stdout carries score's report"});
+  bestofn::test::write_text(dir / "typed.jsonl", "{\"task_id\": 5, \"completion\": \"x\"}\n");
+  expect_failure({"score", (dir / "typed.jsonl").string(), "--data-dir", data}, 1,
+                 {"typed.jsonl:1", "the field \"task_id\" must be a string, got number 5"});
   // --plus-timeout on a dataset without plus tests is said to change nothing.
   const auto b = run_cli(
       {"score", "-", "--data-dir", data, "--k", "1, 10,1", "--json", "--out", (dir / "bad_res.jsonl").string(), "--plus-timeout", "5"}, bad);

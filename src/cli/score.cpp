@@ -49,8 +49,11 @@ std::vector<Sample> read_samples(const std::string& path, const std::map<std::st
   std::vector<Sample> out;
   for_each_jsonl(path, [&](nlohmann::json&& j, const std::string& where) {
     if (!j.is_object()) throw Error(where, "expected a JSON object with task_id and completion");
-    if (!j.contains("task_id") || !j["task_id"].is_string()) throw Error(where, "missing the string field \"task_id\"");
-    if (!j.contains("completion") || !j["completion"].is_string()) throw Error(where, "missing the string field \"completion\"");
+    for (const char* field : {"task_id", "completion"}) {
+      if (!j.contains(field)) throw Error(where, std::string("missing the string field \"") + field + "\"");
+      if (!j[field].is_string())
+        throw Error(where, std::string("the field \"") + field + "\" must be a string, got " + j[field].type_name() + " " + j[field].dump());
+    }
     const auto it = by_id.find(j["task_id"].get<std::string>());
     if (it == by_id.end()) throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset);
     out.push_back({std::move(j), it->second});

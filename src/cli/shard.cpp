@@ -23,7 +23,7 @@ std::pair<Shard, std::string> read_shard(const std::string& text) {
   };
   long long i = -1, n = -1;
   if (slash == std::string::npos || !number(text.substr(0, slash), i) || !number(text.substr(slash + 1), n) || n < 1 || n > 1000000 || i >= n)
-    return {{}, "'" + text + "' must be I/N with 0 <= I < N (e.g. 0/4 ... 3/4; with SLURM: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"};
+    return {{}, "'" + text + "' must be I/N with 0 <= I < N <= 1000000 (e.g. 0/4 ... 3/4; with SLURM: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"};
   return {{static_cast<int>(i), static_cast<int>(n)}, ""};
 }
 
