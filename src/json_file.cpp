@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <vector>
 
 #include "bestofn/error.h"
 #include "bestofn/text_file.h"
@@ -10,15 +12,30 @@
 namespace bestofn {
 namespace fs = std::filesystem;
 
-nlohmann::json read_json_file(const fs::path& path) {
-  return parse_json_text(read_text_file(path), path);  // no hang on a FIFO, no endless read of a device
+nlohmann::json parse_json_unique_keys(std::string_view text) {
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> open;  // the keys seen in each object being read
+  const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open.emplace_back();
+    else if (event == json::parse_event_t::object_end) open.pop_back();
+    else if (event == json::parse_event_t::key && !open.back().insert(parsed.get<std::string>()).second)
+      throw Error("key " + json_text(parsed) + " appears twice in one object");
+    return true;
+  };
+  return json::parse(text.begin(), text.end(), cb);
 }
 
-nlohmann::json parse_json_text(const std::string& text, const fs::path& path) {
+nlohmann::json read_json_file(const fs::path& path, bool repeated_keys) {
+  return parse_json_text(read_text_file(path), path, repeated_keys);  // no hang on a FIFO, no endless read of a device
+}
+
+nlohmann::json parse_json_text(const std::string& text, const fs::path& path, bool repeated_keys) {
   try {
-    return nlohmann::json::parse(text);
+    return repeated_keys ? nlohmann::json::parse(text) : parse_json_unique_keys(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path.string(), std::string("not valid JSON: ") + e.what());
+  } catch (const Error& e) {
+    throw Error(path.string(), e.what());
   }
 }
 

@@ -558,7 +558,7 @@ void Tokenizer::Impl::load(const std::string& tokenizer_json, const std::string*
       bulk = std::move(fast.bulk);
     }
   }  // a declined parse's partial results are freed before the DOM parse
-  if (j.is_null()) j = parse_json_text(text, tokenizer_json);
+  if (j.is_null()) j = parse_json_text(text, tokenizer_json, /*repeated_keys=*/true);  // (as HF: the last value wins)
   if (!j.is_object()) throw Error(tokenizer_json, "must be a JSON object");
   Loader ld{*this, path};
   ld.model(j, bulk);

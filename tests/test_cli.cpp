@@ -232,6 +232,10 @@ TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
   expect_failure({"make-synthetic", "--shape", "tiny", "--out", dir.path().string()}, 1, {"not an empty directory"});
 
   const std::string m = synth(dir, "m", "bf16");
+  std::string config = bestofn::test::read_text(fs::path(m) / "config.json");
+  config.insert(config.find('{') + 1, "\"hidden_size\": 32,");  // and its own later: which one?
+  bestofn::test::write_text(fs::path(m) / "config.json", config);
+  expect_failure({"inspect", m}, 1, {"config.json", "key \"hidden_size\" appears twice in one object"});
   bestofn::test::write_text(fs::path(m) / "config.json", "{\"hidden_size\": 64,");
   expect_failure({"inspect", m}, 1, {"config.json", "not valid JSON"});
 
@@ -716,6 +720,8 @@ TEST(CliScore, AllHumanEvalCanonicalSolutionsPassAndWrongOnesFail) {
   bestofn::test::write_text(dir / "typed.jsonl", "{\"task_id\": 5, \"completion\": \"x\"}\n");
   expect_failure({"score", (dir / "typed.jsonl").string(), "--data-dir", data}, 1,
                  {"typed.jsonl:1", "the field \"task_id\" must be a string, got number 5"});
+  bestofn::test::write_text(dir / "twice.jsonl", "{\"task_id\": \"HumanEval/0\", \"task_id\": \"HumanEval/1\", \"completion\": \"x\"}\n");
+  expect_failure({"score", (dir / "twice.jsonl").string(), "--data-dir", data}, 1, {"twice.jsonl:1", "key \"task_id\" appears twice"});
   // --plus-timeout on a dataset without plus tests is said to change nothing.
   const auto b = run_cli(
       {"score", "-", "--data-dir", data, "--k", "1, 10,1", "--json", "--out", (dir / "bad_res.jsonl").string(), "--plus-timeout", "5"}, bad);
@@ -1008,6 +1014,10 @@ TEST(CliErrors, PromptFilesLoseNothingSilently) {
   EXPECT_NE(ids.out.find("\"id\":-7,"), std::string::npos) << ids.out;
   bestofn::test::write_text(dir / "bigid.jsonl", "{\"id\": 123456789012345678901234567890, \"prompt\": \"x\"}\n");
   expect_failure(gen(dir / "bigid.jsonl"), 1, {"bigid.jsonl:1", "\"id\" must be a string or a whole number within 64 bits"});
+  bestofn::test::write_text(dir / "twice.jsonl", "{\"id\": \"a\", \"prompt\": \"x\", \"prompt\": \"y\"}\n");
+  expect_failure(gen(dir / "twice.jsonl"), 1, {"twice.jsonl:1", "key \"prompt\" appears twice in one object"});
+  bestofn::test::write_text(dir / "twice.json", "[{\"prompt\": \"x\", \"n\": 1, \"n\": 3}]");
+  expect_failure(gen(dir / "twice.json"), 1, {"twice.json", "key \"n\" appears twice"});
   bestofn::test::write_text(dir / "objid.jsonl", "{\"id\": {\"k\": 1}, \"prompt\": \"x\"}\n");
   expect_failure(gen(dir / "objid.jsonl"), 1, {"objid.jsonl:1", "\"id\" must be"});
 

@@ -7,11 +7,12 @@
 
 #include "bestofn/error.h"
 #include "bestofn/text_file.h"
+#include "json_file.h"
 
 namespace bestofn::cli {
 
 // Calls fn(value, "FILE:LINE") for each non-blank line of `path` (plain or gzip; "-" is stdin,
-// named "<stdin>:LINE").
+// named "<stdin>:LINE"). A key repeated in one object is an error naming the line.
 inline void for_each_jsonl(const std::string& path, const std::function<void(nlohmann::json&&, const std::string&)>& fn) {
   std::istringstream in(read_text_input(path));
   std::size_t line_no = 0;
@@ -21,9 +22,11 @@ inline void for_each_jsonl(const std::string& path, const std::function<void(nlo
     const std::string where = input_name(path) + ":" + std::to_string(line_no);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
+      j = parse_json_unique_keys(line);  // {"prompt": "a", "prompt": "b"} is an error, not "b"
     } catch (const nlohmann::json::exception& e) {
       throw Error(where, std::string("not valid JSON: ") + e.what());
+    } catch (const Error& e) {
+      throw Error(where, e.what());
     }
     fn(std::move(j), where);
   }
