@@ -232,6 +232,12 @@ struct Loader {
     return j["pattern"][kind].get<std::string>();
   }
 
+  // Why an id past the end is wrong, where the cause may be a token missing below it.
+  static std::string id_rule(std::size_t n) {
+    return " (the vocab's " + std::to_string(n) + " tokens must have the ids 0.." + std::to_string(n - 1) +
+           ", each once: one missing below moves the top out of range)";
+  }
+
   // The DOM's model.vocab and model.merges, for a file that FastParse did not take.
   void vocab_from_dom(const json& model, BulkParts& bulk) const {
     if (!model.contains("vocab") || !model["vocab"].is_object()) throw fail("model.vocab must be an object of token -> id");
@@ -240,7 +246,7 @@ struct Loader {
     bulk.vocab.reserve(n);
     for (auto& [tok, id] : v.items()) {
       if (!id.is_number_integer() || id.get<long long>() < 0 || id.get<long long>() >= static_cast<long long>(n))
-        throw fail("model.vocab: id " + id.dump() + " of token " + json(tok).dump() + " is outside 0.." + std::to_string(n - 1));
+        throw fail("model.vocab: id " + id.dump() + " of token " + json(tok).dump() + " is outside 0.." + std::to_string(n - 1) + id_rule(n));
       bulk.vocab.insert(tok, id.get<int>());
     }
   }
@@ -269,7 +275,8 @@ struct Loader {
     bulk.vocab.for_each([&](std::string_view tok, int id) {
       const auto i = static_cast<std::size_t>(id);
       if (i >= n)
-        throw fail("model.vocab: id " + std::to_string(id) + " of token " + json(std::string(tok)).dump() + " is outside 0.." + std::to_string(n - 1));
+        throw fail("model.vocab: id " + std::to_string(id) + " of token " + json(std::string(tok)).dump() + " is outside 0.." +
+                   std::to_string(n - 1) + id_rule(n));
       if (seen[i]) throw fail("model.vocab: id " + std::to_string(i) + " is given to two tokens");
       seen[i] = true;
       t.id_to_token[i] = tok;
