@@ -1,6 +1,8 @@
 #include "json_file.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -12,6 +14,31 @@
 namespace bestofn {
 namespace fs = std::filesystem;
 
+namespace {
+// A number of valid JSON `text` that no double holds: one that underflows is read as 0 without a
+// word (a temperature of 1e-400 would be greedy decoding), one that overflows is nlohmann's error.
+void check_number_range(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '"') {  // a string: to its closing quote, past escapes
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+      ++i;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      std::size_t end = i;
+      while (end < text.size() && std::strchr("+-0123456789.eE", text[end]) && text[end] != '\0') ++end;
+      double v = 0;
+      if (std::from_chars(text.data() + i, text.data() + end, v).ec == std::errc::result_out_of_range)
+        throw Error("the number " + std::string(text.substr(i, std::min<std::size_t>(end - i, 40))) +
+                    " is beyond what a double holds (it would be read as 0)");
+      i = end;
+    } else {
+      ++i;
+    }
+  }
+}
+}  // namespace
+
 nlohmann::json parse_json_unique_keys(std::string_view text) {
   using json = nlohmann::json;
   std::vector<std::set<std::string>> open;  // the keys seen in each object being read
@@ -22,7 +49,9 @@ nlohmann::json parse_json_unique_keys(std::string_view text) {
       throw Error("key " + json_text(parsed) + " appears twice in one object");
     return true;
   };
-  return json::parse(text.begin(), text.end(), cb);
+  json j = json::parse(text.begin(), text.end(), cb);
+  check_number_range(text);
+  return j;
 }
 
 nlohmann::json read_json_file(const fs::path& path, bool repeated_keys) {

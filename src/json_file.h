@@ -8,7 +8,8 @@
 namespace bestofn {
 
 // nlohmann::json::parse, except that a key given twice in one object is an error (a DOM keeps the
-// last value without a word: {"prompt": "a", "prompt": "b"}). Throws nlohmann's exceptions, and
+// last value without a word: {"prompt": "a", "prompt": "b"}), and so is a number that underflows
+// a double (1e-400 would be read as 0). Throws nlohmann's exceptions, and
 // bestofn::Error "key \"K\" appears twice in one object" (to be prefixed with the file).
 nlohmann::json parse_json_unique_keys(std::string_view text);
 // Throws bestofn::Error "FILE: cannot open" / "FILE: not valid JSON: ..."; a repeated key is an

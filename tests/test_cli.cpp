@@ -238,6 +238,9 @@ TEST(CliErrors, BadInputExits1WithOneLineNamingTheFile) {
   expect_failure({"inspect", m}, 1, {"config.json", "key \"hidden_size\" appears twice in one object"});
   bestofn::test::write_text(fs::path(m) / "config.json", "{\"hidden_size\": 64,");
   expect_failure({"inspect", m}, 1, {"config.json", "not valid JSON"});
+  const std::string g = synth(dir, "g", "bf16");
+  bestofn::test::write_text(fs::path(g) / "generation_config.json", "{\"do_sample\": true, \"temperature\": 1e-400}");
+  expect_failure({"inspect", g}, 1, {"generation_config.json", "the number 1e-400 is beyond what a double holds"});
 
   const std::string t = synth(dir, "t", "bf16");
   fs::resize_file(fs::path(t) / "model.safetensors", 1000);
