@@ -148,6 +148,17 @@ TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
   EXPECT_EQ(sa["pass_at_k"], sb["pass_at_k"]);
   EXPECT_EQ(sa["verdicts"], sb["verdicts"]);
   EXPECT_GT(sb["resumed_samples"].get<int>(), 0);
+  EXPECT_EQ(sa["tokens"], sb["tokens"]) << "the run's tokens, not only the resumed call's";
+  // A --resume with nothing left to do keeps the run's summary (its times and tokens are not
+  // replaced by the no-op call's zeros) and report.
+  const std::string summary_before = read_text(cut / "summary.json"), report_before = read_text(cut / "report.md");
+  auto again_args = eval_args(cut, common);
+  again_args.insert(again_args.end(), {"--resume", "--json"});
+  const auto again = run_cli(again_args);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(read_text(cut / "summary.json"), summary_before);
+  EXPECT_EQ(read_text(cut / "report.md"), report_before);
+  EXPECT_EQ(json::parse(again.out), json::parse(summary_before));
 
   // Resuming with other settings is refused, naming the setting.
   const auto other = run_cli(eval_args(cut, {"-n", "8", "--limit", "4", "--max-new-tokens", "33", "--resume"}));

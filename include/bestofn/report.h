@@ -49,7 +49,7 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //    "pass_at_k_note": str,                              why pass@k is absent (--stop-on-pass)
 //    "solved": int, "solve_rate": f,                     --stop-on-pass only: problems with a passing sample
 //    "problems_skipped": {"100": int, ...},              problems with n < k, per k
-//    "samples": int, "tokens": int,
+//    "samples": int, "tokens": int,                     the run's (a --resume counts samples.jsonl's num_tokens)
 //    "cancelled": int,                                   candidates never generated (--stop-on-pass)
 //    "resumed_samples": int,                             samples a --resume found already done
 //    "verdicts": {"passed": int, "failed": int, "timed_out": int, "sandbox_error": int},
@@ -57,7 +57,8 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //             "overlap_s": f,                            both generation and verification running
 //             "overlap_fraction": f,                     overlap_s / wall_s
 //             "generation_waited_for_verifier_s": f},    the engine blocked on a full verifier queue
-//    "throughput": {"tok_per_s": f, "samples_per_s": f},
+//    "throughput": {"tok_per_s": f, "samples_per_s": f},  time and throughput: this invocation's (a
+//                                                       --resume with nothing left to do keeps the run's summary)
 //    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
 //    "plot": str,                                        the fail@k SVG's path (absent with --stop-on-pass)
 //    "device": str, "workers": int, "command": str,

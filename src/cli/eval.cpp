@@ -37,6 +37,7 @@
 #include "bestofn_version.h"
 #include "cli/commands.h"
 #include "cli/devices.h"
+#include "bestofn/text_file.h"
 #include "cli/eval_summary.h"
 #include "cli/shard.h"
 #include "cli/model_flags.h"
@@ -528,41 +529,57 @@ Runner add_eval(CLI::App& app, const std::string& command) {
         return 130;
       }
 
-      // The summary, the report and the plot.
+      // The summary, the report and the plot. A --resume with nothing left to do keeps the ones
+      // the run wrote (this call's times and token counts are zeros, a merge's fields its own).
       const double gen_s = std::chrono::duration<double>(g1 - g0).count();
       const RunSummary rs = build_summary(run, kind, ks, tally, has_plus);
       ordered_json summary = rs.json;
       const std::vector<PassAtK>& passk = rs.passk;
-      summary["samples"] = verified;
-      summary["tokens"] = gs.generated_tokens;
-      summary["cancelled"] = gs.cancelled;
-      summary["resumed_samples"] = resumed_samples;
-      summary["verdicts"] = tally.counts();
-      summary["time"] = {{"generation_s", gen_s},
-                         {"verification_s", busy},
-                         {"wall_s", wall},
-                         {"overlap_s", overlap},
-                         {"overlap_fraction", wall > 0 ? overlap / wall : 0.0},
-                         {"generation_waited_for_verifier_s", waited}};
-      summary["throughput"] = {{"tok_per_s", gen_s > 0 ? static_cast<double>(gs.generated_tokens) / gen_s : 0.0},
-                               {"samples_per_s", wall > 0 ? static_cast<double>(verified_now) / wall : 0.0}};
-      summary["device"] = model.engine->name();
-      if (!devices.empty()) summary["devices"] = devices;
-      summary["workers"] = workers;
-      summary["sandbox_missing"] = sandbox.missing();
-      summary["command"] = command;
-      write_summary_files(dir, summary, tally, run["tasks"].get<std::vector<std::string>>(), o->references, o->plot,
-                          o->dataset + ": " + std::filesystem::path(run["model"].get<std::string>()).filename().string() + ", n = " +
-                              std::to_string(o->n) + " (" + model.engine->name() + ")");
+      const bool nothing_done = reqs.empty() && verified_now == 0;
+      std::error_code exists_ec;
+      const bool keep_summary = nothing_done && std::filesystem::exists(dir / "summary.json", exists_ec);
+      if (keep_summary) summary = ordered_json::parse(read_text_file(dir / "summary.json"), nullptr, false);
+      if (keep_summary && !summary.is_object())
+        throw Error((dir / "summary.json").string(), "not valid JSON (remove it and --resume again to write it anew)");
+      // Tokens of the whole run: the resumed samples' (samples.jsonl's num_tokens) and this call's.
+      std::uint64_t run_tokens = gs.generated_tokens;
+      for (const auto& [where, row] : files.samples())
+        if (row.contains("num_tokens") && row["num_tokens"].is_number_unsigned()) run_tokens += row["num_tokens"].get<std::uint64_t>();
+      if (!keep_summary) {
+        summary["samples"] = verified;
+        summary["tokens"] = run_tokens;
+        summary["cancelled"] = gs.cancelled;
+        summary["resumed_samples"] = resumed_samples;
+        summary["verdicts"] = tally.counts();
+        summary["time"] = {{"generation_s", gen_s},
+                           {"verification_s", busy},
+                           {"wall_s", wall},
+                           {"overlap_s", overlap},
+                           {"overlap_fraction", wall > 0 ? overlap / wall : 0.0},
+                           {"generation_waited_for_verifier_s", waited}};
+        summary["throughput"] = {{"tok_per_s", gen_s > 0 ? static_cast<double>(gs.generated_tokens) / gen_s : 0.0},
+                                 {"samples_per_s", wall > 0 ? static_cast<double>(verified_now) / wall : 0.0}};
+        summary["device"] = model.engine->name();
+        if (!devices.empty()) summary["devices"] = devices;
+        summary["workers"] = workers;
+        summary["sandbox_missing"] = sandbox.missing();
+        summary["command"] = command;
+        write_summary_files(dir, summary, tally, run["tasks"].get<std::vector<std::string>>(), o->references, o->plot,
+                            o->dataset + ": " + std::filesystem::path(run["model"].get<std::string>()).filename().string() + ", n = " +
+                                std::to_string(o->n) + " (" + model.engine->name() + ")");
+      }
 
       if (o->json) {
         std::cout << json_text(summary, 2) << "\n";
       } else {
         print_pass_at_k(passk, rs.passk_plus);
-        if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", summary["solved"].get<int>(), selected.size());
-        std::printf("%zu samples, %llu tokens; generation %.1f s (%.1f tok/s), verification %.1f s, wall %.1f s, overlap %.0f%%\n", verified,
-                    static_cast<unsigned long long>(gs.generated_tokens), gen_s, summary["throughput"]["tok_per_s"].get<double>(), busy,
-                    wall, wall > 0 ? 100.0 * overlap / wall : 0.0);
+        if (o->stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", rs.json["solved"].get<int>(), selected.size());
+        if (keep_summary)
+          std::printf("%zu samples: nothing left to do; the run's summary.json and report.md are kept\n", verified);
+        else
+          std::printf("%zu samples, %llu tokens; generation %.1f s (%.1f tok/s), verification %.1f s, wall %.1f s, overlap %.0f%%\n", verified,
+                      static_cast<unsigned long long>(run_tokens), gen_s, summary["throughput"]["tok_per_s"].get<double>(), busy, wall,
+                      wall > 0 ? 100.0 * overlap / wall : 0.0);
         std::printf("results in %s (report.md, summary.json)\n", dir.string().c_str());
       }
       if (tally.sandbox_errors() > 0) {
