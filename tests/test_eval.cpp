@@ -239,12 +239,26 @@ TEST(Eval, StopOnPassAndUsageErrors) {
                                                                {"--stop-on-pass", "--fail-under", "pass@1=0.5"},
                                                                {"--system", "Be terse."},
                                                                {"--stop-on-pass", "--plot", "p.svg"},
-                                                               {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"}}) {
+                                                               {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"},
+                                                               {"--fail-under", "1=0.5"},
+                                                               {"--fail-under", "xyz1=0.5"},
+                                                               {"--fail-under", "plus_pass@1=0.5"},  // humaneval: no plus tests
+                                                               {"-n", "4", "--k", "1,4", "--shard", "0/2", "--fail-under", "pass@4=0.1"}}) {
     const auto e = run_cli(eval_args(tmp / "b", bad));
     EXPECT_EQ(e.exit_code, 2) << bad[0] << ": " << e.err;
   }
   // A gate on pass@k with fewer than k samples per problem could never pass.
   EXPECT_NE(run_cli(eval_args(tmp / "b", {"-n", "2", "--k", "1,5", "--fail-under", "pass@5=0.1"})).err.find("-n is 2"), std::string::npos);
+  // ... nor one on a shard that holds fewer than k samples of each problem (every N-th candidate).
+  EXPECT_NE(run_cli(eval_args(tmp / "b", {"-n", "4", "--k", "1,4", "--shard", "0/2", "--fail-under", "pass@4=0.1"}))
+                .err.find("shard 0/2 holds at most 2"),
+            std::string::npos);
+  // plus_pass@K gates HumanEval+'s plus tests: the tiny model passes none.
+  auto plus = eval_args(tmp / "p", {"-n", "1", "--limit", "1", "--k", "1", "--max-new-tokens", "2", "--fail-under", "plus_pass@1=0.5"});
+  *std::find(plus.begin(), plus.end(), std::string("humaneval")) = "humaneval+";
+  const auto gated = run_cli(plus);
+  EXPECT_EQ(gated.exit_code, 3) << gated.err;
+  EXPECT_NE(gated.err.find("plus_pass@1 = 0"), std::string::npos) << gated.err;
   const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);

@@ -76,6 +76,25 @@ extern "C" void on_interrupt(int) {
 }
 
 // --tasks: the ids in order; an empty list or an empty id (",", "a,,b", "a,") is an Error.
+// --fail-under pass@K=X (the base tests) or plus_pass@K=X (HumanEval+'s plus tests).
+struct Gate {
+  bool plus = false;
+  int k = 0;
+  double threshold = 0;
+  std::string name() const { return (plus ? "plus_pass@" : "pass@") + std::to_string(k); }
+};
+Gate gate(const std::string& text) {
+  const auto [name, threshold] = name_value(text, "--fail-under");
+  Gate g;
+  g.plus = name.starts_with("plus_pass@");
+  const std::string k = name.starts_with("pass@") ? name.substr(5) : g.plus ? name.substr(10) : "";
+  if (k.empty() || k.size() > 9 || k.find_first_not_of("0123456789") != std::string::npos || std::stoi(k) < 1)
+    throw CLI::ValidationError("--fail-under", "'" + text + "': expected pass@K=X or plus_pass@K=X (HumanEval+'s plus tests), K a --k value");
+  g.k = std::stoi(k);
+  g.threshold = threshold;
+  return g;
+}
+
 std::vector<std::string> task_ids(const std::string& text) {
   std::vector<std::string> ids;
   std::stringstream ss(text);
@@ -313,7 +332,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_flag("--resume", o->resume, "Continue the run in --out-dir: only missing samples are generated and verified");
   auto* plot = sub->add_option("--plot", o->plot, "fail@k chart (SVG; default: OUT_DIR/fail_at_k.svg)")->check(non_empty());
   sub->add_option("--reference", o->references, "NAME=PASS_AT_1 of another model, drawn on the plot (repeatable)");
-  sub->add_option("--fail-under", o->fail_under, "pass@K=X: exit 3 when pass@K < X (repeatable)");
+  sub->add_option("--fail-under", o->fail_under,
+                  "pass@K=X: exit 3 when pass@K < X; plus_pass@K=X gates HumanEval+'s plus tests (repeatable)");
   sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)")
       ->excludes(plot);  // no pass@k, no fail@k chart
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
@@ -335,14 +355,23 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     if (o->stop_on_pass && !o->fail_under.empty()) throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass does not report");
     const std::vector<int> ks = parse_ks(o->k);
     for (const auto& f : o->fail_under) {
-      auto [name, v] = name_value(f, "--fail-under");
-      const std::string kstr = name.starts_with("pass@") ? name.substr(5) : name;
-      const bool known = std::any_of(ks.begin(), ks.end(), [&](int k) { return std::to_string(k) == kstr; });
-      if (!known) throw CLI::ValidationError("--fail-under", "'" + f + "': pass@" + kstr + " is not among --k " + o->k);
+      const Gate g = gate(f);
+      const std::string kstr = std::to_string(g.k), label = g.name();
+      const bool known = std::any_of(ks.begin(), ks.end(), [&](int k) { return k == g.k; });
+      if (!known) throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " is not among --k " + o->k);
+      if (g.plus && o->dataset != "humaneval+")
+        throw CLI::ValidationError("--fail-under", "'" + f + "': plus_pass@K gates HumanEval+'s plus tests, and --dataset is " + o->dataset);
       // A gate no run can pass: pass@k needs k samples of a problem (it is reported as not computable).
-      if (std::stoi(kstr) > o->n)
-        throw CLI::ValidationError("--fail-under", "'" + f + "': pass@" + kstr + " needs at least " + kstr + " samples per problem, and -n is " +
+      if (g.k > o->n)
+        throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs at least " + kstr + " samples per problem, and -n is " +
                                                        std::to_string(o->n));
+      if (!o->shard.empty()) {  // a shard I/N holds every N-th candidate: at most ceil(n / N) of a problem
+        const Shard sh = parse_shard(o->shard, "--shard");
+        const int most = (o->n + sh.count - 1) / sh.count;
+        if (g.k > most)
+          throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs " + kstr + " samples of a problem, and shard " +
+                                                         sh.str() + " holds at most " + std::to_string(most) + " of each (gate on the merged run)");
+      }
     }
   });
   return [o, command, sub] {
@@ -589,12 +618,11 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       }
       int exit_code = kExitOk;
       for (const auto& f : o->fail_under) {
-        auto [name, threshold] = name_value(f, "--fail-under");
-        const int k = std::stoi(name.starts_with("pass@") ? name.substr(5) : name);
-        for (const auto& r : passk)
-          if (r.k == k && (r.problems_used == 0 || r.mean < threshold)) {
-            std::cerr << "bestofn: pass@" << k << " = " << (r.problems_used ? std::to_string(r.mean) : std::string("not computable"))
-                      << " is below --fail-under " << threshold << "\n";
+        const Gate g = gate(f);
+        for (const auto& r : g.plus ? rs.passk_plus : passk)
+          if (r.k == g.k && (r.problems_used == 0 || r.mean < g.threshold)) {
+            std::cerr << "bestofn: " << g.name() << " = " << (r.problems_used ? std::to_string(r.mean) : std::string("not computable"))
+                      << " is below --fail-under " << g.threshold << "\n";
             exit_code = kExitBelowThreshold;
           }
       }
