@@ -148,13 +148,15 @@ Problem humaneval_problem(std::string_view line, const std::string& where, bool 
   Problem p;
   p.task_id = get_string(j, "task_id", where);
   p.prompt = get_string(j, "prompt", where);
-  p.canonical_solution = get_string(j, "canonical_solution", where);
+  // canonical_solution: the plus tests' reference (required there); the base tests never run it.
+  const bool plus = require_plus || j.contains("plus_input");
+  if (plus || j.contains("canonical_solution")) p.canonical_solution = get_string(j, "canonical_solution", where);
   p.test = get_string(j, "test", where);
   p.entry_point = get_string(j, "entry_point", where);
   if (!is_identifier(p.entry_point))
     throw Error(where, "field \"entry_point\" must be a Python identifier, got \"" + one_line(p.entry_point) + "\"");
   p.dataset = "humaneval";
-  if (require_plus || j.contains("plus_input")) {
+  if (plus) {
     p.dataset = "humaneval+";
     p.plus_input_json = input_json(j, line, "plus_input", where);
     p.base_input_json = input_json(j, line, "base_input", where);

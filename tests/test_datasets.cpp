@@ -251,6 +251,13 @@ TEST(Datasets, MalformedJsonlLinesNameFileAndLine) {
   EXPECT_CONTAINS(error_of([&] { load_dataset("humaneval+", tmp.path()); }), "HumanEvalPlus.jsonl.gz:1: field \"plus_input\" is missing");
   test::write_text(tmp / "empty.jsonl", "\n");
   EXPECT_CONTAINS(error_of([&] { load_dataset((tmp / "empty.jsonl").string(), tmp.path()); }), "no problems");
+  // canonical_solution is the plus tests' reference: a base-only dataset may leave it out, a plus
+  // one may not.
+  test::write_text(tmp / "base.jsonl", R"J({"task_id": "T/0", "prompt": "p", "test": "t", "entry_point": "f"})J" "\n");
+  EXPECT_EQ(load_dataset((tmp / "base.jsonl").string(), tmp.path()).size(), 1u);
+  test::write_text(tmp / "plus.jsonl",
+                   R"J({"task_id": "T/0", "prompt": "p", "test": "t", "entry_point": "f", "plus_input": [], "base_input": [], "atol": 0})J" "\n");
+  EXPECT_CONTAINS(error_of([&] { load_dataset((tmp / "plus.jsonl").string(), tmp.path()); }), "field \"canonical_solution\" is missing");
 }
 
 TEST(Datasets, MalformedMbppEntriesAreNamed) {

@@ -262,6 +262,7 @@ TEST(Eval, StopOnPassAndUsageErrors) {
   const auto unknown = run_cli(eval_args(tmp / "c", {"--tasks", "HumanEval/9999"}));
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("HumanEval/9999"), std::string::npos);
+  EXPECT_NE(unknown.err.find("its ids are like 'HumanEval/0'"), std::string::npos) << unknown.err;
   // An empty --tasks (or an empty id in it) is no selection, not "every task".
   for (const char* tasks : {"", ",", "HumanEval/0,", "HumanEval/0,,HumanEval/1", "HumanEval/0, ,HumanEval/1"}) {
     const auto e = run_cli(eval_args(tmp / "d", {"--tasks", tasks}));

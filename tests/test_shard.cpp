@@ -159,13 +159,16 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
   // HumanEval/0: 3 of 6 pass, HumanEval/2: 1 of 6; pass@1 = (3/6 + 1/6) / 4.
   EXPECT_NEAR(known_merged["pass_at_k"]["1"].get<double>(), (0.5 + 1.0 / 6) / 4, 1e-12);
   EXPECT_NEAR(known_merged["pass_at_k"]["2"].get<double>(), ((1.0 - 3.0 / 15) + (1.0 - 10.0 / 15)) / 4, 1e-12);
-  // The merged directory is a whole run: resuming it has nothing left to do.
+  // The merged directory is a whole run: resuming it has nothing left to do, and keeps the merged
+  // summary (its shards, merged_from and summed times).
+  const std::string merged_summary = read_text(tmp / "merged2" / "summary.json");
   auto resume = eval_args(tiny_model(), tmp / "merged2", common);
   resume.insert(resume.end(), {"--resume", "--json"});
   const auto again = run_cli(resume);
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(json::parse(again.out)["pass_at_k"], known_whole["pass_at_k"]);
-  EXPECT_EQ(json::parse(again.out)["resumed_samples"], 24);
+  EXPECT_EQ(json::parse(again.out)["shards"], 3);
+  EXPECT_EQ(read_text(tmp / "merged2" / "summary.json"), merged_summary);
 }
 
 TEST(Shard, MergeRefusesMismatchedOverlappingMissingAndIncompleteShards) {

@@ -175,13 +175,13 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8")->needs(s);
   sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
   sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)")->needs(s)->check(non_empty());
-  sub->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
+  sub->add_option("--device", o->device, "cpu, cuda, or auto (cuda when a device is visible)")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
   sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")
       ->check(checked_by([](const std::string& text) { parse_n(text); }, "N,N,..."))
       ->default_str("1,2,4,8,16,32");
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens")->check(CLI::Range(1, 1000000))->default_str("256");
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
-  sub->add_option("--threads", o->threads, "CPU threads (default: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads", o->threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
   sub->add_flag("--cuda-prefix-gemm", o->cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
   sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");

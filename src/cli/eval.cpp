@@ -338,8 +338,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       ->excludes(plot);  // no pass@k, no fail@k chart
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("20");
-  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores)")->check(CLI::Range(0, 1024));
-  sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (default: 64 x workers)")->check(CLI::Range(0, 10000000));
+  sub->add_option("--workers", o->workers, "Samples verified at once (0 or unset: the cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (0 or unset: 64 x workers)")->check(CLI::Range(0, 10000000));
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
   add_shard_flag(sub, o->shard);
@@ -391,7 +391,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       std::set<std::string> seen;
       for (const std::string& id : task_ids(o->tasks)) {
         const auto it = pos.find(id);
-        if (it == pos.end()) throw Error("--tasks: unknown task id '" + id + "' in dataset " + o->dataset);
+        if (it == pos.end())
+          throw Error("--tasks: unknown task id '" + id + "' in dataset " + o->dataset +
+                      (problems.empty() ? std::string() : " (its ids are like '" + problems.front().task_id + "')"));
         if (!seen.insert(id).second) continue;
         selected.push_back(&problems[it->second]);
         rng_index.push_back(it->second);

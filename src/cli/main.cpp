@@ -69,7 +69,8 @@ int run_main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   CLI::App app{"bestofn: best-of-N code generation with a small model, many samples and a test verifier.\n"
-               "Exit codes: 0 ok, 1 bad input or failure, 2 usage error.",
+               "Exit codes: 0 ok, 1 bad input or failure, 2 usage error, 3 eval below a --fail-under threshold,\n"
+               "130 eval interrupted (--resume finishes it).",
                "bestofn"};
   app.set_version_flag("--version", version_string);
   bool verbose = false, quiet = false;
@@ -112,7 +113,12 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "bestofn: usage error: " << one_line(plain_words(e.what())) << " (see 'bestofn --help')\n";
+    std::string help = "bestofn";  // the subcommand's own --help lists its flags
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      help += " " + sub->get_name();
+    }
+    std::cerr << "bestofn: usage error: " << one_line(plain_words(e.what())) << " (see '" << help << " --help')\n";
     return kExitUsage;
   }
   try {

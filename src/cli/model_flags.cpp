@@ -36,7 +36,7 @@ void add_model_flags(CLI::App* sub, ModelFlags& f) {
   sub->add_flag("--quantize-lm-head", f.quantize_lm_head,
                 "Quantize the lm_head to FP8 E4M3 at load (per output channel; half the bytes of a BF16 lm_head)");
   sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
-  sub->add_option("--threads", f.threads, "CPU threads (default: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads", f.threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
   sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (Hydragen), for prompts with 2+ candidates in a step");
   sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs; on FP8 also RMSNorm and SwiGLU fused with the activation quantization");

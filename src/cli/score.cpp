@@ -55,7 +55,9 @@ std::vector<Sample> read_samples(const std::string& path, const std::map<std::st
         throw Error(where, std::string("the field \"") + field + "\" must be a string, got " + j[field].type_name() + " " + j[field].dump());
     }
     const auto it = by_id.find(j["task_id"].get<std::string>());
-    if (it == by_id.end()) throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset);
+    if (it == by_id.end())
+      throw Error(where, "unknown task_id " + j["task_id"].dump() + " for dataset " + dataset +
+                             (by_id.empty() ? std::string() : " (its ids are like \"" + by_id.begin()->first + "\")"));
     out.push_back({std::move(j), it->second});
   });
   if (out.empty()) throw Error(input_name(path), "no samples");
@@ -83,7 +85,7 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests (hundreds of inputs)")
       ->check(finite_range(0.05, kMaxTimeoutSeconds))
       ->default_str("20");
-  sub->add_option("--workers", o->workers, "Samples verified at once (default: cores; at most 1024)")->check(CLI::Range(0, 1024));
+  sub->add_option("--workers", o->workers, "Samples verified at once (0 or unset: the cores; at most 1024)")->check(CLI::Range(0, 1024));
   sub->add_option("--out", o->out, "Results JSONL (default: SAMPLES_results.jsonl)")
       ->check(non_empty())
       ->check(CLI::Validator(
