@@ -138,6 +138,14 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
   EXPECT_EQ(sa["tokens"], sb["tokens"]);
   EXPECT_EQ(sb["samples"], 24);
   EXPECT_FALSE(sb.contains("shard"));
+  // The unsharded run's summary fields, all there (workers aside: each shard had its own).
+  for (const auto& [key, value] : sa.items()) {
+    if (key == "workers") continue;
+    EXPECT_TRUE(sb.contains(key)) << key;
+    if (value.is_object() && (key == "time" || key == "throughput")) {
+      for (const auto& [sub, v] : value.items()) EXPECT_TRUE(sb[key].contains(sub)) << key << "." << sub;
+    }
+  }
   EXPECT_TRUE(fs::exists(tmp / "merged" / "fail_at_k.svg"));
   EXPECT_NE(read_text(tmp / "merged" / "report.md").find("pass@"), std::string::npos);
 
@@ -228,9 +236,28 @@ TEST(Shard, MergeRefusesMismatchedOverlappingMissingAndIncompleteShards) {
   auto finish = eval_args(tiny_model(), a1, common);
   finish.insert(finish.end(), {"--shard", "1/2", "--resume"});
   ASSERT_EQ(run_cli(finish).exit_code, 0);
+  fs::create_directories(tmp / "mine");
+  write_text(tmp / "mine" / "report.md", "mine\n");  // a directory of other files is not merged into
+  const auto full = run_cli({"merge", (tmp / "mine").string(), a0, a1});
+  EXPECT_EQ(full.exit_code, 1) << full.err;
+  EXPECT_NE(full.err.find("is not empty"), std::string::npos) << full.err;
+  EXPECT_EQ(read_text(tmp / "mine" / "report.md"), "mine\n");
   const auto ok = run_cli({"merge", (tmp / "out").string(), a0, a1});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_EQ(read_jsonl(tmp / "out" / "results.jsonl").size(), 4u);
+  // Shards reported with other --k and --reference: the merge reports them all; one reference
+  // name with two values is an error (which one would the report show?).
+  const std::string k1 = shard("k1", "0/2", {"--k", "1", "--reference", "A=0.5"}, tiny_model());
+  const std::string k2 = shard("k2", "1/2", {"--k", "2", "--reference", "B=0.7"}, tiny_model());
+  const auto both = run_cli({"merge", (tmp / "both").string(), k1, k2, "--json"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const json sboth = json::parse(both.out);
+  EXPECT_EQ(sboth["k"], json::array({1, 2}));
+  EXPECT_EQ(sboth["references"], (json{{"A", 0.5}, {"B", 0.7}}));
+  const std::string k3 = shard("k3", "1/2", {"--reference", "A=0.6"}, tiny_model());
+  const auto clash = run_cli({"merge", (tmp / "clash").string(), k1, k3});
+  EXPECT_EQ(clash.exit_code, 1) << clash.err;
+  EXPECT_NE(clash.err.find("--reference A is 0.5 in"), std::string::npos) << clash.err;
 }
 
 TEST(Shard, GenerateShardsTogetherEqualAnUnshardedRun) {

@@ -2,6 +2,7 @@
 // (--shard I/N) combined into one, as an unsharded run would have left it: run.json, samples.jsonl
 // and results.jsonl (sorted by problem and index), summary.json, report.md and the fail@k plot.
 // Shards of different runs, overlapping, missing or unfinished shards are refused.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -187,6 +188,8 @@ int run_merge(const MergeOptions& o, const std::string& command) {
   if (fs::exists(out / "run.json") || fs::exists(out / "samples.jsonl"))
     throw Error(o.out, "holds a run already; merge writes into a new (or empty) directory");
   std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec))  // its report.md, summary.json ... would replace the files there
+    throw Error(o.out, "is not empty; merge writes into a new (or empty) directory");
   fs::create_directories(out, ec);
   if (ec) throw Error(o.out, "cannot create the output directory: " + ec.message());
 
@@ -210,12 +213,28 @@ int run_merge(const MergeOptions& o, const std::string& command) {
   write_rows(out / "samples.jsonl", samples);
   write_rows(out / "results.jsonl", results);
 
-  const json& first = runs.front().summary;
-  std::vector<int> ks = o.k.empty() ? std::vector<int>{1, 10, 100} : parse_ks(o.k);
-  if (o.k.empty() && first.is_object() && first.contains("k") && first["k"].is_array()) ks = first["k"].get<std::vector<int>>();
+  // Without --k / --reference: every k the shards reported (their union), and their references
+  // (one name with two values in two shards is an error: which would the report show?).
+  std::vector<int> ks = o.k.empty() ? std::vector<int>{} : parse_ks(o.k);
   std::vector<std::string> refs = o.references;
-  if (refs.empty() && first.is_object() && first.contains("references") && first["references"].is_object())
-    for (const auto& [name, v] : first["references"].items()) refs.push_back(name + "=" + v.dump());
+  std::map<std::string, std::pair<json, std::string>> ref_of;  // name -> (value, shard directory)
+  for (const auto& r : runs) {
+    const json& sm = r.summary;
+    if (!sm.is_object()) continue;
+    if (o.k.empty() && sm.contains("k") && sm["k"].is_array())
+      for (const json& k : sm["k"])
+        if (k.is_number_integer() && std::find(ks.begin(), ks.end(), k.get<int>()) == ks.end()) ks.push_back(k.get<int>());
+    if (o.references.empty() && sm.contains("references") && sm["references"].is_object())
+      for (const auto& [name, v] : sm["references"].items()) {
+        const auto [it, fresh] = ref_of.emplace(name, std::make_pair(v, r.dir.string()));
+        if (!fresh && it->second.first != v)
+          throw Error("merge: --reference " + name + " is " + it->second.first.dump() + " in " + it->second.second + " and " + v.dump() +
+                      " in " + r.dir.string() + "; give the one to report with merge --reference");
+        if (fresh) refs.push_back(name + "=" + v.dump());
+      }
+  }
+  if (ks.empty()) ks = {1, 10, 100};
+  std::sort(ks.begin(), ks.end());
   std::string device;
   for (const auto& r : runs) {
     const std::string d = r.summary.is_object() ? r.summary.value("device", std::string("unknown")) : "unknown";
@@ -234,7 +253,26 @@ int run_merge(const MergeOptions& o, const std::string& command) {
                      {"verification_s", sum_field(runs, "time", "verification_s")},
                      {"wall_s", sum_field(runs, "time", "wall_s")},
                      {"overlap_s", sum_field(runs, "time", "overlap_s")}};
-  summary["throughput"] = {{"tok_per_s", gen_s > 0 ? tokens / gen_s : 0.0}};
+  const double wall_s = sum_field(runs, "time", "wall_s"), overlap_s = sum_field(runs, "time", "overlap_s");
+  summary["time"]["overlap_fraction"] = wall_s > 0 ? overlap_s / wall_s : 0.0;
+  summary["time"]["generation_waited_for_verifier_s"] = sum_field(runs, "time", "generation_waited_for_verifier_s");
+  summary["throughput"] = {{"tok_per_s", gen_s > 0 ? tokens / gen_s : 0.0},
+                           {"samples_per_s", wall_s > 0 ? static_cast<double>(results.size()) / wall_s : 0.0}};
+  // Counts summed over the shards; the isolation any shard's sandbox lacked.
+  std::uint64_t cancelled = 0, resumed = 0;
+  std::set<std::string> missing;
+  for (const auto& r : runs) {
+    if (!r.summary.is_object()) continue;
+    if (r.summary.contains("cancelled") && r.summary["cancelled"].is_number_unsigned()) cancelled += r.summary["cancelled"].get<std::uint64_t>();
+    if (r.summary.contains("resumed_samples") && r.summary["resumed_samples"].is_number_unsigned())
+      resumed += r.summary["resumed_samples"].get<std::uint64_t>();
+    if (r.summary.contains("sandbox_missing") && r.summary["sandbox_missing"].is_array())
+      for (const json& m : r.summary["sandbox_missing"])
+        if (m.is_string()) missing.insert(m.get<std::string>());
+  }
+  summary["cancelled"] = cancelled;
+  summary["resumed_samples"] = resumed;
+  summary["sandbox_missing"] = missing;
   summary["device"] = device;
   summary["shards"] = runs.size();
   ordered_json from = ordered_json::array();
