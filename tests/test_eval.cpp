@@ -58,8 +58,9 @@ bool well_formed_svg(const fs::path& p) {
 TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   TempDir tmp;
   const fs::path out = tmp / "run";
-  const auto r = run_cli(eval_args(out, {"-n", "5", "--limit", "4", "--k", "1,2,10", "--max-new-tokens", "24", "--batch", "3",
-                                         "--reference", "GPT-4o=0.902", "--json"}));
+  // (--out-dir given relative to the working directory: the summary names the plot absolutely)
+  const auto r = run_cli(eval_args(fs::relative(out), {"-n", "5", "--limit", "4", "--k", "1,2,10", "--max-new-tokens", "24", "--batch", "3",
+                                                       "--reference", "GPT-4o=0.902", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto samples = read_jsonl(out / "samples.jsonl"), results = read_jsonl(out / "results.jsonl");
   EXPECT_EQ(samples.size(), 20u);
@@ -85,6 +86,8 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   EXPECT_TRUE(summary["pass_at_k"]["10"].is_null()) << "k > n must be reported as not computable";
   EXPECT_EQ(summary["problems_skipped"]["10"], 4);
   EXPECT_EQ(summary["references"]["GPT-4o"], 0.902);
+  EXPECT_TRUE(fs::path(summary["plot"].get<std::string>()).is_absolute()) << summary["plot"];
+  EXPECT_EQ(fs::canonical(summary["plot"].get<std::string>()), fs::canonical(out / "fail_at_k.svg"));
   EXPECT_GT(summary["tokens"].get<int>(), 0);
   const json& t = summary["time"];
   EXPECT_GE(t["wall_s"].get<double>(), t["generation_s"].get<double>());

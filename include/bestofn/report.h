@@ -60,7 +60,7 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //    "throughput": {"tok_per_s": f, "samples_per_s": f},  time and throughput: this invocation's (a
 //                                                       --resume with nothing left to do keeps the run's summary)
 //    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
-//    "plot": str,                                        the fail@k SVG's path (absent with --stop-on-pass)
+//    "plot": str,                                        the fail@k SVG's absolute path (absent with --stop-on-pass)
 //    "device": str, "workers": int, "command": str,
 //    "sandbox_missing": [str],                           isolation the kernel refused (empty: none)
 //    "devices": [int...],                               eval on CUDA: the GPUs it ran on (--devices)

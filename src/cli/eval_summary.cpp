@@ -94,7 +94,7 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
     const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, title,
                                           has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{});
     write_file_atomic(file, svg);
-    summary["plot"] = file.string();
+    summary["plot"] = std::filesystem::absolute(file).lexically_normal().string();  // (eval and merge alike, whatever the cwd)
     plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();
   }
   write_file_atomic(dir / "summary.json", json_text(summary, 2) + "\n");
