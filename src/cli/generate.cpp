@@ -202,8 +202,8 @@ Runner add_generate(CLI::App& app) {
       "  bestofn generate --model DIR --prompts prompts.jsonl -n 100 --max-new-tokens 512 --out samples.jsonl");
   add_model_flags(sub, o->m);
   auto* prompt = sub->add_option("--prompt", o->prompt, "One prompt text")->check(non_empty());
-  auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl[.gz], or - for stdin: prompt, id, stop, n per line), a .json array of such rows, "
-                                 "or a plain-text file (one prompt)");
+  auto* prompts = sub->add_option("--prompts", o->prompts, "JSONL (.jsonl or .ndjson, .gz too, or - for stdin: prompt, id, stop, n per line), a .json array of "
+                                 "such rows, or a plain-text file (one prompt)");
   prompt->excludes(prompts);
   sub->add_option("-n", o->n, "Candidates per prompt")->check(CLI::Range(1, 1000000))->default_str("1");
   add_sampling_flags(sub, o->m, "Stop string (repeatable); removed from the text");
