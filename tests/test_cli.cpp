@@ -982,6 +982,26 @@ TEST(CliErrors, AutoOnTheCpuNamesTheCudaFlagsItIgnores) {
   expect_failure({"generate", "--model", m, "--prompt", "x", "--device", "cpu", "--paged-kv"}, 2, {"--paged-kv", "--device is cpu"});
 }
 
+// On a terminal (a pty from util-linux `script`), the progress line goes to stderr, unless the
+// rows go to that terminal too: they would land on the progress line.
+TEST(CliGenerate, ProgressOnlyWhenTheRowsDoNotShareTheTerminal) {
+  if (std::system("script --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no util-linux script to make a pty";
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  auto on_pty = [&](const std::string& extra) {
+    const std::string cmd = "'" + bestofn::test::bestofn_binary() + "' generate --model '" + m + "' --prompt x -n 2 --max-new-tokens 3" + extra;
+    const std::string shell = "script -qec \"" + cmd + "\" /dev/null > '" + (dir / "pty.txt").string() + "' 2>&1 < /dev/null";
+    EXPECT_EQ(std::system(shell.c_str()), 0) << shell;
+    return bestofn::test::read_text(dir / "pty.txt");
+  };
+  const std::string shared = on_pty("");
+  EXPECT_NE(shared.find("\"finish_reason\""), std::string::npos) << shared;
+  EXPECT_EQ(shared.find("candidates,"), std::string::npos) << shared;
+  const std::string apart = on_pty(" --out '" + (dir / "rows.jsonl").string() + "'");
+  EXPECT_NE(apart.find("2/2 candidates,"), std::string::npos) << apart;
+  EXPECT_EQ(bestofn::test::read_jsonl(dir / "rows.jsonl").size(), 2u);
+}
+
 // Prompt files are read by their names' extension in any case (.jsonl, .ndjson, .json, .gz), and
 // nothing of a prompt file is lost or altered without a word: JSONL rows under another name are
 // not one plain-text prompt, an empty prompt is refused, an id comes back as it was given or is

@@ -193,7 +193,8 @@ Runner add_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Generate N candidates per prompt, as JSONL");
   sub->footer(
       "Each prompt is prefilled once; up to --batch candidates decode together across prompts.\n"
-      "A candidate's tokens depend only on (seed, prompt, candidate), never on --batch or --threads.\n"
+      "A candidate's tokens depend only on (seed, the prompt's position in the file, the candidate's\n"
+      "index), never on --batch, --threads or -n (default seed: 0).\n"
       "Output rows: id, index, text, finish_reason (stop|eos|length), stop, num_tokens,\n"
       "cumulative_logprob, and token_ids with --ids; written in prompt order.\n"
       "Unset sampling flags take the model's generation_config.json (else temperature 1).\n"
@@ -277,7 +278,10 @@ Runner add_generate(CLI::App& app) {
     };
     std::size_t total = 0;
     for (const auto& r : reqs) total += candidate_count(r);
-    const bool tty = isatty(STDERR_FILENO);
+    // Progress on a terminal, unless the rows go to that terminal too (they would land on the
+    // progress line; there the rows themselves show the progress).
+    const bool rows_on_terminal = (o->out.empty() || o->out == "-") && isatty(STDOUT_FILENO);
+    const bool tty = isatty(STDERR_FILENO) && !rows_on_terminal;
     const auto t0 = std::chrono::steady_clock::now();
     auto last = t0;
     auto on_step = [&](const GenerationStats& s, std::size_t done) {
