@@ -112,9 +112,10 @@ TEST(Eval, ResumeAfterSigkillEqualsAnUninterruptedRun) {
   ASSERT_EQ(full.exit_code, 0) << full.err;
 
   const pid_t pid = start_cli(eval_args(cut, common), tmp / "out.txt", tmp / "err.txt");
-  // Kill it once some samples are written and before it is done.
+  // Kill it once some samples are written and verified (so that the resume finds some done: the
+  // verifier can lag the engine on a loaded machine) and before it is done.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (count_lines(cut / "samples.jsonl") < 10 && std::chrono::steady_clock::now() < deadline)
+  while ((count_lines(cut / "samples.jsonl") < 10 || count_lines(cut / "results.jsonl") < 1) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   kill(pid, SIGKILL);
   int st = 0;
