@@ -1,6 +1,5 @@
 #include "bestofn/datasets.h"
 
-#include <cctype>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -288,13 +287,6 @@ std::vector<Problem> load_mbpp(const fs::path& path) {
                                      data_dir.string() + ")");
 }
 
-// Whether a file name ends in `suffix` (lower case), in any case: "HumanEval.JSONL" is JSONL too.
-bool ends_with(const std::string& s, std::string_view suffix) {
-  if (s.size() < suffix.size()) return false;
-  for (std::size_t i = 0; i < suffix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
-  return true;
-}
 
 }  // namespace
 
@@ -319,8 +311,8 @@ std::vector<Problem> load_dataset(const std::string& name_or_path, const fs::pat
   const fs::path path(name_or_path);
   if (!fs::exists(path, ec))
     throw Error(name_or_path, "no such dataset file (a dataset is humaneval, humaneval+, mbpp, or a .jsonl, .jsonl.gz or .json file)");
-  if (ends_with(name_or_path, ".jsonl") || ends_with(name_or_path, ".jsonl.gz")) return load_jsonl(path, false);
-  if (ends_with(name_or_path, ".json")) return load_mbpp(path);
+  if (has_extension(name_or_path, {".jsonl", ".jsonl.gz"})) return load_jsonl(path, false);
+  if (has_extension(name_or_path, {".json"})) return load_mbpp(path);
   throw Error(name_or_path, "unknown dataset format: expected .jsonl or .jsonl.gz (HumanEval format) or .json (MBPP sanitized format)");
 }
 

@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -115,6 +116,17 @@ std::string read_all(int fd, const std::string& name) {
 std::string read_text_file(const std::filesystem::path& path) { return read_all(open_input(path), path.string()); }
 
 std::string input_name(const std::string& path) { return path == "-" ? "<stdin>" : path; }
+
+bool has_extension(std::string_view name, std::initializer_list<std::string_view> extensions) {
+  for (std::string_view ext : extensions) {
+    if (name.size() < ext.size()) continue;
+    const std::string_view tail = name.substr(name.size() - ext.size());
+    if (std::equal(tail.begin(), tail.end(), ext.begin(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+      return true;
+  }
+  return false;
+}
 
 std::string read_text_input(const std::string& path) {
   if (path != "-") return read_text_file(path);

@@ -355,6 +355,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     for (const auto& r : o->references) name_value(r, "--reference");
     if (o->stop_on_pass && !o->fail_under.empty()) throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass does not report");
     const std::vector<int> ks = parse_ks(o->k);
+    // A shard I/N holds every N-th candidate: at most ceil(n / N) of a problem.
+    const Shard shard = o->shard.empty() ? Shard{} : parse_shard(o->shard, "--shard");
+    const int most_per_problem = (o->n + shard.count - 1) / shard.count;
     for (const auto& f : o->fail_under) {
       const Gate g = gate(f);
       const std::string kstr = std::to_string(g.k), label = g.name();
@@ -366,13 +369,10 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       if (g.k > o->n)
         throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs at least " + kstr + " samples per problem, and -n is " +
                                                        std::to_string(o->n));
-      if (!o->shard.empty()) {  // a shard I/N holds every N-th candidate: at most ceil(n / N) of a problem
-        const Shard sh = parse_shard(o->shard, "--shard");
-        const int most = (o->n + sh.count - 1) / sh.count;
-        if (g.k > most)
-          throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs " + kstr + " samples of a problem, and shard " +
-                                                         sh.str() + " holds at most " + std::to_string(most) + " of each (gate on the merged run)");
-      }
+      if (shard.sharded() && g.k > most_per_problem)
+        throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs " + kstr + " samples of a problem, and shard " +
+                                                       shard.str() + " holds at most " + std::to_string(most_per_problem) +
+                                                       " of each (gate on the merged run)");
     }
   });
   return [o, command, sub] {
@@ -575,9 +575,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
         throw Error((dir / "summary.json").string(), "not valid JSON (remove it and --resume again to write it anew)");
       // Tokens of the whole run: the resumed samples' (samples.jsonl's num_tokens) and this call's.
       std::uint64_t run_tokens = gs.generated_tokens;
-      for (const auto& [where, row] : files.samples())
-        if (row.contains("num_tokens") && row["num_tokens"].is_number_unsigned()) run_tokens += row["num_tokens"].get<std::uint64_t>();
       if (!keep_summary) {
+        for (const auto& [where, row] : files.samples())
+          if (row.contains("num_tokens") && row["num_tokens"].is_number_unsigned()) run_tokens += row["num_tokens"].get<std::uint64_t>();
         summary["samples"] = verified;
         summary["tokens"] = run_tokens;
         summary["cancelled"] = gs.cancelled;

@@ -1,7 +1,6 @@
 // bestofn generate: N candidates per prompt, as JSONL, one row per candidate.
 #include <unistd.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -93,16 +92,9 @@ bool looks_like_prompt_row(std::string_view line) {
 //   one whose first line is a prompt row: JSONL under another name, whose rows would be one prompt).
 std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
   std::vector<PromptSpec> out;
-  std::string name = path;
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  auto named = [&](std::initializer_list<const char*> exts) {
-    for (const char* e : exts)
-      if (name.ends_with(e)) return true;
-    return false;
-  };
-  if (path == "-" || named({".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"})) {
+  if (path == "-" || has_extension(path, {".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"})) {
     for_each_jsonl(path, [&](json&& j, const std::string& where) { out.push_back(prompt_row(j, out.size(), default_n, where)); });
-  } else if (named({".json", ".json.gz"})) {
+  } else if (has_extension(path, {".json", ".json.gz"})) {
     const json rows = read_json_file(path);
     if (!rows.is_array()) throw Error(path, "a .json prompt file must hold a JSON array of rows like {\"prompt\": ...} (or use JSONL: one row per line)");
     for (const json& j : rows) out.push_back(prompt_row(j, out.size(), default_n, path + ": element " + std::to_string(out.size())));

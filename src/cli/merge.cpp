@@ -148,13 +148,15 @@ std::string dataset_kind(const std::vector<ShardRun>& runs, bool has_plus) {
   return has_plus ? "humaneval+" : "humaneval";
 }
 
-// Sums of the shards' summary fields (absent ones count 0).
+// Sums of the shards' summary fields, summary[group][key] (group nullptr: summary[key]); absent
+// ones count 0.
 double sum_field(const std::vector<ShardRun>& runs, const char* group, const char* key) {
   double total = 0;
-  for (const auto& r : runs)
-    if (r.summary.is_object() && r.summary.contains(group) && r.summary[group].is_object() && r.summary[group].contains(key) &&
-        r.summary[group][key].is_number())
-      total += r.summary[group][key].get<double>();
+  for (const auto& r : runs) {
+    if (!r.summary.is_object() || (group && !r.summary.contains(group))) continue;
+    const json& g = group ? r.summary[group] : r.summary;
+    if (g.is_object() && g.contains(key) && g[key].is_number()) total += g[key].get<double>();
+  }
   return total;
 }
 
@@ -249,29 +251,23 @@ int run_merge(const MergeOptions& o, const std::string& command) {
   summary["tokens"] = static_cast<std::uint64_t>(tokens);
   summary["verdicts"] = tally.counts();
   // The shards ran apart: their times are summed (engine-seconds, verifier-seconds).
+  const double wall_s = sum_field(runs, "time", "wall_s"), overlap_s = sum_field(runs, "time", "overlap_s");
   summary["time"] = {{"generation_s", gen_s},
                      {"verification_s", sum_field(runs, "time", "verification_s")},
-                     {"wall_s", sum_field(runs, "time", "wall_s")},
-                     {"overlap_s", sum_field(runs, "time", "overlap_s")}};
-  const double wall_s = sum_field(runs, "time", "wall_s"), overlap_s = sum_field(runs, "time", "overlap_s");
-  summary["time"]["overlap_fraction"] = wall_s > 0 ? overlap_s / wall_s : 0.0;
-  summary["time"]["generation_waited_for_verifier_s"] = sum_field(runs, "time", "generation_waited_for_verifier_s");
+                     {"wall_s", wall_s},
+                     {"overlap_s", overlap_s},
+                     {"overlap_fraction", wall_s > 0 ? overlap_s / wall_s : 0.0},
+                     {"generation_waited_for_verifier_s", sum_field(runs, "time", "generation_waited_for_verifier_s")}};
   summary["throughput"] = {{"tok_per_s", gen_s > 0 ? tokens / gen_s : 0.0},
                            {"samples_per_s", wall_s > 0 ? static_cast<double>(results.size()) / wall_s : 0.0}};
   // Counts summed over the shards; the isolation any shard's sandbox lacked.
-  std::uint64_t cancelled = 0, resumed = 0;
+  summary["cancelled"] = static_cast<std::uint64_t>(sum_field(runs, nullptr, "cancelled"));
+  summary["resumed_samples"] = static_cast<std::uint64_t>(sum_field(runs, nullptr, "resumed_samples"));
   std::set<std::string> missing;
-  for (const auto& r : runs) {
-    if (!r.summary.is_object()) continue;
-    if (r.summary.contains("cancelled") && r.summary["cancelled"].is_number_unsigned()) cancelled += r.summary["cancelled"].get<std::uint64_t>();
-    if (r.summary.contains("resumed_samples") && r.summary["resumed_samples"].is_number_unsigned())
-      resumed += r.summary["resumed_samples"].get<std::uint64_t>();
-    if (r.summary.contains("sandbox_missing") && r.summary["sandbox_missing"].is_array())
+  for (const auto& r : runs)
+    if (r.summary.is_object() && r.summary.contains("sandbox_missing") && r.summary["sandbox_missing"].is_array())
       for (const json& m : r.summary["sandbox_missing"])
         if (m.is_string()) missing.insert(m.get<std::string>());
-  }
-  summary["cancelled"] = cancelled;
-  summary["resumed_samples"] = resumed;
   summary["sandbox_missing"] = missing;
   summary["device"] = device;
   summary["shards"] = runs.size();
