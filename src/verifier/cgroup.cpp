@@ -1,0 +1,238 @@
+#include "cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "bestofn/error.h"
+
+namespace bestofn {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string part;
+  std::istringstream in(s);
+  while (std::getline(in, part, sep)) out.push_back(part);
+  return out;
+}
+
+bool has_word(const std::string& list, const std::string& word, char sep) {
+  for (const auto& w : split(list, sep))
+    if (w == word) return true;
+  return false;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Writes `value` to a control file; false with errno set on failure.
+bool write_control(const std::string& path, const std::string& value) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return ok;
+}
+
+struct Mount {
+  std::string point, root;
+};
+
+// The directory of cgroup `path` (as /proc/self/cgroup names it) in a hierarchy mounted at `m`.
+std::string cgroup_dir(const Mount& m, const std::string& path) {
+  std::string rel = path;
+  if (m.root != "/" && rel.compare(0, m.root.size(), m.root) == 0) rel = rel.substr(m.root.size());
+  if (rel.empty() || rel == "/") return m.point;
+  return m.point + (rel[0] == '/' ? "" : "/") + rel;
+}
+
+std::string parent_of(const std::string& dir) { return dir.substr(0, dir.find_last_of('/')); }
+
+// rmdir of the "bestofn-<pid>-..." cgroups in `parent` whose bestofn is gone (empty ones only:
+// rmdir refuses the others).
+void remove_stale(const std::string& parent) {
+  DIR* d = opendir(parent.c_str());
+  if (!d) return;
+  while (const dirent* e = readdir(d)) {
+    const char* name = e->d_name;
+    if (std::strncmp(name, "bestofn-", 8) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name + 8, &end, 10);
+    if (end == name + 8 || *end != '-' || pid <= 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    rmdir((parent + "/" + name).c_str());
+  }
+  closedir(d);
+}
+
+}  // namespace
+
+CgroupSupport CgroupSupport::detect() {
+  CgroupSupport s;
+  Mount v2, mem, pids;
+  std::ifstream mi("/proc/self/mountinfo");
+  for (std::string line; std::getline(mi, line);) {
+    const std::size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    const auto left = split(line.substr(0, dash), ' ');
+    const auto right = split(line.substr(dash + 3), ' ');
+    if (left.size() < 5 || right.size() < 3) continue;
+    const Mount m{left[4], left[3]};
+    if (right[0] == "cgroup2" && v2.point.empty()) v2 = m;
+    if (right[0] == "cgroup" && has_word(right[2], "memory", ',') && mem.point.empty()) mem = m;
+    if (right[0] == "cgroup" && has_word(right[2], "pids", ',') && pids.point.empty()) pids = m;
+  }
+  std::string v2_path, mem_path, pids_path;
+  std::ifstream cg("/proc/self/cgroup");
+  for (std::string line; std::getline(cg, line);) {
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
+    if (has_word(controllers, "memory", ',')) mem_path = path;
+    if (has_word(controllers, "pids", ',')) pids_path = path;
+  }
+  std::string v2_why;
+  if (!v2.point.empty() && !v2_path.empty()) {
+    const std::string own = cgroup_dir(v2, v2_path);
+    const std::string ctl = read_text(own + "/cgroup.controllers");
+    if (has_word(ctl.substr(0, ctl.find('\n')), "memory", ' ') && has_word(ctl.substr(0, ctl.find('\n')), "pids", ' ')) {
+      // Beside bestofn's own cgroup (its parent delegates memory and pids to it, so its parent
+      // holds no process: the new cgroups may go there); below it only if it is the root.
+      const bool root = own == v2.point;
+      const std::string parent = root ? own : parent_of(own);
+      std::string sub = read_text(parent + "/cgroup.subtree_control");
+      if (root && !(has_word(sub.substr(0, sub.find('\n')), "memory", ' ') && has_word(sub.substr(0, sub.find('\n')), "pids", ' ')))
+        write_control(parent + "/cgroup.subtree_control", "+memory +pids");
+      sub = read_text(parent + "/cgroup.subtree_control");
+      const std::string first = sub.substr(0, sub.find('\n'));
+      if (has_word(first, "memory", ' ') && has_word(first, "pids", ' ') && access(parent.c_str(), W_OK) == 0) {
+        s.version = Version::V2;
+        s.v2_parent = parent;
+        remove_stale(parent);
+        return s;
+      }
+      v2_why = "cgroup v2: " + parent + " cannot take new cgroups with memory and pids";
+    } else {
+      v2_why = "cgroup v2: no memory and pids controllers in " + own;
+    }
+  }
+  if (!mem.point.empty() && !mem_path.empty()) {
+    const std::string dir = cgroup_dir(mem, mem_path);
+    if (access(dir.c_str(), W_OK) == 0) {
+      s.version = Version::V1;
+      s.v1_memory_parent = dir;
+      remove_stale(dir);
+      if (!pids.point.empty() && !pids_path.empty()) {
+        const std::string p = cgroup_dir(pids, pids_path);
+        if (access(p.c_str(), W_OK) == 0) {
+          s.v1_pids_parent = p;
+          remove_stale(p);
+        }
+      }
+      return s;
+    }
+    s.why_not = "cgroup v1: " + dir + " is not writable";
+  }
+  if (s.why_not.empty()) s.why_not = !v2_why.empty() ? v2_why : "no cgroup hierarchy with the memory controller";
+  return s;
+}
+
+WorkerCgroup::WorkerCgroup(WorkerCgroup&& o) noexcept { *this = std::move(o); }
+
+WorkerCgroup& WorkerCgroup::operator=(WorkerCgroup&& o) noexcept {
+  if (this != &o) {
+    release();
+    memory_dir_ = std::move(o.memory_dir_);
+    pids_dir_ = std::move(o.pids_dir_);
+    fds_[0] = o.fds_[0];
+    fds_[1] = o.fds_[1];
+    v2_ = o.v2_;
+    o.memory_dir_.clear();
+    o.pids_dir_.clear();
+    o.fds_[0] = o.fds_[1] = -1;
+  }
+  return *this;
+}
+
+WorkerCgroup::~WorkerCgroup() { release(); }
+
+void WorkerCgroup::release() {
+  for (int& fd : fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  // The processes are dead and reaped when this runs; the kernel may still be taking the last of
+  // them out of the group for a moment.
+  for (const std::string* dir : {&memory_dir_, &pids_dir_}) {
+    if (dir->empty()) continue;
+    for (int i = 0; i < 100 && rmdir(dir->c_str()) != 0 && errno == EBUSY; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  memory_dir_.clear();
+  pids_dir_.clear();
+}
+
+WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std::uint64_t memory_max, int pids_max) {
+  static std::atomic<unsigned> serial{0};
+  const std::string name = "bestofn-" + std::to_string(getpid()) + "-" + std::to_string(serial++) + "-w" + std::to_string(worker);
+  WorkerCgroup g;
+  auto make = [&](const std::string& parent) {
+    const std::string dir = parent + "/" + name;
+    if (mkdir(dir.c_str(), 0755) != 0) throw Error(dir + ": cannot make the worker's cgroup: " + std::strerror(errno));
+    return dir;
+  };
+  auto set = [&](const std::string& file, const std::string& value, bool optional = false) {
+    if (!write_control(file, value) && !(optional && errno == ENOENT))
+      throw Error(file + ": cannot set " + value + ": " + std::strerror(errno));
+  };
+  auto open_procs = [&](const std::string& dir, int i) {
+    g.fds_[i] = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (g.fds_[i] < 0) throw Error(dir + "/cgroup.procs: " + std::strerror(errno));
+  };
+  const std::string mem = std::to_string(memory_max), pids = std::to_string(pids_max);
+  if (support.version == CgroupSupport::Version::V2) {
+    g.v2_ = true;
+    g.memory_dir_ = make(support.v2_parent);
+    set(g.memory_dir_ + "/memory.max", mem);
+    set(g.memory_dir_ + "/memory.swap.max", "0", true);
+    set(g.memory_dir_ + "/pids.max", pids);
+    open_procs(g.memory_dir_, 0);
+  } else if (support.version == CgroupSupport::Version::V1) {
+    g.memory_dir_ = make(support.v1_memory_parent);
+    set(g.memory_dir_ + "/memory.limit_in_bytes", mem);
+    set(g.memory_dir_ + "/memory.memsw.limit_in_bytes", mem, true);  // only with swap accounting
+    open_procs(g.memory_dir_, 0);
+    if (!support.v1_pids_parent.empty()) {
+      g.pids_dir_ = make(support.v1_pids_parent);
+      set(g.pids_dir_ + "/pids.max", pids);
+      open_procs(g.pids_dir_, 1);
+    }
+  }
+  return g;
+}
+
+std::uint64_t WorkerCgroup::peak_bytes() const {
+  if (memory_dir_.empty()) return 0;
+  std::ifstream f(memory_dir_ + (v2_ ? "/memory.peak" : "/memory.max_usage_in_bytes"));
+  std::uint64_t v = 0;
+  return f >> v ? v : 0;
+}
+
+}  // namespace bestofn

@@ -1,0 +1,432 @@
+// Red-team cases against the verifier's sandbox, one per way a model-written program once reached
+// the host (issue 30), each checked from the host's side: canary processes whose memory, open
+// file and name must not change; a unix socket listener that must get nothing; marker files that
+// must not appear; two runs that must not share a uid; a forking wrong program that must fail; a
+// many-process memory hog that must stay under the stated bound. Both ways of starting a
+// candidate (the worker's zygote and one interpreter per candidate) face each case.
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+#include <thread>
+
+#include "bestofn/sandbox.h"
+
+using namespace bestofn;
+
+namespace {
+
+SandboxLimits limits(bool zygote) {
+  SandboxLimits l;
+  l.timeout_s = 5.0;
+  l.zygote = zygote;
+  return l;
+}
+
+#define REQUIRE_ISOLATION(s)                                                                                   \
+  do {                                                                                                         \
+    if (!(s).missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << (s).missing()[0];    \
+    ASSERT_TRUE((s).minimal_root());                                                                           \
+  } while (0)
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A process on the host running as `uid`, as a daemon of that uid would: python3 holding a marker
+// in its memory, a file open for writing (in the host's /var/tmp), a secret in its environment,
+// and the name "bestofn-canary". report() asks it what became of them.
+class Canary {
+ public:
+  Canary(unsigned uid, const std::string& tag) {
+    file_ = "/var/tmp/bestofn-canary-" + std::to_string(getpid()) + "-" + tag;
+    {
+      std::ofstream(file_) << "original";
+    }
+    chown(file_.c_str(), uid, uid);
+    chmod(file_.c_str(), 0600);
+    int in[2], out[2];
+    EXPECT_EQ(pipe(in), 0);
+    EXPECT_EQ(pipe(out), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
+      const char* argv[] = {"python3", "-I", "-c",
+                            "import sys\n"
+                            "open('/proc/self/comm', 'w').write('bestofn-canary')\n"
+                            "marker = bytearray(b'CANARY-MEMORY-' + b'A' * 50)\n"
+                            "f = open(sys.argv[1], 'r+b')\n"
+                            "print('ready', flush=True)\n"
+                            "sys.stdin.readline()\n"
+                            "f.seek(0)\n"
+                            "print(bytes(marker).decode(), f.read().decode('utf-8', 'replace'),\n"
+                            "      open('/proc/self/comm').read().strip(), flush=True)\n",
+                            file_.c_str(), nullptr};
+      const char* envp[] = {"BESTOFN_CANARY_SECRET=canary-env-7f3a9c", "PATH=/usr/bin:/bin", nullptr};
+      execve("/usr/bin/python3", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+      _exit(4);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = fdopen(out[0], "r");
+    char line[64] = {};
+    ready_ = from_ && std::fgets(line, sizeof line, from_) && std::strcmp(line, "ready\n") == 0;
+  }
+  ~Canary() {
+    if (to_ >= 0) close(to_);
+    if (from_) std::fclose(from_);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    std::remove(file_.c_str());
+  }
+  bool ready() const { return ready_; }
+  pid_t pid() const { return pid_; }
+  // "<memory marker> <file content> <name>" as the canary sees them now.
+  std::string report() {
+    if (write(to_, "\n", 1) != 1) return "no canary";
+    char line[256] = {};
+    return std::fgets(line, sizeof line, from_) ? std::string(line) : "no answer";
+  }
+  static std::string untouched() { return "CANARY-MEMORY-" + std::string(50, 'A') + " original bestofn-canary\n"; }
+
+ private:
+  std::string file_;
+  pid_t pid_ = -1;
+  int to_ = -1;
+  FILE* from_ = nullptr;
+  bool ready_ = false;
+};
+
+// Every host process the candidate can see in /proc: its name, command line and environment read,
+// its name, memory (the canary's marker, found through maps), open files and root directory
+// written to. Prints what it saw ("SEEN [...]") and read.
+const std::string kProcAttack = R"PY(
+import os
+seen = []
+for name in sorted(os.listdir('/proc')):
+    if not name.isdigit() or int(name) == os.getpid():
+        continue
+    seen.append(name)
+    for what in ('cmdline', 'environ', 'comm'):
+        try:
+            print(what, name, open('/proc/%s/%s' % (name, what), 'rb').read()[:300])
+        except OSError:
+            pass
+    try:
+        open('/proc/%s/comm' % name, 'w').write('pwned')
+    except OSError:
+        pass
+    try:
+        mem = open('/proc/%s/mem' % name, 'r+b', buffering=0)
+        for line in open('/proc/%s/maps' % name).read().splitlines():
+            span, perms = line.split()[:2]
+            if 'w' not in perms:
+                continue
+            lo, hi = (int(x, 16) for x in span.split('-'))
+            try:
+                mem.seek(lo)
+                i = mem.read(hi - lo).find(b'CANARY-MEMORY-')
+                if i >= 0:
+                    mem.seek(lo + i)
+                    mem.write(b'PWNED!')
+            except (OSError, ValueError, OverflowError):
+                pass
+    except OSError:
+        pass
+    try:
+        for fd in os.listdir('/proc/%s/fd' % name):
+            try:
+                open('/proc/%s/fd/%s' % (name, fd), 'w').write('pwned')
+            except OSError:
+                pass
+    except OSError:
+        pass
+    for d in ('var/tmp', 'tmp', 'dev/shm'):
+        try:
+            open('/proc/%s/root/%s/MARK' % (name, d), 'w').write('x')
+        except OSError:
+            pass
+for d in ('/var/tmp', '/run', '/home', '/root', '/sys', '/etc/passwd'):
+    print('exists', d, os.path.exists(d))
+print('SEEN', seen)
+print('OWN', str(os.getpid()) in os.listdir('/proc'))  # a procfs is there, its own namespace's
+)PY";
+
+}  // namespace
+
+// Finding 1: the host's /proc. The candidate sees a procfs of its own PID namespace only, without
+// the zygote (hidepid=2): no host process, so nothing of a canary of its own uid or of nobody's.
+TEST(SandboxAttacks, TheHostsProcIsOutOfReach) {
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    const Sandbox s(limits(zygote));
+    REQUIRE_ISOLATION(s);
+    const std::string mark = "bestofn-attack-" + std::to_string(getpid()) + (zygote ? "-z" : "-f");
+    Canary same_uid(s.uid_of(0), "same"), nobody(65534, "nobody");
+    ASSERT_TRUE(same_uid.ready() && nobody.ready());
+    std::string attack = kProcAttack;
+    for (std::size_t at; (at = attack.find("MARK")) != std::string::npos;) attack.replace(at, 4, mark);
+    const Verdict v = s.run(attack);
+    ASSERT_TRUE(v.passed()) << v.result << "\n" << v.err;
+    EXPECT_NE(v.out.find("SEEN []"), std::string::npos) << v.out;  // not even the zygote
+    EXPECT_NE(v.out.find("OWN True"), std::string::npos) << v.out;
+    for (const char* gone : {"/var/tmp", "/run", "/home", "/root", "/sys", "/etc/passwd"})
+      EXPECT_NE(v.out.find(std::string("exists ") + gone + " False"), std::string::npos) << gone << "\n" << v.out;
+    EXPECT_EQ(v.out.find("canary-env-7f3a9c"), std::string::npos);
+    // The host's pid 1 (root): its command line is nowhere in what the candidate read.
+    const std::string init_cmdline = read_file("/proc/1/cmdline");
+    const std::string init_argv0 = init_cmdline.substr(0, init_cmdline.find('\0'));
+    if (!init_argv0.empty()) {
+      EXPECT_EQ(v.out.find(init_argv0), std::string::npos) << init_argv0;
+    }
+    EXPECT_EQ(same_uid.report(), Canary::untouched());
+    EXPECT_EQ(nobody.report(), Canary::untouched());
+    for (const char* dir : {"/var/tmp/", "/tmp/", "/dev/shm/"}) EXPECT_FALSE(std::filesystem::exists(dir + mark)) << dir;
+  }
+}
+
+// Finding 2: unix sockets on the host. No host socket file is in the sandbox's root, and creating
+// a unix socket other than a socket pair is refused (seccomp), so a listener in the host's
+// /var/tmp and /tmp (mode 0777: any uid could connect) gets nothing, by path or through /proc.
+TEST(SandboxAttacks, AHostUnixSocketGetsNothing) {
+  const std::string stream_path = "/var/tmp/bestofn-attack-" + std::to_string(getpid()) + ".sock";
+  const std::string dgram_path = "/tmp/bestofn-attack-" + std::to_string(getpid()) + ".dgram";
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  const int dgram = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+  ASSERT_GE(listener, 0);
+  ASSERT_GE(dgram, 0);
+  for (auto [fd, path] : {std::pair{listener, stream_path}, std::pair{dgram, dgram_path}}) {
+    std::remove(path.c_str());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << path;
+    chmod(path.c_str(), 0777);
+  }
+  ASSERT_EQ(listen(listener, 8), 0);
+  const std::string program =
+      "import os, socket\n"
+      "paths = ['" + stream_path + "', '" + dgram_path + "', '/proc/1/root" + stream_path + "', '/run/docker.sock']\n"
+      "for p in paths:\n"
+      "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+      "        try:\n"
+      "            s = socket.socket(socket.AF_UNIX, kind)\n"
+      "            raise AssertionError('socket(AF_UNIX) was allowed')\n"
+      "        except PermissionError:\n"
+      "            pass\n"
+      // A socket pair's datagram end can name a path: nothing by that path exists in the sandbox.
+      "    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "    try:\n"
+      "        a.sendto(b'pwned', p)\n"
+      "        raise AssertionError('sent to ' + p)\n"
+      "    except (FileNotFoundError, PermissionError):\n"
+      "        pass\n"
+      // Ordinary programs keep socket pairs (multiprocessing's duplex pipes, asyncio's wake-up).
+      "a, b = socket.socketpair()\n"
+      "a.sendall(b'ok')\n"
+      "assert b.recv(2) == b'ok'\n";
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    const Sandbox s(limits(zygote));
+    REQUIRE_ISOLATION(s);
+    const Verdict v = s.run(program);
+    EXPECT_TRUE(v.passed()) << v.result << "\n" << v.err;
+  }
+  EXPECT_LT(accept(listener, nullptr, nullptr), 0);
+  EXPECT_EQ(errno, EAGAIN);
+  char buf[16];
+  EXPECT_LT(recv(dgram, buf, sizeof buf, 0), 0);
+  close(listener);
+  close(dgram);
+  std::remove(stream_path.c_str());
+  std::remove(dgram_path.c_str());
+}
+
+// Finding 3: uids shared with the host and between runs. Each worker of each run leases a uid of
+// its own, with no account and no process, held by a lock: a second run (here a second Sandbox,
+// and another process) gets another, and when the range is used up a run says so rather than share.
+// A candidate of one run cannot reach a candidate of the other running at the same time.
+TEST(SandboxAttacks, ConcurrentRunsNeverShareAUid) {
+  const Sandbox a(limits(false)), b(limits(false));
+  REQUIRE_ISOLATION(a);
+  const unsigned ua = a.uid_of(0), ub = b.uid_of(0), ua1 = a.uid_of(1);
+  EXPECT_NE(ua, ub);
+  EXPECT_NE(ua, ua1);
+  EXPECT_NE(ub, ua1);
+  for (unsigned u : {ua, ub, ua1}) {
+    EXPECT_NE(u, 65534u);
+    EXPECT_GE(u, SandboxLimits{}.uid_base);
+    EXPECT_EQ(getpwuid(u), nullptr) << u;
+  }
+  // A range of one uid, already held by `a`: another run, in this process or another, gets none.
+  SandboxLimits one = limits(false);
+  one.uid_base = ua;
+  one.uid_count = 1;
+  const Sandbox c(one);
+  const Verdict refused = c.run("pass\n");
+  EXPECT_EQ(refused.status, Verdict::Status::SandboxError);
+  EXPECT_NE(refused.result.find("no free sandbox uid"), std::string::npos) << refused.result;
+  const pid_t other = fork();
+  if (other == 0) {
+    try {
+      const Sandbox d(one);
+      d.uid_of(0);
+      _exit(0);  // got the uid `a` holds
+    } catch (const std::exception&) {
+      _exit(7);
+    }
+  }
+  int st = 0;
+  waitpid(other, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7) << st;
+  // Run a's candidate holds a secret in its /tmp/work; b's looks for it everywhere it can.
+  std::thread holder([&] {
+    const Verdict v = a.run("import time\nopen('/tmp/work/secret', 'w').write('run-a-secret-51c2')\ntime.sleep(1.5)\n");
+    EXPECT_TRUE(v.passed()) << v.result;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Verdict v = b.run(
+      "import os\n"
+      "found = []\n"
+      "for root, dirs, files in os.walk('/'):\n"
+      "    if root == '/':\n"
+      "        dirs[:] = [d for d in dirs if d not in ('proc', 'usr')]\n"
+      "    found += [os.path.join(root, f) for f in files if f == 'secret']\n"
+      "for pid in os.listdir('/proc'):\n"
+      "    for where in ('root/tmp/work/secret', 'cwd/secret'):\n"
+      "        if pid.isdigit() and os.path.exists('/proc/%s/%s' % (pid, where)):\n"
+      "            found.append('/proc/%s/%s' % (pid, where))\n"
+      "print('FOUND', found)\n");
+  holder.join();
+  EXPECT_TRUE(v.passed()) << v.result;
+  EXPECT_NE(v.out.find("FOUND []"), std::string::npos) << v.out;
+}
+
+// Finding 4: a wrong program that forks at every call of the function under test, the child
+// answering right and the parent wrong: only the all-children path gets through the tests. It
+// fails, since only the program's main process may prove a pass. A program that forks and whose
+// main process passes still passes; one whose children write to the channel fails.
+TEST(SandboxAttacks, AForkingWrongProgramFails) {
+  const std::string check = "def check(f):\n    assert f(2) == 4\n    assert f(3) == 9\n    assert f(4) == 16\n\n";
+  const std::string forking_wrong =
+      "import os\n"
+      "def sq(x):\n"
+      "    if os.fork() == 0:\n"
+      "        return x * x\n"
+      "    os.wait()\n"
+      "    return x + 1\n" + check + "check(sq)\n";
+  const std::string forking_right =
+      "import os\n"
+      "def sq(x):\n"
+      "    pid = os.fork()\n"
+      "    if pid == 0:\n"
+      "        os._exit(0)\n"
+      "    os.waitpid(pid, 0)\n"
+      "    return x * x\n" + check + "check(sq)\n";
+  const std::string child_writes =
+      "import os\n"
+      "def sq(x):\n"
+      "    return x * x\n" + check + "check(sq)\n"
+      "if os.fork() == 0:\n"
+      "    os.write(3, b'0123456789abcdef0123456789abcdef\\n')\n"
+      "    os._exit(0)\n"
+      "os.wait()\n";
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    const Sandbox s(limits(zygote));
+    REQUIRE_ISOLATION(s);
+    const Verdict wrong = s.run(forking_wrong);
+    EXPECT_EQ(wrong.status, Verdict::Status::Failed) << wrong.result;
+    const Verdict right = s.run(forking_right);
+    EXPECT_TRUE(right.passed()) << right.result << right.err;
+    const Verdict other = s.run(child_writes);
+    EXPECT_EQ(other.status, Verdict::Status::Failed);
+    EXPECT_EQ(other.result, "failed: the verifier's channel (fd 3) got writes other than the token from the program's main process");
+  }
+}
+
+// Finding 5: no bound on a candidate's total memory. Six children of 200 MB each, every one
+// within the per-process address-space limit: together they must stay under the worker cgroup's
+// memory.max (here 512 MiB), read from the host side as the cgroup's peak.
+TEST(SandboxAttacks, AManyProcessMemoryHogStopsAtTheBound) {
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    SandboxLimits l = limits(zygote);
+    l.timeout_s = 4.0;
+    l.sandbox_memory_bytes = 512u << 20;
+    const Sandbox s(l);
+    REQUIRE_ISOLATION(s);
+    ASSERT_FALSE(s.memory_cgroup_of(0).empty()) << s.memory_bound();
+    EXPECT_NE(s.memory_bound().find("512 MiB"), std::string::npos) << s.memory_bound();
+    const Verdict v = s.run(
+        "import os, time\n"
+        "kids = []\n"
+        "for i in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = b'x' * (200 << 20)\n"  // written, so resident
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "for pid in kids:\n"
+        "    os.waitpid(pid, 0)\n"
+        "time.sleep(30)\n");
+    EXPECT_FALSE(v.passed()) << v.result;
+    const std::uint64_t peak = s.memory_peak_of(0);
+    EXPECT_LE(peak, l.sandbox_memory_bytes) << s.memory_cgroup_of(0);
+    EXPECT_GE(peak, 300u << 20) << "the hog never reached the bound: the test tested nothing";
+    // The next candidate of the worker runs as usual.
+    EXPECT_TRUE(s.run("x = b'y' * (100 << 20)\n").passed());
+  }
+}
+
+// Where no cgroup can be made (here: turned off), the bound is the fallback's: 8 processes of the
+// per-process address space each, named in a warning and in memory_bound().
+TEST(SandboxAttacks, WithoutACgroupTheProcessCountBoundsTheMemory) {
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    SandboxLimits l = limits(zygote);
+    l.cgroups = false;
+    const Sandbox s(l);
+    if (!s.minimal_root()) GTEST_SKIP() << "sandbox isolation unavailable here";
+    EXPECT_TRUE(s.memory_cgroup_of(0).empty());
+    ASSERT_FALSE(s.missing().empty());
+    EXPECT_NE(s.missing().back().find("a memory cgroup (turned off)"), std::string::npos) << s.missing().back();
+    EXPECT_NE(s.memory_bound().find("at most 8 processes"), std::string::npos) << s.memory_bound();
+    const Verdict v = s.run(
+        "import os, resource\n"
+        "assert resource.getrlimit(resource.RLIMIT_NPROC) == (8, 8), resource.getrlimit(resource.RLIMIT_NPROC)\n"
+        "kids, refused = [], 0\n"
+        "for i in range(12):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except BlockingIOError:\n"
+        "        refused += 1\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        import time\n"
+        "        time.sleep(5)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "assert len(kids) == 7 and refused == 5, (len(kids), refused)\n");
+    EXPECT_TRUE(v.passed()) << v.result << v.err;
+  }
+}
