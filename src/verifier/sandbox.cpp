@@ -90,7 +90,8 @@ constexpr const char* kBootstrap =
 //                      zygote exits (a unix socket outlived the candidate, or a mount failed).
 // The candidate child: "setup" on fd 3 (the verifier learns the main process from it), the
 // program in a new /tmp/work/prog.py, rlimits (address space relative to the child's own size),
-// the worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh path. The modules imported first are there for the candidates (an
+// the worker's uid, no_new_privs, fds 0-3 only; then the program runs exactly as in the fresh
+// path. The modules imported first are there for the candidates (an
 // import of one costs them nothing), not for the zygote.
 constexpr const char* kZygote = R"PY(
 import os, sys, socket, select, resource, ctypes, traceback, errno
