@@ -41,7 +41,7 @@ const Sandbox& hostile_box() {
 
 #define REQUIRE_ISOLATION()                                                                              \
   do {                                                                                                   \
-    if (!box().missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << box().missing()[0]; \
+    if (!box().isolated()) GTEST_SKIP() << "sandbox isolation unavailable here: " << box().missing()[0];       \
   } while (0)
 
 // Processes of a sandbox uid still alive anywhere. Each worker of each Sandbox leases a uid no
@@ -383,12 +383,12 @@ TEST(SandboxZygote, CandidatesAreForkedAndShareNothing) {
                    "import os, socket\n"
                    "fd = os.open('/tmp/pinned', os.O_CREAT | os.O_WRONLY, 0o600)\n"
                    "os.write(fd, b'x' * (16 << 20))\nos.unlink('/tmp/pinned')\n"
-                   "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                   "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)\n"
                    "socket.send_fds(a, [b'x'], [fd, a.fileno(), b.fileno()])\n",
                    "import os\n"
                    "st = os.statvfs('/tmp')\n"
                    "assert st.f_blocks - st.f_bfree < 16, (st.f_bfree, st.f_blocks)\n"  // its own prog.py only
-                   "assert len(open('/proc/net/unix').readlines()) == 1, open('/proc/net/unix').read()\n");
+                   "assert len(open('/proc/self/net/unix').readlines()) == 1, open('/proc/self/net/unix').read()\n");
   // /tmp holds a bounded number of files (what the zygote may have to clear away).
   leave_then_check("as many files as /tmp takes",
                    "n = 0\n"

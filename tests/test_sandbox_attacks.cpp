@@ -37,8 +37,7 @@ SandboxLimits limits(bool zygote) {
 
 #define REQUIRE_ISOLATION(s)                                                                                   \
   do {                                                                                                         \
-    if (!(s).missing().empty()) GTEST_SKIP() << "sandbox isolation unavailable here: " << (s).missing()[0];    \
-    ASSERT_TRUE((s).minimal_root());                                                                           \
+    if (!(s).isolated()) GTEST_SKIP() << "sandbox isolation unavailable here: " << (s).missing()[0];          \
   } while (0)
 
 std::string read_file(const std::string& path) {
@@ -232,12 +231,11 @@ TEST(SandboxAttacks, AHostUnixSocketGetsNothing) {
       "            raise AssertionError('socket(AF_UNIX) was allowed')\n"
       "        except PermissionError:\n"
       "            pass\n"
-      // A socket pair's datagram end can name a path: nothing by that path exists in the sandbox.
-      "    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      // A socket pair's datagram end could name a path in sendto(): datagram pairs are refused.
       "    try:\n"
-      "        a.sendto(b'pwned', p)\n"
-      "        raise AssertionError('sent to ' + p)\n"
-      "    except (FileNotFoundError, PermissionError):\n"
+      "        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "        raise AssertionError('a datagram socket pair was allowed')\n"
+      "    except PermissionError:\n"
       "        pass\n"
       // Ordinary programs keep socket pairs (multiprocessing's duplex pipes, asyncio's wake-up).
       "a, b = socket.socketpair()\n"
@@ -258,6 +256,54 @@ TEST(SandboxAttacks, AHostUnixSocketGetsNothing) {
   close(dgram);
   std::remove(stream_path.c_str());
   std::remove(dgram_path.c_str());
+}
+
+// Beyond the five findings (the review of the change): no new user namespace (the cheapest way to
+// the kernel's riskier parts), no socket family but IPv4 and IPv6 (vsock reaches a VM's host,
+// which network namespaces do not isolate), and io_uring's back door to both is shut; threads,
+// fork and subprocess still work.
+TEST(SandboxAttacks, TheKernelsRiskierDoorsAreShut) {
+  const std::string program =
+      "import ctypes, errno, os, socket, subprocess, threading, platform\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000\n"
+      "assert libc.unshare(CLONE_NEWUSER) == -1 and ctypes.get_errno() == errno.EPERM\n"
+      "assert libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == -1 and ctypes.get_errno() == errno.EPERM\n"
+      "clone, io_uring_setup = {'x86_64': (56, 425), 'aarch64': (220, 425)}[platform.machine()]\n"
+      "assert libc.syscall(clone, CLONE_NEWUSER | 17, 0, 0, 0, 0) == -1 and ctypes.get_errno() == errno.EPERM\n"
+      "assert libc.syscall(io_uring_setup, 8, None) == -1 and ctypes.get_errno() == errno.ENOSYS\n"
+      "for family in (socket.AF_UNIX, 40, socket.AF_PACKET, socket.AF_NETLINK, 38):\n"  // 40 vsock, 38 alg
+      "    try:\n"
+      "        socket.socket(family, socket.SOCK_DGRAM if family == socket.AF_NETLINK else socket.SOCK_STREAM)\n"
+      "        raise AssertionError('socket family %d allowed' % family)\n"
+      "    except PermissionError:\n"
+      "        pass\n"
+      "socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()\n"
+      "socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close()\n"
+      "out = []\n"
+      "t = threading.Thread(target=lambda: out.append(1))\n"
+      "t.start()\n"
+      "t.join()\n"
+      "assert out == [1]\n"
+      "assert subprocess.run(['/usr/bin/python3', '-c', 'print(6 * 7)'], capture_output=True).stdout == b'42\\n'\n"
+      "r, w = os.pipe()\n"
+      "pid = os.fork()\n"
+      "if pid == 0:\n"
+      "    os.read(r, 1)\n"
+      "    os._exit(3)\n"
+      // Its own child is in its /proc, with the status it can read (both paths: the zygote's
+      // candidates are dumpable again after the uid change).
+      "assert 'State:' in open('/proc/%d/status' % pid).read()\n"
+      "assert os.readlink('/proc/%d/cwd' % pid) == '/tmp/work'\n"
+      "os.write(w, b'x')\n"
+      "assert os.waitpid(pid, 0)[1] == 3 << 8\n";
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    const Sandbox s(limits(zygote));
+    REQUIRE_ISOLATION(s);
+    const Verdict v = s.run(program);
+    EXPECT_TRUE(v.passed()) << v.result << "\n" << v.err;
+  }
 }
 
 // Finding 3: uids shared with the host and between runs. Each worker of each run leases a uid of
@@ -374,7 +420,7 @@ TEST(SandboxAttacks, AManyProcessMemoryHogStopsAtTheBound) {
     l.sandbox_memory_bytes = 512u << 20;
     const Sandbox s(l);
     REQUIRE_ISOLATION(s);
-    ASSERT_FALSE(s.memory_cgroup_of(0).empty()) << s.memory_bound();
+    if (s.memory_cgroup_of(0).empty()) GTEST_SKIP() << "no memory cgroup here: " << s.missing().back();
     EXPECT_NE(s.memory_bound().find("512 MiB"), std::string::npos) << s.memory_bound();
     const Verdict v = s.run(
         "import os, time\n"

@@ -109,6 +109,9 @@ class Sandbox {
   std::string memory_bound() const;
   // Whether candidates get the minimal root (false: the host's tree, read-only, as a fallback).
   bool minimal_root() const { return minimal_root_; }
+  // Namespaces, the minimal root, a uid of its own and the seccomp filter: all but the memory
+  // cgroup (whose absence has a bound of its own, memory_bound()).
+  bool isolated() const { return namespaces_ && minimal_root_ && drop_uid_ && seccomp_; }
  private:
   SandboxLimits limits_;
   std::string python_;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,21 +66,28 @@ std::string cgroup_dir(const Mount& m, const std::string& path) {
 
 std::string parent_of(const std::string& dir) { return dir.substr(0, dir.find_last_of('/')); }
 
-// rmdir of the "bestofn-<pid>-..." cgroups in `parent` whose bestofn is gone (empty ones only:
-// rmdir refuses the others).
+// rmdir of the "bestofn-..." cgroups in `parent` that no live bestofn holds: each run holds a
+// flock on its worker cgroups' directories for their life (a pid would not do: a run in another
+// PID namespace may share the parent), and rmdir refuses a cgroup that still has processes.
 void remove_stale(const std::string& parent) {
   DIR* d = opendir(parent.c_str());
   if (!d) return;
   while (const dirent* e = readdir(d)) {
-    const char* name = e->d_name;
-    if (std::strncmp(name, "bestofn-", 8) != 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name + 8, &end, 10);
-    if (end == name + 8 || *end != '-' || pid <= 0) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    rmdir((parent + "/" + name).c_str());
+    if (std::strncmp(e->d_name, "bestofn-", 8) != 0) continue;
+    const std::string dir = parent + "/" + e->d_name;
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) rmdir(dir.c_str());
+    close(fd);
   }
   closedir(d);
+}
+
+// The directory, opened and locked for as long as the worker lives (see remove_stale).
+int hold(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) throw Error(dir + ": cannot lock the worker's cgroup: " + std::strerror(errno));
+  return fd;
 }
 
 }  // namespace
@@ -113,25 +121,27 @@ CgroupSupport CgroupSupport::detect() {
   if (!v2.point.empty() && !v2_path.empty()) {
     const std::string own = cgroup_dir(v2, v2_path);
     const std::string ctl = read_text(own + "/cgroup.controllers");
-    if (has_word(ctl.substr(0, ctl.find('\n')), "memory", ' ') && has_word(ctl.substr(0, ctl.find('\n')), "pids", ' ')) {
+    if (has_word(ctl.substr(0, ctl.find('\n')), "memory", ' ')) {
       // Beside bestofn's own cgroup (its parent delegates memory and pids to it, so its parent
       // holds no process: the new cgroups may go there); below it only if it is the root.
       const bool root = own == v2.point;
       const std::string parent = root ? own : parent_of(own);
       std::string sub = read_text(parent + "/cgroup.subtree_control");
-      if (root && !(has_word(sub.substr(0, sub.find('\n')), "memory", ' ') && has_word(sub.substr(0, sub.find('\n')), "pids", ' ')))
+      if (root && !(has_word(sub.substr(0, sub.find('\n')), "memory", ' ') && has_word(sub.substr(0, sub.find('\n')), "pids", ' '))) {
         write_control(parent + "/cgroup.subtree_control", "+memory +pids");
+        write_control(parent + "/cgroup.subtree_control", "+memory");  // where pids is not there
+      }
       sub = read_text(parent + "/cgroup.subtree_control");
       const std::string first = sub.substr(0, sub.find('\n'));
-      if (has_word(first, "memory", ' ') && has_word(first, "pids", ' ') && access(parent.c_str(), W_OK) == 0) {
+      if (has_word(first, "memory", ' ') && access(parent.c_str(), W_OK) == 0) {
         s.version = Version::V2;
         s.v2_parent = parent;
         remove_stale(parent);
         return s;
       }
-      v2_why = "cgroup v2: " + parent + " cannot take new cgroups with memory and pids";
+      v2_why = "cgroup v2: " + parent + " cannot take new cgroups with the memory controller";
     } else {
-      v2_why = "cgroup v2: no memory and pids controllers in " + own;
+      v2_why = "cgroup v2: no memory controller in " + own;
     }
   }
   if (!mem.point.empty() && !mem_path.empty()) {
@@ -162,12 +172,14 @@ WorkerCgroup& WorkerCgroup::operator=(WorkerCgroup&& o) noexcept {
     release();
     memory_dir_ = std::move(o.memory_dir_);
     pids_dir_ = std::move(o.pids_dir_);
-    fds_[0] = o.fds_[0];
-    fds_[1] = o.fds_[1];
+    for (int i = 0; i < 2; ++i) {
+      fds_[i] = o.fds_[i];
+      locks_[i] = o.locks_[i];
+      o.fds_[i] = o.locks_[i] = -1;
+    }
     v2_ = o.v2_;
     o.memory_dir_.clear();
     o.pids_dir_.clear();
-    o.fds_[0] = o.fds_[1] = -1;
   }
   return *this;
 }
@@ -179,6 +191,7 @@ void WorkerCgroup::release() {
     if (fd >= 0) close(fd);
     fd = -1;
   }
+  // Removed while still locked (no other run may take it for stale meanwhile), then unlocked.
   // The processes are dead and reaped when this runs; the kernel may still be taking the last of
   // them out of the group for a moment.
   for (const std::string* dir : {&memory_dir_, &pids_dir_}) {
@@ -187,15 +200,21 @@ void WorkerCgroup::release() {
   }
   memory_dir_.clear();
   pids_dir_.clear();
+  for (int& fd : locks_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
 }
 
 WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std::uint64_t memory_max, int pids_max) {
   static std::atomic<unsigned> serial{0};
   const std::string name = "bestofn-" + std::to_string(getpid()) + "-" + std::to_string(serial++) + "-w" + std::to_string(worker);
   WorkerCgroup g;
-  auto make = [&](const std::string& parent) {
+  auto make = [&](const std::string& parent, int i) {
     const std::string dir = parent + "/" + name;
     if (mkdir(dir.c_str(), 0755) != 0) throw Error(dir + ": cannot make the worker's cgroup: " + std::strerror(errno));
+    (i == 0 ? g.memory_dir_ : g.pids_dir_) = dir;
+    g.locks_[i] = hold(dir);
     return dir;
   };
   auto set = [&](const std::string& file, const std::string& value, bool optional = false) {
@@ -209,18 +228,20 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
   const std::string mem = std::to_string(memory_max), pids = std::to_string(pids_max);
   if (support.version == CgroupSupport::Version::V2) {
     g.v2_ = true;
-    g.memory_dir_ = make(support.v2_parent);
+    make(support.v2_parent, 0);
     set(g.memory_dir_ + "/memory.max", mem);
     set(g.memory_dir_ + "/memory.swap.max", "0", true);
-    set(g.memory_dir_ + "/pids.max", pids);
+    set(g.memory_dir_ + "/pids.max", pids, true);  // the pids controller is welcome, not required
     open_procs(g.memory_dir_, 0);
   } else if (support.version == CgroupSupport::Version::V1) {
-    g.memory_dir_ = make(support.v1_memory_parent);
+    make(support.v1_memory_parent, 0);
     set(g.memory_dir_ + "/memory.limit_in_bytes", mem);
     set(g.memory_dir_ + "/memory.memsw.limit_in_bytes", mem, true);  // only with swap accounting
     open_procs(g.memory_dir_, 0);
-    if (!support.v1_pids_parent.empty()) {
-      g.pids_dir_ = make(support.v1_pids_parent);
+    if (support.v1_pids_parent == support.v1_memory_parent) {  // both controllers on one hierarchy
+      set(g.memory_dir_ + "/pids.max", pids);
+    } else if (!support.v1_pids_parent.empty()) {
+      make(support.v1_pids_parent, 1);
       set(g.pids_dir_ + "/pids.max", pids);
       open_procs(g.pids_dir_, 1);
     }

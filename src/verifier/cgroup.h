@@ -2,9 +2,9 @@
 // A cgroup per verifier worker that holds every process of its sandbox (the zygote and each
 // candidate with all it forks, or the fresh path's candidate): memory.max (RAM and tmpfs pages,
 // no swap) and pids.max bound what a candidate's processes hold together, where the per-process
-// RLIMIT_AS alone let 64 processes hold 64 GiB. cgroup v2 (memory and pids delegated to the
-// cgroup bestofn runs in, the new ones made beside it) or v1 (the memory and pids hierarchies,
-// the new ones made below bestofn's own). The sandbox's first process moves itself in, through
+// RLIMIT_AS alone let 64 processes hold 64 GiB. cgroup v2 (the memory controller, and pids where
+// it is there, delegated to the cgroup bestofn runs in: the new ones made beside it) or v1 (the
+// memory and pids hierarchies: the new ones made below bestofn's own). The sandbox's first process moves itself in, through
 // cgroup.procs files opened here, before it runs anything else.
 #include <cstdint>
 #include <string>
@@ -18,7 +18,7 @@ struct CgroupSupport {
   std::string v1_memory_parent, v1_pids_parent;   // v1: the same per hierarchy (pids may be empty)
   std::string why_not;                            // None: what is missing
   // Reads /proc/self/mountinfo and /proc/self/cgroup; removes the empty worker cgroups that
-  // killed bestofn runs left (their pid is gone).
+  // killed bestofn runs left (no run holds their lock).
   static CgroupSupport detect();
 };
 
@@ -43,6 +43,7 @@ class WorkerCgroup {
  private:
   std::string memory_dir_, pids_dir_;  // v2: one directory, in memory_dir_
   int fds_[2] = {-1, -1};
+  int locks_[2] = {-1, -1};  // the directories, flocked while the worker lives (stale ones are not)
   bool v2_ = false;
   void release();
 };

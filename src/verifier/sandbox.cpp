@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -193,7 +194,11 @@ if r != 0:
 sys.argv[:] = ['-c']  # what a fresh interpreter (the other path) shows, not the zygote's arguments
 src = ctypes.string_at(job.src, job.len)
 helper.bestofn_zygote_enter(ctypes.byref(job))
-_run(src, job.token)
+def _take_token():  # out of the module's globals: __main__.job no longer holds it
+    token = job.token
+    ctypes.memset(ctypes.addressof(job), 0, ctypes.sizeof(job))
+    return token
+_run(src, _take_token())
 )PY";
 
 // What the child needs, prepared by the parent: after clone the child only makes system calls.
@@ -283,6 +288,9 @@ BESTOFN_CHILD_CODE bool make_filesystem(const ChildArgs& a) {
   } else {
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
     if (a.readonly && (errno = sandbox_root::readonly_tree("/")) != 0) fail(a, "read-only mounts");
+    // Not the host's /proc, even here: this PID namespace's over it (and writable, for the
+    // candidates' own oom_score_adj).
+    if ((errno = sandbox_root::mount_proc("/proc")) != 0) fail(a, "mount /proc");
   }
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
   const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;
@@ -395,18 +403,32 @@ BESTOFN_CHILD_CODE int seccomp_probe_child(void*) {
 }
 
 // The namespace probe's child, in the sandbox's namespaces: exits 0 when the minimal root (`arg`,
-// a RootProbe) could be built and pivoted into, 10 when only a private mount tree with read-only
-// mounts was possible, 11 when only a private mount tree, 2 when not even that. What failed in
-// the root goes to the probe's pipe as "step: errno N".
+// a RootProbe) could be built and pivoted into and the interpreter runs in it (it execs the
+// interpreter, whose exit status is then the probe's), 10 when only a private mount tree with
+// read-only mounts was possible, 11 when only a private mount tree, 2 when not even that. What
+// failed goes to the probe's pipe: "step: errno N", or what the interpreter wrote to stderr.
 struct RootProbe {
   const sandbox_root::Plan* plan;
+  const char* python;
   int report_fd;
 };
 BESTOFN_CHILD_CODE int probe_child(void* arg) {
   const RootProbe& p = *static_cast<RootProbe*>(arg);
   const char* step = "minimal root";
-  const int e = sandbox_root::build(*p.plan, &step);
-  if (e == 0) _exit(0);
+  int e = sandbox_root::build(*p.plan, &step);
+  if (e == 0) {
+    // The interpreter with the modules the zygote imports (their shared libraries included):
+    // exit 0, or 12 from the loader or an ImportError, its message on the report pipe.
+    const char* argv[] = {"python3", "-I", "-c",
+                          "import sys, ctypes, socket, select, resource, hashlib, decimal, json, math, re\n"
+                          "sys.exit(0)\n",
+                          nullptr};
+    if (dup2(p.report_fd, 1) >= 0 && dup2(p.report_fd, 2) >= 0) execve(p.python, const_cast<char* const*>(argv), const_cast<char* const*>(kEnv));
+    step = "exec python3 in the minimal root";
+    e = errno;
+    report_errno(p.report_fd, step, e);
+    _exit(12);
+  }
   report_errno(p.report_fd, step, e);
   // A failed build may have left the tree half-made: what is left to test is a private tree.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(2);
@@ -577,6 +599,14 @@ std::size_t interpreter_baseline(const std::string& python) {
   return kb ? kb * 1024 : (64u << 20);
 }
 
+// What a probe wrote (a setup step's errno, or the interpreter's last stderr line), on one line.
+std::string probe_text(const char* buf, ssize_t n) {
+  std::string s = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (const std::size_t nl = s.find_last_of('\n'); nl != std::string::npos) s = s.substr(nl + 1);
+  return s.empty() ? "the probe failed" : s;
+}
+
 // BESTOFN_SANDBOX_UIDS=BASE[:COUNT], when set, replaces the limits' uid range.
 void uid_range_from_environment(SandboxLimits& l) {
   const char* v = std::getenv("BESTOFN_SANDBOX_UIDS");
@@ -610,28 +640,35 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
       break;
     }
   if (python_.empty()) throw Error("verifier: no python3 interpreter in /usr/bin, /usr/local/bin or /bin");
+  // The interpreter itself, not a link to it: the minimal root holds its trees, not necessarily
+  // the links' (/etc/alternatives).
+  char real[PATH_MAX];
+  if (realpath(python_.c_str(), real)) python_ = real;
   drop_uid_ = geteuid() == 0;
   root_plan_ = std::make_unique<sandbox_root::Plan>(sandbox_root::make_plan(python_));
   // Probe the namespaces, with the minimal root in them, with a child that exits at once.
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) throw Error(std::string("verifier: pipe: ") + std::strerror(errno));
-  RootProbe probe{root_plan_.get(), report[1]};
+  RootProbe probe{root_plan_.get(), python_.c_str(), report[1]};
   errno = 0;
   const int ns = run_probe(probe_child, kNamespaces, &probe);
   const int clone_errno = errno;
   close(report[1]);
-  char why_root[256] = {};
+  char why_root[512] = {};
   const ssize_t why_n = read(report[0], why_root, sizeof why_root - 1);
   close(report[0]);
-  namespaces_ = ns == 0 || ns == 10 || ns == 11;
+  // Any other status from the probe: the interpreter ran in the root but failed (an ImportError,
+  // a shared library the root lacks: its loader's message is in why_root). Then the host's tree,
+  // read-only, as where the root cannot be built at all, and a warning saying why.
+  namespaces_ = ns >= 0 && ns != 2;
   minimal_root_ = ns == 0;
-  readonly_ = ns == 0 || ns == 10;
+  readonly_ = ns != 11 && namespaces_;
   if (!namespaces_)
     missing_.push_back(std::string("pid/mount/network/ipc namespaces (") + (clone_errno != 0 ? std::strerror(clone_errno) : "probe failed") +
                        "): no network isolation, a detached grandchild may survive, /tmp is shared, the host's /proc is visible");
   if (namespaces_ && !minimal_root_)
-    missing_.push_back("a minimal root (" + std::string(why_n > 0 ? why_root : "probe failed") +
-                       "): candidates see the host's files read-only, its /proc, and its unix socket files");
+    missing_.push_back("a minimal root (" + probe_text(why_root, why_n) +
+                       "): candidates see the host's files read-only and its unix socket files (not its /proc)");
   // Probe the filter (no namespaces needed: the fresh path without them uses it too).
   const int sc = run_probe(seccomp_probe_child, 0, nullptr);
   seccomp_ = sc == 0;
@@ -668,6 +705,9 @@ std::string Sandbox::memory_bound() const {
     return std::string("each worker's cgroup (") + (cgroups_->version == CgroupSupport::Version::V2 ? "v2" : "v1") +
            ") holds its sandbox's processes together to " + mib(static_cast<double>(limits_.sandbox_memory_bytes)) +
            " of memory (tmpfs files included, no swap) and " + std::to_string(limits_.processes + 1) + " processes";
+  if (!drop_uid_)
+    return "nothing bounds a candidate's processes together: bestofn is not root, so no cgroup, and "
+           "RLIMIT_NPROC would count this user's own processes";
   const std::size_t per_process = (baseline_as_ ? baseline_as_ : (64u << 20)) + limits_.memory_bytes;
   return "a candidate runs at most " + std::to_string(limits_.fallback_processes) + " processes (RLIMIT_NPROC) of " +
          mib(static_cast<double>(per_process)) + " of address space each: " +

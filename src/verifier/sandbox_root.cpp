@@ -45,14 +45,17 @@ Plan make_plan(const std::string& python) {
     }
   }
   // An interpreter outside those trees (/opt/python3.12/bin/python3): its prefix as well, with
-  // the directories above it.
+  // the directories above it; never a top-level directory or one in a home (/root/bin/python3
+  // would bind all of /root). Such an interpreter then fails the probe, which says why.
   char real[PATH_MAX];
   if (realpath(python.c_str(), real)) {
     const std::string exe = real;
     bool covered = false;
     for (const std::string& b : bound) covered = covered || is_under(exe, b);
     const std::string prefix = std::filesystem::path(exe).parent_path().parent_path().string();
-    if (!covered && prefix.size() > 1) {
+    const bool private_tree = is_under(prefix, "/home") || is_under(prefix, "/root");
+    const bool top_level = std::filesystem::path(prefix).parent_path() == "/";
+    if (!covered && !private_tree && !top_level) {
       std::string so_far;
       for (const auto& part : std::filesystem::path(prefix).parent_path().relative_path()) {
         so_far += '/';

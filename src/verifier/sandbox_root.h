@@ -60,6 +60,16 @@ inline int readonly_tree(const char* path) {
   return syscall(SYS_mount_setattr, AT_FDCWD, path, 0x8000 /* AT_RECURSIVE */, &attr, sizeof attr) == 0 ? 0 : errno;
 }
 
+// A procfs of the calling process's PID namespace at `path`: hidepid=2 hides every process of
+// another uid (the zygote, root); with subset=pid (Linux 5.8+) it also leaves out the host-wide
+// files (/proc/sched_debug, /proc/kallsyms, /proc/sys, ...), which the sandbox's setup writes
+// through the host's /proc before. 0 or an errno.
+inline int mount_proc(const char* path) {
+  constexpr unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  if (mount("proc", path, "proc", flags, "hidepid=invisible,subset=pid") == 0 || mount("proc", path, "proc", flags, "hidepid=2") == 0) return 0;
+  return errno;
+}
+
 // Builds the root in the calling process's (new, unshared) mount namespace and pivots into it;
 // the old root is detached. 0, or an errno with *step naming what failed. The caller then mounts
 // its tmpfs on /tmp and /dev/shm.
@@ -121,11 +131,9 @@ inline int build(const Plan& plan, const char** step) {
   }
   // The procfs of the calling process's PID namespace (the sandbox's init's), after the rest is
   // read-only: a process writes its own /proc/self files (the candidate's setup, its
-  // oom_score_adj); hidepid=2 hides every process of another uid (the zygote, root).
+  // oom_score_adj).
   for (const Entry& e : plan.entries)
-    if (e.kind == Entry::Kind::Proc &&
-        mount("proc", e.path.c_str() + plan.staging.size(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") != 0)
-      return failed("mount /proc");
+    if (e.kind == Entry::Kind::Proc && (errno = mount_proc(e.path.c_str() + plan.staging.size())) != 0) return failed("mount /proc");
   errno = 0;
   return 0;
 }

@@ -4,20 +4,27 @@
 // the namespaces and the minimal root leave open:
 //  - the kernel keyrings (add_key, request_key, keyctl: EPERM), whose user keyring belongs to the
 //    uid, machine-wide, and so would carry data from one candidate to the next;
-//  - unix sockets other than socket pairs (socket(AF_UNIX, ...): EPERM). The minimal root holds no
-//    host socket file, so there is nothing to connect() to; this is the second wall, should a
-//    socket path ever become reachable (a host's /run/docker.sock, D-Bus, a database). socketpair()
-//    stays allowed: Python's multiprocessing pipes and asyncio's wake-up use it. (A socket pair's
-//    datagram end can still name a path in sendmsg(); seccomp cannot read that address: the first
-//    wall alone covers it.)
-//  - io_uring (ENOSYS): its operations create sockets and connect them without the system calls
-//    this filter sees;
+//  - new user namespaces (unshare or clone with CLONE_NEWUSER: EPERM; clone3, whose flags sit in
+//    memory the filter cannot read: ENOSYS, on which glibc falls back to clone): inside one a
+//    candidate would hold CAP_SYS_ADMIN and CAP_NET_ADMIN over new namespaces, the way most
+//    kernel exploits get at nf_tables, packet sockets or mounts;
+//  - sockets of any family but AF_INET and AF_INET6 (EPERM: no interface is up in the sandbox's
+//    network namespace anyway). No unix socket other than a socket pair, so no connect() to a
+//    host socket file, should one ever be reachable (the minimal root holds none: this is the
+//    second wall); no AF_VSOCK, which network namespaces do not isolate (a VM's host at CID 2);
+//    no packet, netlink or crypto sockets;
+//  - datagram socket pairs (EPERM): a datagram end can name a path in sendto()/sendmsg(), the one
+//    way a socket pair reaches a socket file. Stream and seqpacket pairs stay: Python's
+//    multiprocessing pipes and asyncio's wake-up use them (and they refuse addresses);
+//  - io_uring (ENOSYS): its operations create and connect sockets without the system calls this
+//    filter sees;
 //  - every other system call ABI (i386 int 0x80, x32: ENOSYS), whose numbers the filter would
 //    otherwise have to know as well.
 // No allocation: callable in a clone()d child. Needs no_new_privs (or CAP_SYS_ADMIN) first.
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -37,7 +44,13 @@ inline constexpr unsigned kArch = AUDIT_ARCH_AARCH64;
 inline int install() {
 #if defined(__x86_64__) || defined(__aarch64__)
   // Each refused call is "equal? then the next instruction returns, else skip it": no long jumps.
+  // A call whose arguments decide is one block: its number (else skip the block), its argument
+  // loaded, the test, the refusal, and the allowance (no later rule is about that call).
 #define BESTOFN_REFUSE(nr, err) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err))
+  // The kernel reads these arguments (flags, domain, type) as ints: the low 32 bits, the first
+  // word of args[i] on these little-endian ABIs.
+#define BESTOFN_ARG(i) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args) + 8 * (i))
+#define BESTOFN_ALLOW BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
   static const sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
@@ -53,13 +66,36 @@ inline int install() {
       BESTOFN_REFUSE(__NR_io_uring_setup, ENOSYS),
       BESTOFN_REFUSE(__NR_io_uring_enter, ENOSYS),
       BESTOFN_REFUSE(__NR_io_uring_register, ENOSYS),
-      // socket(domain, ...): the kernel reads the domain as an int, the argument's low 32 bits
-      // (the first word of args[0] on these little-endian ABIs).
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 3),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args)),
-      BESTOFN_REFUSE(AF_UNIX, EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BESTOFN_REFUSE(__NR_clone3, ENOSYS),
+      // unshare(flags), clone(flags, ...): CLONE_NEWUSER refused.
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_unshare, 0, 4),
+      BESTOFN_ARG(0),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4),
+      BESTOFN_ARG(0),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
+      // socket(domain, ...): AF_INET and AF_INET6 only.
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 5),
+      BESTOFN_ARG(0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
+      // socketpair(domain, type, ...): no datagram pair (the type less its SOCK_* flag bits).
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 5),
+      BESTOFN_ARG(1),
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_DGRAM, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
+      BESTOFN_ALLOW,  // every other call
   };
+#undef BESTOFN_ALLOW
+#undef BESTOFN_ARG
 #undef BESTOFN_REFUSE
   const sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), const_cast<sock_filter*>(code)};
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : errno;

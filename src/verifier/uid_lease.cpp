@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
+#include <sys/random.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,11 +33,36 @@ const char* lock_dir() {
   return nullptr;
 }
 
+// A user or a group of that number (the sandbox uses it as both).
 bool has_account(unsigned uid) {
-  passwd pw{}, *found = nullptr;
   std::vector<char> buf(16384);
-  return getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr;
+  passwd pw{}, *user = nullptr;
+  group gr{}, *grp = nullptr;
+  return (getpwuid_r(uid, &pw, buf.data(), buf.size(), &user) == 0 && user != nullptr) ||
+         (getgrgid_r(uid, &gr, buf.data(), buf.size(), &grp) == 0 && grp != nullptr);
 }
+
+// The ids this process can switch to: /proc/self/uid_map's (or gid_map's) ranges. Where bestofn
+// is root in a user namespace (rootless podman, Kubernetes hostUsers: false), only the mapped ids
+// exist; setresuid to another fails.
+struct IdMap {
+  std::vector<std::pair<unsigned long long, unsigned long long>> ranges;  // [first, first + count)
+  explicit IdMap(const char* path) {
+    FILE* f = std::fopen(path, "re");
+    if (!f) {
+      ranges.push_back({0, 1ull << 32});  // no user namespaces here: every id
+      return;
+    }
+    unsigned long long inside, outside, count;
+    while (std::fscanf(f, "%llu %llu %llu", &inside, &outside, &count) == 3) ranges.push_back({inside, inside + count});
+    std::fclose(f);
+  }
+  bool has(unsigned id) const {
+    for (const auto& [first, end] : ranges)
+      if (id >= first && id < end) return true;
+    return false;
+  }
+};
 
 }  // namespace
 
@@ -81,8 +108,17 @@ UidLease::~UidLease() {
 UidLease UidLease::acquire(unsigned base, unsigned count) {
   const char* dir = lock_dir();
   if (!dir) throw Error("verifier: no directory for the sandbox uid locks (/run/bestofn/uids or /tmp/bestofn-uids, owned by this user, not writable by others)");
+  const IdMap uids("/proc/self/uid_map"), gids("/proc/self/gid_map");
+  // From a random place in the range: two hosts (containers) that share a kernel but not their
+  // lock directories then rarely meet on one uid.
+  unsigned start = 0;
+  if (getrandom(&start, sizeof start, 0) != static_cast<ssize_t>(sizeof start)) start = static_cast<unsigned>(getpid());
+  start %= count;
+  unsigned mapped = 0;
   for (unsigned i = 0; i < count; ++i) {
-    const unsigned uid = base + i;
+    const unsigned uid = base + (start + i) % count;
+    if (!uids.has(uid) || !gids.has(uid)) continue;
+    ++mapped;
     char path[256];
     std::snprintf(path, sizeof path, "%s/%u.lock", dir, uid);
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -100,6 +136,10 @@ UidLease UidLease::acquire(unsigned base, unsigned count) {
     lease.fd_ = fd;
     return lease;
   }
+  if (mapped == 0)
+    throw Error("verifier: no sandbox uid in " + std::to_string(base) + ".." + std::to_string(base + count - 1) +
+                " is mapped in this user namespace (/proc/self/uid_map, gid_map); choose a mapped range with "
+                "BESTOFN_SANDBOX_UIDS=BASE[:COUNT]");
   throw Error("verifier: no free sandbox uid in " + std::to_string(base) + ".." + std::to_string(base + count - 1) +
               " (each is locked by a running worker, has an account, or has processes); choose another range with "
               "BESTOFN_SANDBOX_UIDS=BASE[:COUNT]");

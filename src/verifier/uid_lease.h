@@ -16,9 +16,12 @@ class UidLease {
   UidLease(const UidLease&) = delete;
   UidLease& operator=(const UidLease&) = delete;
   ~UidLease();
-  // The first uid of [base, base + count) whose lock is free, with no account (getpwuid) and no
-  // process running under it (real, effective, saved or filesystem uid). Locks live in
-  // /run/bestofn/uids (root's), else /tmp/bestofn-uids. Throws Error naming why none is free.
+  // A uid of [base, base + count), tried from a random place in it, that is mapped in this user
+  // namespace (as uid and gid), whose lock is free, with no account (user or group) and no
+  // process running under it (real, effective, saved or filesystem uid, among the processes this
+  // PID namespace shows). Locks live in /run/bestofn/uids (root's), else /tmp/bestofn-uids: two
+  // containers with their own /run can still meet on one uid (the random start makes it rare).
+  // Throws Error naming why none is free.
   static UidLease acquire(unsigned base, unsigned count);
   bool held() const { return fd_ >= 0; }
   unsigned uid() const { return uid_; }

@@ -294,6 +294,9 @@ void bestofn_zygote_enter(bestofn_job* job) {
   set_limit(RLIMIT_AS, size + job->as_extra, "rlimit as");
   const uid_t uid = job->uid;
   if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) fail("drop to the worker's uid");
+  // A uid change without an exec leaves the process not dumpable: its own /proc/<pid> files
+  // root's, its children out of its reach (hidepid). The fresh path's exec resets that; so here.
+  if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) fail("dumpable");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("no_new_privs");
   close(4);
 }
