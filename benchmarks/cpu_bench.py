@@ -10,7 +10,7 @@
 
   python benchmarks/cpu_bench.py --bestofn build/bestofn --steps 128 --out benchmarks/results/cpu.jsonl
 
-Targets (DESIGN/benchmarks): tok/s at N=16 >= 6x tok/s at N=1; bestofn N=1 >= llama.cpp N=1.
+Targets (docs/development.md): tok/s at N=16 >= 6x tok/s at N=1; bestofn N=1 >= llama.cpp N=1.
 The llama.cpp side uses Q8_0 (1.06 bytes per weight, embeddings and the output tensor included) as
 the closest GGUF match to bestofn's FP8 weights; --gguf-type f16 is there too. bestofn keeps the
 checkpoint's BF16 lm_head unless --quantize-lm-head (then FP8, as Q8_0 has its output tensor in

@@ -1,5 +1,5 @@
 // kernel_quantize_fp8_rows against the CPU reference cpu::quantize_fp8_rows: codes and scales must
-// agree bit for bit (../shared/DESIGN.md's numerics contract), so the tolerance is zero.
+// agree bit for bit (the numerics contract in docs/architecture.md), so the tolerance is zero.
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -1,5 +1,5 @@
 #pragma once
-// The engine contract (../shared/DESIGN.md): a prompt is prefilled once into a prefix whose KV is kept once;
+// The engine contract (docs/architecture.md): a prompt is prefilled once into a prefix whose KV is kept once;
 // a slot is one candidate, referencing its prefix and owning its suffix KV; one decode step takes
 // a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
 // ids and positions, never strings. CPU and CUDA engines implement it; src/backends.cpp picks one.

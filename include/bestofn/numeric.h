@@ -2,7 +2,7 @@
 // Scalar conversions between float and the storage types of checkpoints: BF16, F16, FP8 E4M3/E5M2.
 // Float -> narrow conversions round to nearest even. The E4M3 encoder saturates to +-448 and is
 // bit-identical to CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), so that the CPU
-// reference and the GPU quantize the same way (the numerics contract in ../shared/DESIGN.md).
+// reference and the GPU quantize the same way (the numerics contract in docs/architecture.md).
 #include <bit>
 #include <cmath>
 #include <cstdint>

@@ -86,7 +86,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // The round trip of a cache line between two threads (ns): two threads hand a counter back and
 // forth. On the development VM this tells where the hypervisor put the two vCPUs: ~85 ns when
 // they share a last-level cache, ~370 ns when they do not, and the decode numbers move with it
-// (README, CPU speed). 0 with one core.
+// (docs/commands.md, CPU speed). 0 with one core.
 double core_round_trip_ns() {
   if (default_threads() < 2) return 0.0;
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine's idle workers stop polling (cpu/thread_pool.cpp)

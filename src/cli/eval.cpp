@@ -312,7 +312,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       "Rows are appended as they are made: after an interruption (Ctrl-C, a kill, a full disk),\n"
       "--resume generates and verifies only what is missing, with the same draws.\n"
       "Unset sampling flags take the model's generation_config.json (else temperature 1).\n"
-      "Stop strings: the dataset's defaults (see the README) unless --stop is given. --chat: the\n"
+      "Stop strings: the dataset's defaults (docs/commands.md) unless --stop is given. --chat: the\n"
       "prompt is wrapped in the chat template and the code block is taken from the reply.\n"
       "Exit codes: 0 ok, 1 error, 2 usage, 3 below a --fail-under threshold, 130 interrupted.\n"
       "Examples:\n"

@@ -120,7 +120,7 @@ Runner add_inspect(CLI::App& app) {
       "against the config, and reports. Example:\n"
       "  bestofn inspect ~/models/Llama-3.1-8B-Instruct-FP8 --json");
   sub->add_option("MODEL_DIR", opt->model_dir, "Hugging Face model directory")->required();
-  sub->add_flag("--json", opt->json, "Print one JSON object (keys documented in the README)");
+  sub->add_flag("--json", opt->json, "Print one JSON object (keys documented in docs/commands.md)");
   sub->add_option("--quantize", opt->quantize, "Report as loaded with online quantization")
       ->check(CLI::IsMember({"none", "fp8"}))
       ->default_str("none");
