@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "bestofn/numeric.h"
+#include "bestofn/util/numeric.h"
 #include "bestofn_version.h"
 #include "cpu/gemm_fp8.h"
 

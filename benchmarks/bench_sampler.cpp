@@ -1,4 +1,4 @@
-// The host sampler (bestofn::sample_token, src/sampler.cpp) alone, one thread: the time of one
+// The host sampler (bestofn::sample_token, src/engine/sampler.cpp) alone, one thread: the time of one
 // draw over a vocabulary row, for the row sizes of Llama 2 (32000) and Llama 3 (128256) and three
 // rows: "peaked" (logits 2.5 N(0, 1) with five tokens at 12..16, which then hold nearly all the
 // mass, as a confident model's next token does), "spread" (2.5 N(0, 1) alone: top-p 0.95 needs
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/sampler.h"
+#include "bestofn/engine/sampler.h"
 #include "bestofn_version.h"
 
 int main(int argc, char** argv) {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/tokenizer.h"
+#include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn_version.h"
 
 namespace {

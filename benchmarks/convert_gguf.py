@@ -3,7 +3,7 @@
 
 Used by benchmarks/cpu_bench.py so that llama.cpp runs the very same weights as bestofn.
 
-Handles what `bestofn make-synthetic` writes (src/synthetic.cpp): config.json with the Llama
+Handles what `bestofn make-synthetic` writes (src/model/synthetic.cpp): config.json with the Llama
 fields (llama3 rope scaling, GQA, tied or untied lm_head), safetensors shards holding F32, BF16,
 F16 or compressed-tensors FP8 (F8_E4M3 weight + F32 `weight_scale` of shape [out, 1] or []).
 FP8 is dequantized as weight * weight_scale in float32, then written as F16 or Q8_0.

@@ -61,8 +61,8 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/cublas_loader.cpp
   )
   target_include_directories(bestofn_cuda PUBLIC include PRIVATE src kernels)
-  # bestofn_core and bestofn_cuda need each other (the engine interface, the weights; the CUDA
-  # engine): CMake repeats the two static libraries on the link line.
+  # bestofn_cuda does not link bestofn_core (the engine interface, the weights, the errors it
+  # uses): bestofn_backends links both, this one first.
   # cuBLAS and cuBLASLt are not linked: src/cuda/cublas_loader.cpp loads them when a CUDA engine
   # starts (libcublasLt's load-time relocations cost every bestofn process ~40 ms otherwise). Their
   # headers come with CUDA::cudart; the directory CMake found the libraries in is the fallback.
@@ -71,7 +71,7 @@ if(BESTOFN_HAVE_CUDA)
   else()
     set(BESTOFN_CUBLAS_DIR "${CUDAToolkit_LIBRARY_DIR}")
   endif()
-  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart bestofn_core ${CMAKE_DL_LIBS})
+  target_link_libraries(bestofn_cuda PUBLIC CUDA::cudart ${CMAKE_DL_LIBS} PRIVATE nlohmann_json::nlohmann_json spdlog::spdlog)
   set_source_files_properties(src/cuda/cublas_loader.cpp PROPERTIES COMPILE_DEFINITIONS "BESTOFN_CUBLAS_DIR=\"${BESTOFN_CUBLAS_DIR}\"")
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)

@@ -3,9 +3,9 @@
 // must have what program() and plus_program() need.
 #include <string>
 
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/utf8.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/utf8.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

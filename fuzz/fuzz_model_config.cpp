@@ -3,8 +3,8 @@
 // to_config_json.
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/model_config.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/model_config.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

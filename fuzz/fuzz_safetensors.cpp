@@ -3,8 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bestofn/error.h"
-#include "bestofn/safetensors.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/safetensors.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/safetensors.h"
 #include "fuzz_util.h"
 
 namespace fs = std::filesystem;

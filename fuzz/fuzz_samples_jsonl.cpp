@@ -3,7 +3,7 @@
 // anything else is a bestofn::Error naming FILE:LINE.
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cli/jsonl.h"
 #include "fuzz_util.h"
 

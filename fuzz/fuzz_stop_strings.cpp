@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/stop_strings.h"
+#include "bestofn/generate/stop_strings.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/error.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/utf8.h"
+#include "bestofn/util/error.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/util/utf8.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

@@ -4,7 +4,7 @@
 // UTF-8. lossy must agree with first_invalid and with sequence_length.
 #include <string>
 
-#include "bestofn/utf8.h"
+#include "bestofn/util/utf8.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "attention.cuh"
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "row_ops.cuh"

@@ -2,8 +2,8 @@
 // token; each element is copied (F32) or widened (BF16, exact), so the result is bit-identical.
 #include <string>
 
-#include "bestofn/dtype.h"
-#include "bestofn/error.h"
+#include "bestofn/util/dtype.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "row_ops.cuh"

@@ -1,5 +1,5 @@
 // FP8 E4M3 quantization of activation rows, with a dynamic per-row scale or a checkpoint's static
-// input_scale: the GPU twin of cpu::quantize_fp8_rows (dynamic) and cpu::quantize_fp8_row (static),
+// input_scale: the GPU twin of quantize_fp8_rows (dynamic) and quantize_fp8_row (static),
 // bit for bit (fmaxf amax, IEEE division, RNE saturating conversion: see row_ops.cuh).
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"

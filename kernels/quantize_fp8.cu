@@ -1,12 +1,12 @@
-// FP8 E4M3 quantization with one scale per row: the GPU twin of cpu::quantize_fp8_rows
-// (src/cpu/quantize.cpp). One block per row: amax reduction, then per-element conversion.
+// FP8 E4M3 quantization with one scale per row: the GPU twin of quantize_fp8_rows
+// (src/model/quantize.cpp). One block per row: amax reduction, then per-element conversion.
 #include <cuda_fp8.h>
 
 #include <climits>
 #include <string>
 
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
 #include "cuda/cuda_check.h"
 #include "quantize_fp8.cuh"
 #include "row_ops.cuh"

@@ -8,7 +8,7 @@
 
 namespace bestofn::cuda {
 
-// GPU twin of cpu::quantize_fp8_rows (include/bestofn/quantize.h), bit for bit.
+// GPU twin of quantize_fp8_rows (include/bestofn/model/quantize.h), bit for bit.
 // d_x: (rows, cols) float, row-major, on the device. d_q: (rows, cols) E4M3 codes. d_scales: (rows).
 // Asynchronous on `stream`; launch errors throw bestofn::Error, execution errors surface at the
 // next synchronizing call.

@@ -1,11 +1,11 @@
 // RMSNorm, alone and fused with FP8 E4M3 quantization of its output (the input of the q/k/v and
-// gate/up GEMMs). GPU twins of cpu::rmsnorm (then cpu::quantize_fp8_rows / quantize_fp8_row).
+// gate/up GEMMs). GPU twins of cpu::rmsnorm (then quantize_fp8_rows / quantize_fp8_row).
 // One block per row. The sum of squares is a tree reduction, not the CPU's sequential loop, so the
 // two differ by a few ulp of the row's 1/rms: a tolerance, stated in tests/test_gpu_elementwise.cpp.
 #include <string>
 
-#include "bestofn/dtype.h"
-#include "bestofn/error.h"
+#include "bestofn/util/dtype.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "row_ops.cuh"

@@ -1,5 +1,5 @@
 // RoPE on q and k, and the KV cache write: the GPU twin of cpu::rope (src/cpu/ops.cpp) followed by
-// bestofn::bf16_from_float on each k / v value (BF16 cache), or by cpu::quantize_fp8_rows over each
+// bestofn::bf16_from_float on each k / v value (BF16 cache), or by quantize_fp8_rows over each
 // row's KV heads (FP8 cache), as the CPU engine appends its cache rows.
 //
 // HF rotate_half layout: element i pairs with i + hd/2. angle = float(pos) * inv_freq[i] in fp32
@@ -9,7 +9,7 @@
 #include <climits>
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "row_ops.cuh"

@@ -1,7 +1,7 @@
 #pragma once
 // Device helpers shared by the row kernels (rmsnorm.cu, quantize_act.cu, swiglu.cu, argmax.cu,
 // embedding.cu): block reductions, weight widening, and FP8 E4M3 quantization of one row exactly
-// as cpu::quantize_fp8_rows / cpu::quantize_fp8_row do it. Device code: include from .cu files only.
+// as quantize_fp8_rows / quantize_fp8_row do it. Device code: include from .cu files only.
 // No relocatable device code in bestofn_cuda, so everything here is inline and each .cu file gets
 // its own copy.
 #include <cuda_fp8.h>
@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
 
 namespace bestofn::cuda::rowops {
 
@@ -53,7 +53,7 @@ __device__ inline float widen(float w) { return w; }
 __device__ inline float widen(std::uint16_t w) { return __uint_as_float(static_cast<unsigned>(w) << 16); }
 
 // FP8 E4M3 codes q_row (n) and *scale_out for one row whose element c is value_at(c), on the whole
-// block. static_scale > 0: that scale; else amax / 448 (1 for an all-zero row), cpu::fp8_row_scale.
+// block. static_scale > 0: that scale; else amax / 448 (1 for an all-zero row), fp8_row_scale.
 // value_at must return the same float for the same c on every call (it is called twice).
 template <typename ValueAt>
 __device__ void quantize_row_fp8(ValueAt value_at, int n, float static_scale, std::uint8_t* q_row, float* scale_out) {

@@ -1,5 +1,5 @@
-// Sampling: the GPU twin of bestofn::sample_token (src/sampler.cpp; the rule is documented in
-// include/bestofn/sampler.h), with the same counter-based Philox4x32-10 draw (src/rng.cpp).
+// Sampling: the GPU twin of bestofn::sample_token (src/engine/sampler.cpp; the rule is documented in
+// include/bestofn/engine/sampler.h), with the same counter-based Philox4x32-10 draw (src/util/rng.cpp).
 //
 // One block per row. No sort and no temporary buffer: every step of the rule is a search for a
 // boundary in the order the CPU walks, done by bisection over a 64-bit sort key, each probe one
@@ -16,8 +16,8 @@
 // are not supported. Measure before tuning (benchmarks/GPU_TODO.md).
 //
 // Numerics: weights w = expf(z - zmax) in fp32 (CUDA expf is within 2 ulp; the CPU's
-// cpu::exp_poly too, but not the same bits), all sums in double, as on the CPU, but summed per
-// thread and then by a fixed tree instead of in the CPU's orders (src/sampler.cpp). The keys, the candidate cut and top-k are exact; the top-p and min-p boundaries
+// exp_poly too, but not the same bits), all sums in double, as on the CPU, but summed per
+// thread and then by a fixed tree instead of in the CPU's orders (src/engine/sampler.cpp). The keys, the candidate cut and top-k are exact; the top-p and min-p boundaries
 // and the draw agree with the CPU except where u * kept (or top_p * total) lies within a few fp32
 // ulps of a cumulative mass: near-ties may pick a neighbouring token. Deterministic run to run.
 #include <cub/block/block_reduce.cuh>
@@ -25,7 +25,7 @@
 #include <climits>
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 
@@ -35,7 +35,7 @@ namespace {
 constexpr int kBlock = 512;
 using u64 = unsigned long long;
 
-// Philox4x32-10 exactly as bestofn::philox4x32_10 (src/rng.cpp).
+// Philox4x32-10 exactly as bestofn::philox4x32_10 (src/util/rng.cpp).
 __device__ void philox4x32_10(unsigned (&c)[4], unsigned k0, unsigned k1) {
   constexpr unsigned kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {

@@ -14,10 +14,10 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/numeric.h"
-#include "bestofn/safetensors.h"
-#include "bestofn/text_file.h"
-#include "bestofn/utf8.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/safetensors.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/util/utf8.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

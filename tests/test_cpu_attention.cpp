@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/numeric.h"
+#include "bestofn/util/numeric.h"
 #include "cpu/attention.h"
-#include "cpu/exp_poly.h"
+#include "util/exp_poly.h"
 #include "cpu/prefix_attention.h"
 #include "test_util.h"
 
-// cpu::ExpV16 passes 64-byte vectors by value to an inline function: -Wpsabi's ABI note does not apply.
+// ExpV16 passes 64-byte vectors by value to an inline function: -Wpsabi's ABI note does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace bestofn {
@@ -305,7 +305,7 @@ TEST(CpuAttention, PrefixProductsSumInTheStatedOrder) {
       }
 }
 
-// The softmax weights' exp (cpu::exp_poly) against exp in double: within 2 ulp (relative 2.4e-7)
+// The softmax weights' exp (exp_poly) against exp in double: within 2 ulp (relative 2.4e-7)
 // over the range scores minus their max take, exact at 0, NaN kept; a wrong polynomial coefficient
 // or a dropped low part of ln 2 is off by far more.
 TEST(CpuAttention, ExpPolyIsWithinTwoUlp) {
@@ -314,27 +314,27 @@ TEST(CpuAttention, ExpPolyIsWithinTwoUlp) {
   for (int i = 0; i <= 2000000; ++i) {
     const float x = -87.0f + 87.0f * static_cast<float>(i) / 2000000.0f;
     const double ref = std::exp(static_cast<double>(x));
-    const double rel = std::fabs(static_cast<double>(cpu::exp_poly(x)) - ref) / ref;
+    const double rel = std::fabs(static_cast<double>(exp_poly(x)) - ref) / ref;
     if (rel > worst) worst = rel, worst_x = x;
   }
   EXPECT_LE(worst, 2.4e-7) << "at x = " << worst_x;
-  EXPECT_EQ(cpu::exp_poly(0.0f), 1.0f);
-  EXPECT_TRUE(std::isnan(cpu::exp_poly(NAN)));
+  EXPECT_EQ(exp_poly(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(exp_poly(NAN)));
   // The 16-lane form (softmax_rows) gives each lane exp_poly's bits, clamped ends and NaN included.
   int differ = 0;
   for (int i = 0; i <= 200000; i += 16) {
-    cpu::ExpV16 v;
+    ExpV16 v;
     for (int k = 0; k < 16; ++k) v[k] = -100.0f + 200.0f * static_cast<float>(i + k) / 200000.0f;
     if (i == 0) v[3] = NAN, v[4] = -INFINITY, v[5] = INFINITY;
-    const cpu::ExpV16 e = cpu::exp_poly(v);
+    const ExpV16 e = exp_poly(v);
     for (int k = 0; k < 16; ++k) {
-      const float one = cpu::exp_poly(static_cast<float>(v[k])), lane = e[k];
+      const float one = exp_poly(static_cast<float>(v[k])), lane = e[k];
       differ += std::memcmp(&one, &lane, sizeof one) != 0;
     }
   }
   EXPECT_EQ(differ, 0);
-  EXPECT_GT(cpu::exp_poly(5.0f), 148.41f);
-  EXPECT_LT(cpu::exp_poly(5.0f), 148.42f);
+  EXPECT_GT(exp_poly(5.0f), 148.41f);
+  EXPECT_LT(exp_poly(5.0f), 148.42f);
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/numeric.h"
-#include "bestofn/weights.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/weights.h"
 #include "cpu/cpu_features.h"
 #include "cpu/gemm_fp8.h"
 #include "cpu/gemm_wide.h"

@@ -10,8 +10,8 @@
 #include <random>
 #include <set>
 
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
 #include "cpu/attention.h"
 #include "cuda/gemm_algo_cache.h"
 #include "cuda/plan.h"

@@ -6,9 +6,9 @@
 #include <optional>
 #include <regex>
 
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/text_file.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/text_file.h"
 #include "test_util.h"
 
 using namespace bestofn;

@@ -8,14 +8,14 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
-#include "bestofn/safetensors.h"
-#include "bestofn/safetensors_writer.h"
-#include "bestofn/sampler.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/weights.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/safetensors.h"
+#include "bestofn/model/safetensors_writer.h"
+#include "bestofn/engine/sampler.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/model/weights.h"
 #include "cpu/ops.h"
 #include "test_util.h"
 
@@ -31,7 +31,7 @@ std::shared_ptr<const Weights> load(const std::filesystem::path& dir, bool quant
   return std::make_shared<const Weights>(load_model(dir, o));
 }
 
-std::vector<float> cpu_rope_inv_freq_for_test(const ModelConfig& c) { return cpu::rope_inv_freq(c); }
+std::vector<float> cpu_rope_inv_freq_for_test(const ModelConfig& c) { return rope_inv_freq(c); }
 
 int argmax(std::span<const float> v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/text_file.h"
+#include "bestofn/util/text_file.h"
 #include "test_util.h"
 
 using namespace bestofn::test;

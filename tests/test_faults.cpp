@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bestofn/datasets.h"
-#include "bestofn/sandbox.h"
-#include "bestofn/text_file.h"
-#include "bestofn/verifier.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/verifier/sandbox.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/verifier/verifier.h"
 #include "test_util.h"
 #include "verifier/sanitizer.h"
 

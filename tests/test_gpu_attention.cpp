@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "bestofn/model_config.h"
-#include "bestofn/numeric.h"
-#include "bestofn/quantize.h"
-#include "bestofn/rng.h"
-#include "bestofn/sampler.h"
+#include "bestofn/model/model_config.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/quantize.h"
+#include "bestofn/util/rng.h"
+#include "bestofn/engine/sampler.h"
 #include "cpu/attention.h"
 #include "cpu/ops.h"
 #include "cuda/cuda_api.h"
@@ -134,7 +134,7 @@ TEST(GpuRopeKv, MatchesCpuRopeAndBf16Rounding) {
       ModelConfig c;
       c.head_dim = s.hd, c.rope_theta = 500000.0;
       c.rope_scaling = RopeScaling{RopeScalingType::Llama3, 8.0, 1.0, 4.0, 8192};
-      const std::vector<float> inv_freq = cpu::rope_inv_freq(c);
+      const std::vector<float> inv_freq = rope_inv_freq(c);
       const auto qd = static_cast<std::size_t>(s.n_heads * s.hd), kvd = static_cast<std::size_t>(s.n_kv * s.hd);
       const auto N = static_cast<std::size_t>(T);
       std::vector<float> q = test::random_floats(N * qd, seed + 1), k = test::random_floats(N * kvd, seed + 2),
@@ -554,7 +554,7 @@ TEST(GpuPrefillAttention, Fp8RowsGiveTheBf16ResultOfTheSameValues) {
     }
 }
 
-// rope_kv_write_cuda into FP8 rows against cpu::rope + cpu::quantize_fp8_rows over each row's KV
+// rope_kv_write_cuda into FP8 rows against cpu::rope + quantize_fp8_rows over each row's KV
 // heads. v: the same floats in, so the same codes and scales bit for bit (the quantizer is the
 // activation quantizer's, GpuQuantize). k: the rotation may differ in its last fp32 bits where
 // cosf / sinf do (GpuRopeKv above: ~10% of rotated values differ in the last bit), which can move
@@ -570,7 +570,7 @@ TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
       SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
       ModelConfig c;
       c.head_dim = s.hd, c.rope_theta = 500000.0;
-      const std::vector<float> inv_freq = cpu::rope_inv_freq(c);
+      const std::vector<float> inv_freq = rope_inv_freq(c);
       const auto qd = static_cast<std::size_t>(s.n_heads * s.hd), kvd = static_cast<std::size_t>(s.n_kv * s.hd);
       const auto N = static_cast<std::size_t>(T), heads = static_cast<std::size_t>(s.n_kv);
       const std::size_t rb = cuda::kv_row_bytes(cuda::KvFormat::FP8, kvd, s.hd);
@@ -595,8 +595,8 @@ TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
         cpu::rope(k.data() + t * kvd, s.n_kv, s.hd, pos[t], inv_freq);
         std::vector<std::uint8_t> kq(kvd), vq(kvd);
         std::vector<float> ks(heads), vs(heads);
-        cpu::quantize_fp8_rows(k.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), kq.data(), ks.data());
-        cpu::quantize_fp8_rows(v.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), vq.data(), vs.data());
+        quantize_fp8_rows(k.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), kq.data(), ks.data());
+        quantize_fp8_rows(v.data() + t * kvd, heads, static_cast<std::size_t>(s.hd), vq.data(), vs.data());
         const std::uint8_t* krow = kg.data() + (N - 1 - t) * rb;
         const std::uint8_t* vrow = vg.data() + (N - 1 - t) * rb;
         float kscale[64], vscale[64];
@@ -761,7 +761,7 @@ TEST(GpuSample, TiedLogitsBreakTiesById) {
 }
 
 // Equal logits make every weight exactly 1, so each sum is an exact integer and the token is
-// floor(u * kept) on both sides: the device Philox and uniform01 must equal src/rng.cpp's for
+// floor(u * kept) on both sides: the device Philox and uniform01 must equal src/util/rng.cpp's for
 // every row, including seeds and prompts with their high words set.
 TEST(GpuSample, EqualLogitsExposeTheDrawExactly) {
   SKIP_WITHOUT_GPU();

@@ -7,11 +7,11 @@
 
 #include <map>
 
-#include "bestofn/backends.h"
-#include "bestofn/error.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/weights.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/util/error.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/model/weights.h"
 #include "cli/devices.h"
 #include "gpu_test_util.h"
 #include "test_util.h"

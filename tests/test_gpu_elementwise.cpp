@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/numeric.h"
-#include "bestofn/quantize.h"
-#include "bestofn/weights.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/quantize.h"
+#include "bestofn/model/weights.h"
 #include "cpu/ops.h"
 #include "cuda/kernels.h"
 #include "gpu_test_util.h"
@@ -222,7 +222,7 @@ TEST(GpuElementwise, RmsNormMatchesCpuWithinReductionTolerance) {
 }
 
 // --- rmsnorm + FP8. No fused CPU twin exists: the twin is composed here as cpu::rmsnorm, then
-// cpu::quantize_fp8_rows (dynamic) or cpu::quantize_fp8_row per row (static), which is what
+// quantize_fp8_rows (dynamic) or quantize_fp8_row per row (static), which is what
 // cpu::linear does to its input. The normalized values differ by up to rmsnorm_rtol, so a code may
 // move by one E4M3 step where a value sits on a rounding boundary, and the dynamic scale (amax / 448)
 // by rmsnorm_rtol plus the division's rounding: compare_fp8's inexact mode. ---
@@ -242,9 +242,9 @@ TEST(GpuElementwise, RmsNormQuantFp8MatchesCpuWithinOneStep) {
           std::vector<float> s_cpu(rows, static_scale);
           if (static_scale > 0.0f) {
             for (std::size_t r = 0; r < rows; ++r)
-              cpu::quantize_fp8_row(c.cpu.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
+              quantize_fp8_row(c.cpu.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
           } else {
-            cpu::quantize_fp8_rows(c.cpu.data(), rows, cols, q_cpu.data(), s_cpu.data());
+            quantize_fp8_rows(c.cpu.data(), rows, cols, q_cpu.data(), s_cpu.data());
           }
 
           const cuda::DeviceBuffer d_x = test::to_gpu(c.x), d_w = test::to_gpu(c.wbytes);
@@ -261,7 +261,7 @@ TEST(GpuElementwise, RmsNormQuantFp8MatchesCpuWithinOneStep) {
 }
 
 // --- activation quantization: the same fmaxf amax, IEEE division and RNE saturating conversion as
-// cpu::quantize_fp8_rows / quantize_fp8_row: bit for bit, edge rows included. ---
+// quantize_fp8_rows / quantize_fp8_row: bit for bit, edge rows included. ---
 TEST(GpuElementwise, QuantizeActFp8MatchesCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   std::uint64_t seed = 400;
@@ -279,9 +279,9 @@ TEST(GpuElementwise, QuantizeActFp8MatchesCpuBitForBit) {
         std::vector<float> s_cpu(rows, static_scale);
         if (static_scale > 0.0f) {
           for (std::size_t r = 0; r < rows; ++r)
-            cpu::quantize_fp8_row(x.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
+            quantize_fp8_row(x.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
         } else {
-          cpu::quantize_fp8_rows(x.data(), rows, cols, q_cpu.data(), s_cpu.data());
+          quantize_fp8_rows(x.data(), rows, cols, q_cpu.data(), s_cpu.data());
         }
 
         const cuda::DeviceBuffer d_x = test::to_gpu(x), d_q(rows * cols), d_s(rows * sizeof(float));
@@ -367,7 +367,7 @@ TEST(GpuElementwise, ScaleOutputMatchesCpuStoreStepBitForBit) {
 }
 
 // --- swiglu: the same expression `g / (1 + exp(-g)) * up` and IEEE division on both sides, but
-// CUDA's expf (max 2 ulp) is not the CPU's exp (cpu::exp_poly, within 2 ulp; glibc's exp only
+// CUDA's expf (max 2 ulp) is not the CPU's exp (exp_poly, within 2 ulp; glibc's exp only
 // for g < -88). The two exps differ by up to 4 ulp, passed into 1 + exp scaled by
 // exp / (1 + exp) <= 1; then the add, the division and the product each round once per side:
 // under 7 ulp in all, rtol = 8 ulp (FLT_EPSILON = 1 ulp of 1). atol covers float subnormals. ---
@@ -401,8 +401,8 @@ TEST(GpuElementwise, SwigluMatchesCpuWithinExpTolerance) {
   }
 }
 
-// --- swiglu + FP8. Composed twin (no fused CPU op): cpu::silu_mul, then cpu::quantize_fp8_rows or
-// cpu::quantize_fp8_row, what cpu::linear does to down_proj's input. Values differ by kSwigluRtol,
+// --- swiglu + FP8. Composed twin (no fused CPU op): cpu::silu_mul, then quantize_fp8_rows or
+// quantize_fp8_row, what cpu::linear does to down_proj's input. Values differ by kSwigluRtol,
 // so compare_fp8's inexact mode, with the scale within kSwigluRtol plus the division's rounding. ---
 TEST(GpuElementwise, SwigluQuantFp8MatchesCpuWithinOneStep) {
   SKIP_WITHOUT_GPU();
@@ -419,9 +419,9 @@ TEST(GpuElementwise, SwigluQuantFp8MatchesCpuWithinOneStep) {
         std::vector<float> s_cpu(rows, static_scale);
         if (static_scale > 0.0f) {
           for (std::size_t r = 0; r < rows; ++r)
-            cpu::quantize_fp8_row(h.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
+            quantize_fp8_row(h.data() + r * cols, cols, static_scale, q_cpu.data() + r * cols);
         } else {
-          cpu::quantize_fp8_rows(h.data(), rows, cols, q_cpu.data(), s_cpu.data());
+          quantize_fp8_rows(h.data(), rows, cols, q_cpu.data(), s_cpu.data());
         }
 
         const cuda::DeviceBuffer d_gate = test::to_gpu(gate), d_up = test::to_gpu(up), d_q(h.size()), d_s(rows * sizeof(float));

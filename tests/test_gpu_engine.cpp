@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/weights.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/model/weights.h"
 #include "cuda/cuda_api.h"
 #include "gpu_test_util.h"
 #include "test_util.h"

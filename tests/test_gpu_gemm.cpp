@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
-#include "bestofn/quantize.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/quantize.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "gpu_test_util.h"
@@ -62,8 +62,8 @@ TEST(GpuGemm, Fp8WithPerChannelAndPerTokenScales) {
     auto wf = test::random_floats(out * in, 100 + out, 0.05f), xf = test::random_floats(T * in, 200 + T, 2.0f);
     std::vector<std::uint8_t> wq(out * in), xq(T * in);
     std::vector<float> sw(out), sx(T);
-    cpu::quantize_fp8_rows(wf.data(), out, in, wq.data(), sw.data());
-    cpu::quantize_fp8_rows(xf.data(), T, in, xq.data(), sx.data());
+    quantize_fp8_rows(wf.data(), out, in, wq.data(), sw.data());
+    quantize_fp8_rows(xf.data(), T, in, xq.data(), sx.data());
     std::vector<double> wd(out * in), xd(T * in);
     for (std::size_t i = 0; i < wd.size(); ++i) wd[i] = static_cast<double>(fp8_e4m3_to_float(wq[i])) * sw[i / in];
     for (std::size_t i = 0; i < xd.size(); ++i) xd[i] = static_cast<double>(fp8_e4m3_to_float(xq[i])) * sx[i / in];

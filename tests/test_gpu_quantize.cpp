@@ -1,4 +1,4 @@
-// kernel_quantize_fp8_rows against the CPU reference cpu::quantize_fp8_rows: codes and scales must
+// kernel_quantize_fp8_rows against the CPU reference quantize_fp8_rows: codes and scales must
 // agree bit for bit (the numerics contract in docs/architecture.md), so the tolerance is zero.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/numeric.h"
-#include "bestofn/quantize.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/quantize.h"
 #include "cuda/cuda_api.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
@@ -39,7 +39,7 @@ std::string show(float v) {
 std::string compare_gpu_cpu(const std::vector<float>& x, std::size_t rows, std::size_t cols) {
   std::vector<std::uint8_t> q_cpu(rows * cols), q_gpu(rows * cols, 0xAA);
   std::vector<float> s_cpu(rows), s_gpu(rows, -1.0f);
-  cpu::quantize_fp8_rows(x.data(), rows, cols, q_cpu.data(), s_cpu.data());
+  quantize_fp8_rows(x.data(), rows, cols, q_cpu.data(), s_cpu.data());
   cuda::quantize_fp8_rows_host(x.data(), rows, cols, q_gpu.data(), s_gpu.data());
 
   std::ostringstream report;
@@ -91,14 +91,14 @@ TEST(GpuQuantize, RandomShapesMatchCpuBitForBit) {
 // saturate it to 448 (code 0x7e) instead of rounding it up.
 float saturating_amax() {
   for (float a = 1.0f; a < 2.0f; a = std::nextafter(a, 2.0f))
-    if (a / cpu::fp8_row_scale(a) > kFp8E4M3Max) return a;
+    if (a / fp8_row_scale(a) > kFp8E4M3Max) return a;
   return 0.0f;
 }
 
 // Values x (|x| < amax) whose quotient x / scale and product x * (1 / scale) round to different
 // E4M3 codes: they tell a true division from a multiply by the reciprocal.
 std::vector<float> division_sensitive_values(float amax, std::size_t max_count) {
-  const float scale = cpu::fp8_row_scale(amax), inverse = 1.0f / scale;
+  const float scale = fp8_row_scale(amax), inverse = 1.0f / scale;
   std::vector<float> found;
   for (std::uint32_t code = 0; code < 0x7d && found.size() < max_count; ++code) {
     const float mid = 0.5f * (fp8_e4m3_to_float(static_cast<std::uint8_t>(code)) +

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/model_config.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/model_config.h"
 #include "test_util.h"
 
 using namespace bestofn;

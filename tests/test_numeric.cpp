@@ -6,8 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/numeric.h"
-#include "bestofn/quantize.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/quantize.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -107,7 +107,7 @@ TEST(QuantizeFp8Rows, ScaleIsRowAmaxOver448AndCodesMatchTheEncoder) {
   x[4 * cols + 3] = -1234.5f;                                     // an outlier sets its row's scale
   std::vector<std::uint8_t> q(rows * cols);
   std::vector<float> scales(rows);
-  cpu::quantize_fp8_rows(x.data(), rows, cols, q.data(), scales.data());
+  quantize_fp8_rows(x.data(), rows, cols, q.data(), scales.data());
   for (std::size_t r = 0; r < rows; ++r) {
     float amax = 0.0f;
     for (std::size_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "bestofn/error.h"
-#include "bestofn/passk.h"
+#include "bestofn/util/error.h"
+#include "bestofn/eval/passk.h"
 
 using namespace bestofn;
 

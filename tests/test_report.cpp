@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/extract.h"
-#include "bestofn/report.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/eval/extract.h"
+#include "bestofn/eval/report.h"
 #include "test_util.h"
 
 using namespace bestofn;

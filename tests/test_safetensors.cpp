@@ -5,10 +5,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/safetensors.h"
-#include "bestofn/safetensors_writer.h"
-#include "bestofn/weights.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/safetensors.h"
+#include "bestofn/model/safetensors_writer.h"
+#include "bestofn/model/weights.h"
 #include "test_util.h"
 
 using namespace bestofn;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/rng.h"
-#include "bestofn/sampler.h"
+#include "bestofn/util/rng.h"
+#include "bestofn/engine/sampler.h"
 
 using namespace bestofn;
 

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 
-#include "bestofn/sandbox.h"
+#include "bestofn/verifier/sandbox.h"
 #include "test_util.h"
 
 using namespace bestofn;

@@ -22,7 +22,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/sandbox.h"
+#include "bestofn/verifier/sandbox.h"
 
 using namespace bestofn;
 

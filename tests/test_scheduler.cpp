@@ -4,12 +4,12 @@
 
 #include <map>
 
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/weights.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/model/weights.h"
 #include "test_util.h"
 
 using namespace bestofn;

@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "bestofn/backends.h"
-#include "bestofn/datasets.h"
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/weights.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/model/weights.h"
 #include "cli/devices.h"
 #include "cli/shard.h"
 #include "test_util.h"

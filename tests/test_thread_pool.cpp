@@ -18,7 +18,7 @@
 #include <sched.h>
 #include <cstdlib>
 
-#include "bestofn/parallel.h"
+#include "bestofn/util/parallel.h"
 #include "cpu/thread_pool.h"
 
 namespace bestofn {

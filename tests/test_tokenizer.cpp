@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bestofn/chat_template.h"
-#include "bestofn/error.h"
-#include "bestofn/text_file.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/utf8.h"
+#include "bestofn/tokenizer/chat_template.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/util/utf8.h"
 #include "test_util.h"
 
 using namespace bestofn;

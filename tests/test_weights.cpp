@@ -7,12 +7,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
-#include "bestofn/safetensors.h"
-#include "bestofn/safetensors_writer.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/weights.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/model/safetensors.h"
+#include "bestofn/model/safetensors_writer.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/model/weights.h"
 #include "test_util.h"
 
 using namespace bestofn;

@@ -14,18 +14,18 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/backends.h"
-#include "bestofn/error.h"
-#include "bestofn/parallel.h"
-#include "bestofn/sampler.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/weights.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/engine/sampler.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/model/weights.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
 #include "cpu/ops.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/backends.h"
-#include "bestofn/error.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn::cli {
 

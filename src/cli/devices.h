@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/engine.h"
-#include "bestofn/scheduler.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/generate/scheduler.h"
 
 namespace bestofn::cli {
 

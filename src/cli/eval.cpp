@@ -26,18 +26,18 @@
 #include <sstream>
 #include <thread>
 
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/temp_paths.h"
-#include "bestofn/extract.h"
-#include "bestofn/parallel.h"
-#include "bestofn/report.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/verifier.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/temp_paths.h"
+#include "bestofn/eval/extract.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/eval/report.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/verifier/verifier.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
 #include "cli/devices.h"
-#include "bestofn/text_file.h"
+#include "bestofn/util/text_file.h"
 #include "cli/eval_summary.h"
 #include "cli/shard.h"
 #include "cli/model_flags.h"
@@ -45,7 +45,7 @@
 #include "cli/eval_files.h"
 #include "cli/scoring.h"
 #include "cli/validators.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -65,7 +65,7 @@ struct EvalOptions {
 };
 
 // SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
-// kills at once (the handler puts bestofn's usual one back: bestofn/temp_paths.h).
+// kills at once (the handler puts bestofn's usual one back: bestofn/util/temp_paths.h).
 std::atomic<bool> g_interrupted{false};
 // Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
 std::atomic<bool> g_stop{false};

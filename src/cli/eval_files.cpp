@@ -11,9 +11,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cli/output_file.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 namespace fs = std::filesystem;

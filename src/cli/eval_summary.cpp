@@ -3,12 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 
-#include "bestofn/error.h"
-#include "bestofn/report.h"
+#include "bestofn/util/error.h"
+#include "bestofn/eval/report.h"
 #include "bestofn_version.h"
 #include "cli/eval_files.h"
 #include "cli/output_file.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 using nlohmann::json;

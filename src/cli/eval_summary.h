@@ -1,14 +1,14 @@
 #pragma once
 // summary.json, report.md and the fail@k plot of an eval run directory, built from the run's
 // manifest (run.json) and the tally of its results: `eval` writes them at the end of a run,
-// `merge` for the union of shards. The schema is in include/bestofn/report.h.
+// `merge` for the union of shards. The schema is in include/bestofn/eval/report.h.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "bestofn/passk.h"
+#include "bestofn/eval/passk.h"
 #include "cli/scoring.h"
 
 namespace bestofn::cli {

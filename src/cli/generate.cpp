@@ -9,22 +9,22 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bestofn/backends.h"
-#include "bestofn/chat_template.h"
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/text_file.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/verifier.h"
-#include "bestofn/weights.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/tokenizer/chat_template.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/verifier/verifier.h"
+#include "bestofn/model/weights.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
 #include "cli/shard.h"
 #include "cli/validators.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 #include <spdlog/spdlog.h>
 

@@ -5,10 +5,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/safetensors.h"
-#include "bestofn/weights.h"
+#include "bestofn/model/safetensors.h"
+#include "bestofn/model/weights.h"
 #include "cli/commands.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 namespace {

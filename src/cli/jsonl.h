@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
-#include "bestofn/error.h"
-#include "bestofn/text_file.h"
-#include "json_file.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/text_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 

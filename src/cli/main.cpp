@@ -9,11 +9,11 @@
 #include <iostream>
 #include <memory>
 
-#include "bestofn/backends.h"
-#include "bestofn/error.h"
-#include "bestofn/parallel.h"
-#include "bestofn/temp_paths.h"
-#include "bestofn/utf8.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/util/temp_paths.h"
+#include "bestofn/util/utf8.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
 

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "bestofn/synthetic.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/synthetic.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 

@@ -14,7 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cli/commands.h"
 #include "cli/eval_files.h"
 #include "cli/eval_summary.h"
@@ -22,7 +22,7 @@
 #include "cli/scoring.h"
 #include "cli/shard.h"
 #include "cli/validators.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 namespace bestofn::cli {
 namespace {

@@ -1,7 +1,7 @@
 #include "cli/model_flags.h"
 
-#include "bestofn/backends.h"
-#include "bestofn/error.h"
+#include "bestofn/backends/backends.h"
+#include "bestofn/util/error.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {

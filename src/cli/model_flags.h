@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/chat_template.h"
-#include "bestofn/engine.h"
-#include "bestofn/scheduler.h"
-#include "bestofn/tokenizer.h"
-#include "bestofn/weights.h"
+#include "bestofn/tokenizer/chat_template.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/model/weights.h"
 
 namespace bestofn::cli {
 

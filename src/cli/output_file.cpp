@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <random>
 
-#include "bestofn/error.h"
-#include "bestofn/temp_paths.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/temp_paths.h"
 
 namespace bestofn::cli {
 

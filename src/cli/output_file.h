@@ -1,7 +1,7 @@
 #pragma once
 // An output that is complete or absent: lines go to "<path>.partial-XXXXXX" (a name of its own),
 // flushed to disk and renamed into place by commit(); without commit (an error, an exception,
-// SIGINT/SIGTERM/SIGHUP: bestofn/temp_paths.h) the partial file is removed. An empty path means
+// SIGINT/SIGTERM/SIGHUP: bestofn/util/temp_paths.h) the partial file is removed. An empty path means
 // stdout, written as it goes. A symlink is followed (the link stays; its target gets the output),
 // a replaced regular file's permission bits are kept, a directory is refused, and an existing
 // file that is no regular file (/dev/null, a FIFO), or a descriptor under /proc (/dev/stdout), is

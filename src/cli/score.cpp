@@ -13,17 +13,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bestofn/datasets.h"
-#include "bestofn/error.h"
-#include "bestofn/passk.h"
-#include "bestofn/text_file.h"
-#include "bestofn/verifier.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/util/error.h"
+#include "bestofn/eval/passk.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/verifier/verifier.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
 #include "cli/output_file.h"
 #include "cli/scoring.h"
 #include "cli/validators.h"
-#include "json_file.h"
+#include "util/json_file.h"
 
 #include <spdlog/spdlog.h>
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/datasets.h"
-#include "bestofn/passk.h"
-#include "bestofn/sandbox.h"
+#include "bestofn/eval/datasets.h"
+#include "bestofn/eval/passk.h"
+#include "bestofn/verifier/sandbox.h"
 
 namespace bestofn::cli {
 

@@ -1,6 +1,6 @@
 #include "cli/shard.h"
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn::cli {
 

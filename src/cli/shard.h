@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/scheduler.h"
+#include "bestofn/generate/scheduler.h"
 
 namespace bestofn::cli {
 

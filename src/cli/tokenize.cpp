@@ -4,10 +4,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/chat_template.h"
-#include "bestofn/error.h"
-#include "bestofn/text_file.h"
-#include "bestofn/tokenizer.h"
+#include "bestofn/tokenizer/chat_template.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/text_file.h"
+#include "bestofn/tokenizer/tokenizer.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 

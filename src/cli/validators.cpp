@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "bestofn/error.h"
-#include "bestofn/sampler.h"
-#include "bestofn/synthetic.h"
-#include "bestofn/utf8.h"
+#include "bestofn/util/error.h"
+#include "bestofn/engine/sampler.h"
+#include "bestofn/model/synthetic.h"
+#include "bestofn/util/utf8.h"
 
 namespace bestofn::cli {
 

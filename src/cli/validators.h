@@ -10,7 +10,7 @@ namespace bestofn::cli {
 // A finite number in [lo, hi]. (CLI::Range lets NaN through: every comparison with it is false.)
 CLI::Validator finite_range(double lo, double hi);
 
-// --temperature: 0 (greedy) or a finite number in [kMinTemperature (bestofn/sampler.h), 100].
+// --temperature: 0 (greedy) or a finite number in [kMinTemperature (bestofn/engine/sampler.h), 100].
 CLI::Validator temperature_value();
 
 // A decimal integer in [0, 2^64 - 1]. (A uint64_t option takes "-1" as 2^64 - 1 and a larger

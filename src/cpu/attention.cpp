@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "bestofn/numeric.h"
-#include "cpu/exp_poly.h"
+#include "bestofn/util/numeric.h"
+#include "util/exp_poly.h"
 
 namespace bestofn::cpu {
 namespace {

@@ -13,14 +13,14 @@ namespace bestofn::cpu {
 // scale = 1 / sqrt(hd); each side gives (max m, sum l, unnormalized O); the two merge by
 // log-sum-exp (Hydragen, arXiv 2402.05099): o = (O_p a + O_s b) / (l_p a + l_s b),
 // a = exp(m_p - m), b = exp(m_s - m), m = max(m_p, m_s); the weights exp(s - m) inside each side
-// by cpu::exp_poly (src/cpu/exp_poly.h), as the engine computes them. An empty side contributes nothing; a row
+// by exp_poly (src/util/exp_poly.h), as the engine computes them. An empty side contributes nothing; a row
 // with both sides empty gets zeros. out (T, n_heads, hd).
 void decode_attention(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                       const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                       const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k / v (T, n_kv * hd) BF16; row t sees
-// positions 0..t: m = max s_j, e_j = cpu::exp_poly(s_j - m), l = sum of e_j in order, out = sum_j
+// positions 0..t: m = max s_j, e_j = exp_poly(s_j - m), l = sum of e_j in order, out = sum_j
 // (e_j / l) v_j in order. out (T, n_heads, hd).
 void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv,
                        int hd, float* out);

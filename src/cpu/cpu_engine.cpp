@@ -16,14 +16,14 @@
 
 #include <spdlog/spdlog.h>
 
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/numeric.h"
-#include "bestofn/parallel.h"
-#include "bestofn/quantize.h"
-#include "bestofn/weights.h"
-#include "handle_table.h"
-#include "cpu/exp_poly.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/model/quantize.h"
+#include "bestofn/model/weights.h"
+#include "util/handle_table.h"
+#include "util/exp_poly.h"
 #include "cpu/ops.h"
 #include "cpu/prefix_attention.h"
 #include "cpu/thread_pool.h"
@@ -32,7 +32,7 @@ namespace bestofn {
 namespace {
 
 // K or V of one layer, len rows of kv_dim values, in F32, BF16 or FP8 (EngineOptions::Kv: E4M3
-// codes with one scale per row and KV head, cpu::quantize_fp8_rows over the row's heads; read as
+// codes with one scale per row and KV head, quantize_fp8_rows over the row's heads; read as
 // fp8_e4m3_to_float(code) * scale). Both are kept in tiles of cpu::kKeyTile positions (zeros past
 // the last row). A K tile is (kv_dim, kKeyTile) element-major: one head's slice of it is then the
 // transposed block that the score products read (cpu::prefix_scores), contiguous. A V tile is
@@ -64,7 +64,7 @@ class KvRows {
       case Kv::FP8: {
         thread_local std::vector<std::uint8_t> codes;
         codes.resize(width_);
-        cpu::quantize_fp8_rows(row, heads_, hd_, codes.data(), s_.data() + j * heads_);
+        quantize_fp8_rows(row, heads_, hd_, codes.data(), s_.data() + j * heads_);
         scatter(c_.data(), [&](std::size_t e) { return codes[e]; });
         break;
       }
@@ -192,7 +192,7 @@ struct Softmax {
 // chunk, first = 1 + the chunk's first position); m = their max, they become exp_poly(s - m), l =
 // their sum in order; entries past n_r become 0.
 // The max in 16 lanes (a max does not depend on its order; NaNs are skipped as std::max(m, s) in
-// order skips them); the weights 16 at a time (cpu::exp_poly's vector form, the same bits); the sums
+// order skips them); the weights 16 at a time (exp_poly's vector form, the same bits); the sums
 // in order, eight rows at a time so that eight chains of adds overlap (over the shortest row's
 // length, then each row's own tail, still in order).
 void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st, std::size_t first = SIZE_MAX) {
@@ -216,10 +216,10 @@ void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st, std:
     for (j = 0; j + 16 <= n; j += 16) {
       V16 v;
       std::memcpy(&v, e + j, sizeof v);
-      v = cpu::exp_poly(v - m);
+      v = exp_poly(v - m);
       std::memcpy(e + j, &v, sizeof v);
     }
-    for (; j < n; ++j) e[j] = cpu::exp_poly(e[j] - m);
+    for (; j < n; ++j) e[j] = exp_poly(e[j] - m);
     std::fill(e + n, e + L, 0.0f);
   }
   std::size_t r = 0;
@@ -242,7 +242,7 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
       : w_(std::move(w)), c_(w_->config), pool_(engine_threads(opt.threads)),
-        inv_freq_(cpu::rope_inv_freq(c_)) {
+        inv_freq_(rope_inv_freq(c_)) {
     if (const int asked = opt.threads > 0 ? opt.threads : default_threads(); asked > pool_.size())
       spdlog::warn("{} CPU threads asked for, and this process may use {} CPUs: using {} (more workers than CPUs wait on each "
                    "other; the candidates are the same whatever the count)",

@@ -62,7 +62,7 @@
 #include <utility>
 #include <vector>
 
-#include "bestofn/numeric.h"
+#include "bestofn/util/numeric.h"
 
 #define BESTOFN_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512bf16")))
 #define BESTOFN_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))

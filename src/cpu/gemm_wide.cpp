@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "bestofn/numeric.h"
+#include "bestofn/util/numeric.h"
 
 #define BESTOFN_AVX512 __attribute__((target("avx512f,fma")))
 

@@ -35,7 +35,7 @@ inline std::size_t packed_weight_bytes(Format f, std::size_t out, std::size_t in
 // Strips [s0, s1) of w (out, in) weights in format f, row-major, into `packed` (strip s at
 // s * kStrip * in elements, input k's 16 rows at k * kStrip within it; rows past `out` are
 // zero). `w` and `packed` are aligned for the element type (load_model copies a checkpoint
-// tensor that is not: src/weights.cpp).
+// tensor that is not: src/model/weights.cpp).
 void pack_weights(Format f, const void* w, std::size_t out, std::size_t in, std::size_t s0, std::size_t s1, void* packed);
 
 // Floats of packed activations for T tokens: chunks of 16 tokens (the last: n <= 16), each

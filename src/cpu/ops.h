@@ -7,8 +7,9 @@
 #include <span>
 #include <vector>
 
-#include "bestofn/model_config.h"
-#include "bestofn/weights.h"
+#include "bestofn/model/model_config.h"
+#include "bestofn/model/rope.h"
+#include "bestofn/model/weights.h"
 
 namespace bestofn::cpu {
 
@@ -48,8 +49,6 @@ const char* wide_kernel_name();
 void linear_many(std::span<const Linear* const> ls, const float* x, std::size_t T, std::span<float* const> ys, ThreadPool& pool,
                  std::span<const void* const> packed = {});
 
-// RoPE inverse frequencies (head_dim / 2), with llama3 or linear scaling, in fp32 as HF computes them.
-std::vector<float> rope_inv_freq(const ModelConfig& c);
 // Rotates each of `n_heads` heads of `vec` (HF rotate_half layout: pairs (i, i + head_dim/2)).
 void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<float>& inv_freq);
 // rope in two steps, the angles of a position computed once for all its heads and layers:
@@ -58,7 +57,7 @@ void rope(float* vec, int n_heads, int head_dim, int pos, const std::vector<floa
 void rope_angles(int pos, const std::vector<float>& inv_freq, float* cs);
 void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs);
 
-// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise; exp by cpu::exp_poly
+// gate = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise; exp by exp_poly
 // (within 2 ulp; libm's exp for gate < -88, where exp(-gate) overflows or nearly). An element's
 // result depends on its values alone, not on n or where it sits.
 void silu_mul(float* gate, const float* up, std::size_t n);

@@ -2,7 +2,7 @@
 // The two ceilings `bestofn bench --device cuda` reports against, measured in the same run.
 #include <cuda_runtime.h>
 
-#include "bestofn/engine.h"
+#include "bestofn/engine/engine.h"
 #include "cuda/gemm.h"
 
 namespace bestofn::cuda {

@@ -7,7 +7,7 @@
 #include <utility>
 
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 // The sonames of the cuBLAS this was compiled against; BESTOFN_CUBLAS_DIR (set by CMake to the
 // directory CMake found them in) is tried when the loader's search path does not have them.

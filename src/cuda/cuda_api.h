@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/engine.h"
+#include "bestofn/engine/engine.h"
 
 namespace bestofn::cuda {
 
@@ -15,7 +15,7 @@ namespace bestofn::cuda {
 // list and sets *error to the runtime's message.
 std::vector<std::string> list_devices(std::string* error);
 
-// GPU twin of cpu::quantize_fp8_rows, on host buffers (copies in, runs kernel_quantize_fp8_rows,
+// GPU twin of quantize_fp8_rows, on host buffers (copies in, runs kernel_quantize_fp8_rows,
 // copies out). Throws bestofn::Error on any CUDA failure.
 void quantize_fp8_rows_host(const float* x, std::size_t rows, std::size_t cols, std::uint8_t* q, float* scales);
 

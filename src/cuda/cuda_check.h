@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn::cuda::detail {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
 #include "quantize_fp8.cuh"

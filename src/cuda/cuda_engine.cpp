@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/ops.h"
+#include "bestofn/model/rope.h"
 #include "cuda/ceilings.h"
 #include "cuda/cuda_api.h"
 #include "cuda/kernels.h"
@@ -59,7 +59,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.fused_qkv));
   if (opt.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.kv_blocks);
-  const std::vector<float> inv = cpu::rope_inv_freq(c_);
+  const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
 }

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/engine.h"
-#include "bestofn/error.h"
-#include "bestofn/weights.h"
-#include "handle_table.h"
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/model/weights.h"
+#include "util/handle_table.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dev_weights.h"
 #include "cuda/device_buffer.h"

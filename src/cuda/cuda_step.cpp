@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/kernels.h"

@@ -3,7 +3,7 @@
 #include <optional>
 #include <vector>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/plan.h"
 
 namespace bestofn::cuda {

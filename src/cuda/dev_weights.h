@@ -3,7 +3,7 @@
 // GEMM operands with their FP8 scales, and (--fused-qkv) q/k/v and gate/up as one operand each.
 #include <string>
 
-#include "bestofn/weights.h"
+#include "bestofn/model/weights.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
 

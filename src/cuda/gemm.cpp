@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cublas_loader.h"
 #include "cuda/cuda_check.h"
 #include "cuda/event_pair.h"

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "bestofn/error.h"
-#include "json_file.h"
+#include "bestofn/util/error.h"
+#include "util/json_file.h"
 
 namespace bestofn::cuda {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "bestofn/dtype.h"
-#include "bestofn/sampler.h"
+#include "bestofn/util/dtype.h"
+#include "bestofn/engine/sampler.h"
 
 namespace bestofn::cuda {
 
@@ -25,11 +25,11 @@ void rmsnorm_cuda(const float* x, const void* w, DType wdtype, int T, int dim, f
 // rmsnorm, then FP8 E4M3 quantization of each output row: codes q (T, dim) and scales (T).
 // static_scale > 0: that scale for every row (a checkpoint's input_scale); else amax / 448 per row
 // (1 for an all-zero row). Code = e4m3(value / scale), RNE, saturating. Twin: cpu::rmsnorm then
-// cpu::quantize_fp8_rows (dynamic) or cpu::quantize_fp8_row (static).
+// quantize_fp8_rows (dynamic) or quantize_fp8_row (static).
 void rmsnorm_quant_fp8_cuda(const float* x, const void* w, DType wdtype, int T, int dim, float eps, float static_scale,
                             std::uint8_t* q, float* scales, cudaStream_t stream);
 
-// FP8 quantization of x (T, n) rows, dynamic or static as above. Twin: cpu::quantize_fp8_rows.
+// FP8 quantization of x (T, n) rows, dynamic or static as above. Twin: quantize_fp8_rows.
 void quantize_act_fp8_cuda(const float* x, int T, int n, float static_scale, std::uint8_t* q, float* scales, cudaStream_t stream);
 
 // out[i] = bf16(x[i]), round to nearest even. Twin: bf16_from_float.
@@ -86,8 +86,8 @@ void fp8_rows_to_f32_cuda(const std::uint16_t* rows_base, std::size_t rows, int 
 // RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
 // in place and on k (T, n_kv, hd); then k and v (T, n_kv * hd) written to the cache rows
 // k_rows[t], v_rows[t] in format kv: rounded to BF16, or (FP8) quantized per KV head as
-// cpu::quantize_fp8_rows does (amax / 448, RNE saturating), codes then scales. inv_freq: (hd / 2).
-// Twin: cpu::rope + bf16_from_float, or + cpu::quantize_fp8_rows over the row's heads.
+// quantize_fp8_rows does (amax / 448, RNE saturating), codes then scales. inv_freq: (hd / 2).
+// Twin: cpu::rope + bf16_from_float, or + quantize_fp8_rows over the row's heads.
 void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int T, int n_heads,
                         int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, cudaStream_t stream,
                         KvFormat kv = KvFormat::BF16);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 
 namespace bestofn::cuda {

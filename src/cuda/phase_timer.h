@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "bestofn/engine.h"
+#include "bestofn/engine/engine.h"
 #include "cuda/cuda_check.h"
 
 namespace bestofn::cuda {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn::cuda {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "bestofn/weights.h"
+#include "bestofn/model/weights.h"
 
 namespace bestofn::cuda {
 

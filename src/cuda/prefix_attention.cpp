@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 #include "cuda/cublas_loader.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn {
 namespace {

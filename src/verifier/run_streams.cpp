@@ -2,7 +2,7 @@
 
 #include <sys/wait.h>
 
-#include "bestofn/utf8.h"
+#include "bestofn/util/utf8.h"
 
 namespace bestofn::sandbox_run {
 namespace {

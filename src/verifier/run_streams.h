@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/sandbox.h"
+#include "bestofn/verifier/sandbox.h"
 #include "write_all.h"
 
 namespace bestofn::sandbox_run {

@@ -1,4 +1,4 @@
-#include "bestofn/sandbox.h"
+#include "bestofn/verifier/sandbox.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -26,8 +26,8 @@
 #include <random>
 #include <spdlog/spdlog.h>
 
-#include "bestofn/error.h"
-#include "bestofn/utf8.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/utf8.h"
 #include "cgroup.h"
 #include "run_streams.h"
 #include "sandbox_child.h"

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "bestofn/error.h"
+#include "bestofn/util/error.h"
 
 namespace bestofn {
 namespace {

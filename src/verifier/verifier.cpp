@@ -1,4 +1,4 @@
-#include "bestofn/verifier.h"
+#include "bestofn/verifier/verifier.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <tuple>
 #include <thread>
 
-#include "bestofn/parallel.h"
+#include "bestofn/util/parallel.h"
 
 namespace bestofn {
 

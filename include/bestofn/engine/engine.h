@@ -1,0 +1,121 @@
+#pragma once
+// The engine contract (docs/architecture.md): a prompt is prefilled once into a prefix whose KV is kept once;
+// a slot is one candidate, referencing its prefix and owning its suffix KV; one decode step takes
+// a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
+// ids and positions, never strings. CPU and CUDA engines implement it; src/backends/backends.cpp picks one.
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "bestofn/model/model_config.h"
+#include "bestofn/engine/sampler.h"
+
+namespace bestofn {
+
+struct Weights;
+
+struct EngineOptions {
+  int threads = 0;          // CPU threads (0: default_threads())
+  // CUDA engine: the device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES).
+  // The engine makes it current on every call, so several engines may run on several threads.
+  int device_index = 0;
+  // KV cache precision. CPU engine, Auto: F32 for an F32 checkpoint (the reference, exact against
+  // llama2.c and HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
+  // CUDA engine: Auto is BF16; F32 is refused. Parity tests set BF16 (or FP8) on the CPU.
+  // FP8 (--kv-cache fp8, half the bytes of BF16): each cache row (one position's K or V, after
+  // RoPE for K, from the F32 values) is stored per KV head as E4M3 codes with one F32 scale,
+  // quantize_fp8_rows over the row's heads (scale = amax / 448, code = RNE(x / scale),
+  // saturating); attention reads fp8_e4m3_to_float(code) * scale, one rounded multiply, and
+  // sums as for BF16. Both engines follow this; the GPU's codes and scales equal the CPU's for
+  // equal inputs.
+  enum class Kv { Auto, F32, BF16, FP8 } kv = Kv::Auto;
+  // CUDA engine, part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
+  bool cuda_prefix_gemm = false;  // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
+  bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
+  bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
+  bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
+  int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
+  bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
+  bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
+  bool cuda_graphs = false;       // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
+};
+
+// Where decode time went, summed over the decode calls since the last take_phase_times (bench).
+// gemm: the linear layers (lm_head included); attention: decode attention; the rest is
+// total - gemm - attention (norms, RoPE, KV writes, residuals, embedding, host work).
+struct PhaseTimes {
+  double total_ms = 0, gemm_ms = 0, attention_ms = 0;
+  int steps = 0;  // decode calls measured; 0: the engine does not measure
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string name() const = 0;
+  // Prefills `tokens` (1 <= size <= context) as a new prefix and writes the logits of its last
+  // position into last_logits (vocab_size floats). Returns the prefix id.
+  virtual int prefill(std::span<const int> tokens, std::span<float> last_logits) = 0;
+  // Frees a prefix; its slots must have been released first.
+  virtual void release_prefix(int prefix) = 0;
+  // A new candidate on `prefix`, with an empty suffix.
+  virtual int add_slot(int prefix) = 0;
+  // The same for a candidate that will feed at most `max_tokens` tokens, or nullopt when the
+  // engine cannot promise room for them now (CUDA --paged-kv: not enough free KV blocks once the
+  // admitted slots' budgets are counted); the scheduler then waits for a candidate to finish.
+  virtual std::optional<int> try_add_slot(int prefix, int max_tokens) {
+    (void)max_tokens;
+    return add_slot(prefix);
+  }
+  virtual void release_slot(int slot) = 0;
+  // Positions the slot holds (prefix + suffix): its next token goes at this position.
+  virtual int slot_length(int slot) const = 0;
+  // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
+  // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
+  virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
+  // One step as decode, then row i sampled on the engine's device by the rule and draws of
+  // sample_token (params.seed, prompt[i], candidate[i], step[i]): only the samples come back, not
+  // the logits. Returns false, doing nothing, where the engine does not sample itself (the CPU
+  // engine; CUDA without --device-sampling): the caller then decodes and samples the logits.
+  virtual bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                             std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                             std::span<const std::uint64_t> step, std::span<Sample> out) {
+    (void)slots, (void)tokens, (void)params, (void)prompt, (void)candidate, (void)step, (void)out;
+    return false;
+  }
+  // The decode time split since the last call, and resets it (engines that measure nothing: {}).
+  // The CPU engine always measures; the CUDA engine only while profile_phases(true) (CUDA events
+  // around each phase, read back at the step's end).
+  virtual PhaseTimes take_phase_times() { return {}; }
+  virtual void profile_phases(bool /*on*/) {}
+  // Ceilings of this device measured now (bench): copy bandwidth (read + write bytes) and dense
+  // GEMM throughput of the engine's GEMM type; zeros where the engine does not measure them.
+  struct Ceilings {
+    double copy_gbps = 0, gemm_tflops = 0;
+    std::string gemm;  // what was timed
+  };
+  virtual Ceilings measure_ceilings() { return {}; }
+  // Decode steps replayed from a captured CUDA graph so far (--cuda-graphs; 0 elsewhere), and why
+  // capture was given up, when it was (the steps then run eagerly).
+  struct GraphStats {
+    long long replays = 0;
+    std::string disabled;
+  };
+  virtual GraphStats graph_stats() const { return {}; }
+  // The KV cache's precision as resolved from EngineOptions::kv (never Auto).
+  virtual EngineOptions::Kv kv_cache() const = 0;
+};
+
+// Bytes of K and V one position takes in every layer, for a resolved cache kind (not Auto): F32 4
+// and BF16 2 bytes per value; FP8 one byte per value and a 4-byte scale per KV head.
+inline std::size_t kv_bytes_per_position(const ModelConfig& c, EngineOptions::Kv kind) {
+  const auto kv_dim = static_cast<std::size_t>(c.kv_dim()), heads = static_cast<std::size_t>(c.n_kv_heads);
+  const std::size_t row = kind == EngineOptions::Kv::FP8 ? kv_dim + 4 * heads : kv_dim * (kind == EngineOptions::Kv::F32 ? 4 : 2);
+  return 2 * static_cast<std::size_t>(c.n_layers) * row;
+}
+
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);
+
+}  // namespace bestofn

@@ -1,0 +1,74 @@
+#pragma once
+// Best-of-N batching: every prompt is prefilled once; up to `batch` candidates decode together
+// in one engine step, across prompts; a finished slot is refilled at once with the next pending
+// candidate. Stops on EOS ids, max_new_tokens, the context limit, or stop strings matched on the
+// incrementally decoded text.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bestofn/engine/sampler.h"
+
+namespace bestofn {
+
+class Engine;
+class Tokenizer;
+
+struct GenerationRequest {
+  std::string id;
+  std::vector<int> prompt_ids;
+  int n = 1;
+  std::vector<std::string> stop;  // stop strings, in addition to the options'
+  // The candidate indices to generate, each in [0, n): empty means all of 0..n-1 (a resumed or
+  // sharded run generates only the missing ones, with the same draws as a full run).
+  std::vector<int> indices = {};
+  // The prompt index of this prompt's RNG stream: unset means options.prompt_index_base plus the
+  // request's position (set it to keep a prompt's draws when the request list is a subset).
+  std::optional<std::uint64_t> rng_prompt = std::nullopt;
+};
+
+struct GenerationOptions {
+  SamplingParams sampling;
+  int max_new_tokens = 256;
+  int batch = 64;
+  std::vector<int> eos_ids;
+  std::vector<std::string> stop;
+  std::uint64_t prompt_index_base = 0;  // prompt i draws with RNG prompt index base + i
+  // Optional, called between steps: true drops the prompt's unstarted candidates and cancels its
+  // running ones (they are not handed to on_done). For --stop-on-pass.
+  std::function<bool(std::size_t prompt)> cancelled;
+  // The text of a step's tokens (detokenization, stop strings) is checked on another thread while
+  // the next step runs, all candidates fed speculatively; one found to have stopped drops its extra
+  // sample. Each candidate's draws are the same (they do not depend on the batch), so an engine
+  // whose logits do not depend on the batch either (the CPU engine) gives the same candidates;
+  // on CUDA a stopped candidate stays in the batch one step longer, and a different batch size
+  // can move the low bits of the logits (GEMM algorithms, attention splits), as any change of
+  // --batch can. On with --device-sampling, where the host would otherwise idle.
+  bool overlap_stop_checks = false;
+};
+
+struct Candidate {
+  std::size_t prompt = 0;  // index into the requests
+  int index = 0;           // candidate number within its prompt
+  std::string text;        // without the stop string and EOS
+  std::string finish_reason;           // "stop" | "eos" | "length"
+  std::optional<std::string> stop;     // the stop string that fired
+  std::vector<int> token_ids;          // generated ids (an EOS included)
+  double cumulative_logprob = 0.0;
+};
+
+struct GenerationStats {
+  std::uint64_t generated_tokens = 0, prompt_tokens = 0, steps = 0;
+  std::uint64_t cancelled = 0;  // candidates dropped or stopped by options.cancelled
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+// Runs every request to completion. on_done receives each candidate as it finishes;
+// on_step (optional) is called after every decode step with the running totals.
+GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                         const GenerationOptions& options, const std::function<void(Candidate&&)>& on_done,
+                         const std::function<void(const GenerationStats&, std::size_t done)>& on_step = {});
+
+}  // namespace bestofn

@@ -1,0 +1,306 @@
+#include "bestofn/generate/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "bestofn/engine/engine.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/generate/stop_strings.h"
+#include "bestofn/tokenizer/tokenizer.h"
+
+namespace bestofn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct PromptState {
+  int prefix = -1;
+  std::vector<float> logits;  // of the prompt's last position: every candidate's first draw
+  int unfinished = 0;
+};
+
+struct Active {
+  int slot = -1;
+  Candidate c;
+  std::unique_ptr<IncrementalDecoder> decoder;
+  int next_token = -1;  // sampled, not yet fed to the engine
+  // The last sampled token while its text is not decoded yet (check_text), and the end it makes
+  // without looking at the text ("eos", "length"; empty: none).
+  std::optional<int> unchecked;
+  std::string sync_end;
+  // Fed at the next step: not finished, and not ending with its last token.
+  bool feedable() const { return c.finish_reason.empty() && sync_end.empty(); }
+};
+
+class Run {
+ public:
+  Run(Engine& e, const Tokenizer& t, const std::vector<GenerationRequest>& r, const GenerationOptions& o,
+      const std::function<void(Candidate&&)>& done)
+      : engine_(e), tok_(t), reqs_(r), opt_(o), done_(done), prompts_(r.size()),
+        vocab_(static_cast<std::size_t>(e.config().vocab_size)),
+        sample_vocab_(std::min(vocab_, static_cast<std::size_t>(std::max(0, t.vocab_size())))),
+        context_(e.config().max_position_embeddings) {
+    for (std::size_t p = 0; p < r.size(); ++p) {
+      if (r[p].prompt_ids.empty()) throw Error("prompt " + r[p].id + " is empty");
+      if (static_cast<int>(r[p].prompt_ids.size()) >= context_)
+        throw Error("prompt " + r[p].id + " has " + std::to_string(r[p].prompt_ids.size()) + " tokens; the context is " +
+                    std::to_string(context_) + " and leaves no room to generate");
+      for (int id : r[p].prompt_ids)
+        if (id < 0 || static_cast<std::size_t>(id) >= vocab_)
+          throw Error("prompt " + r[p].id + ": token id " + std::to_string(id) + " is outside the model's vocabulary");
+      if (r[p].indices.empty()) {
+        for (int i = 0; i < r[p].n; ++i) pending_.emplace_back(p, i);
+        prompts_[p].unfinished = r[p].n;
+      } else {
+        for (int i : r[p].indices) {
+          if (i < 0 || i >= r[p].n) throw Error("prompt " + r[p].id + ": candidate index " + std::to_string(i) + " is outside [0, n)");
+          pending_.emplace_back(p, i);
+        }
+        prompts_[p].unfinished = static_cast<int>(r[p].indices.size());
+      }
+    }
+  }
+
+  GenerationStats go(const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
+    std::vector<float> logits;
+    for (;;) {
+      admit();
+      if (active_.empty()) break;
+      // The candidates fed this step; with overlap_stop_checks, the text of the previous step's
+      // tokens is decoded and searched for stop strings on another thread during the step, and a
+      // candidate that turns out to have stopped has its extra sample dropped.
+      std::vector<Active*> feed, check;
+      for (const auto& a : active_) {
+        if (a->unchecked) check.push_back(a.get());
+        if (a->feedable()) feed.push_back(a.get());
+      }
+      if (feed.empty()) {  // only ends left to check
+        for (Active* a : check) check_text(*a);
+        sweep();
+        if (on_step) on_step(stats_, finished_);
+        continue;
+      }
+      const std::size_t B = feed.size();
+      std::vector<int> slots(B), tokens(B);
+      for (std::size_t b = 0; b < B; ++b) slots[b] = feed[b]->slot, tokens[b] = feed[b]->next_token;
+      // The engine samples itself when it can (--device-sampling: only the samples come back);
+      // else the logits come back and the draws, independent per candidate, run here in parallel.
+      std::vector<Sample> drawn(B);
+      std::vector<std::uint64_t> prompt(B), candidate(B), step(B);
+      for (std::size_t b = 0; b < B; ++b) std::tie(prompt[b], candidate[b], step[b]) = draw_ids(*feed[b]);
+      std::future<void> checking;  // check_text touches only the candidates' text, decoders and ends
+      if (!check.empty())
+        checking = std::async(std::launch::async, [this, check] {
+          for (Active* a : check) check_text(*a);
+        });
+      const auto t0 = Clock::now();
+      bool sampled = false;
+      try {
+        // (The device sampler draws from the whole logits row: with padded rows the host draws.)
+        sampled = sample_vocab_ == vocab_ && engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
+        if (!sampled) {
+          logits.resize(B * vocab_);
+          engine_.decode(slots, tokens, logits);
+        }
+      } catch (...) {
+        if (checking.valid()) checking.wait();  // the checks touch the candidates: let them finish first
+        throw;
+      }
+      stats_.decode_seconds += since(t0);
+      stats_.steps++;
+      if (checking.valid()) checking.get();
+      if (!sampled)
+        parallel_for(B, [&](std::size_t b0, std::size_t b1) {
+          SamplerScratch local;
+          for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*feed[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
+        });
+      for (std::size_t b = 0; b < B; ++b) {
+        if (!feed[b]->c.finish_reason.empty()) continue;  // stopped by its previous token: this sample is dropped
+        accept_sync(*feed[b], drawn[b]);
+        if (!opt_.overlap_stop_checks) check_text(*feed[b]);
+      }
+      sweep();
+      if (on_step) on_step(stats_, finished_);
+    }
+    return stats_;
+  }
+
+ private:
+  // The RNG indexes of a candidate's next draw: (prompt, candidate, step).
+  std::tuple<std::uint64_t, std::uint64_t, std::uint64_t> draw_ids(const Active& a) const {
+    const auto& rng = reqs_[a.c.prompt].rng_prompt;
+    return {rng ? *rng : opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index), a.c.token_ids.size()};
+  }
+  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
+    const auto [prompt, candidate, step] = draw_ids(a);
+    return sample_token(logits.first(sample_vocab_), opt_.sampling, prompt, candidate, step, s);
+  }
+
+  // Fill free slots with pending candidates; prefill prompts on first use.
+  void admit() {
+    SamplerScratch s;
+    while (static_cast<int>(active_.size()) < opt_.batch && !pending_.empty()) {
+      const auto [p, i] = pending_.front();
+      pending_.pop_front();
+      PromptState& ps = prompts_[p];
+      if (opt_.cancelled && opt_.cancelled(p)) {
+        stats_.cancelled++;
+        retire(ps);
+        continue;
+      }
+      if (ps.prefix < 0) {
+        ps.logits.resize(vocab_);
+        const auto t0 = Clock::now();
+        ps.prefix = engine_.prefill(reqs_[p].prompt_ids, ps.logits);
+        stats_.prefill_seconds += since(t0);
+        stats_.prompt_tokens += reqs_[p].prompt_ids.size();
+      }
+      // Admission by the engine's room (paged KV blocks): wait for a finish when there is none.
+      const std::optional<int> slot = engine_.try_add_slot(ps.prefix, opt_.max_new_tokens);
+      if (!slot) {
+        if (active_.empty())
+          throw Error("the engine has no room for one candidate of prompt " + reqs_[p].id + " with --max-new-tokens " +
+                      std::to_string(opt_.max_new_tokens) + " (KV cache too small)");
+        pending_.emplace_front(p, i);
+        break;
+      }
+      auto a = std::make_unique<Active>();
+      a->slot = *slot;
+      a->c.prompt = p;
+      a->c.index = i;
+      a->decoder = std::make_unique<IncrementalDecoder>(tok_, false);
+      accept_sync(*a, draw(*a, ps.logits, s));
+      check_text(*a);
+      active_.push_back(std::move(a));
+      sweep();
+    }
+  }
+
+  // Takes a sampled token, what needs no text: the id, its logprob, and the ends it makes by
+  // itself (EOS; the length limit or the context). check_text does the rest.
+  void accept_sync(Active& a, const Sample& smp) {
+    Candidate& c = a.c;
+    // The CPU sampler says -1; the device sampler's logprob goes NaN or Inf with its logits.
+    if (smp.token < 0 || static_cast<std::size_t>(smp.token) >= vocab_ || !std::isfinite(smp.logprob))
+      throw Error("the model's logits are not finite (NaN or Inf) at token " + std::to_string(c.token_ids.size() + 1) +
+                  " of candidate " + std::to_string(c.index) + " of prompt " + reqs_[c.prompt].id +
+                  ": a NaN or Inf in its weights or their scales, or activations that overflow");
+    c.token_ids.push_back(smp.token);
+    c.cumulative_logprob += smp.logprob;
+    stats_.generated_tokens++;
+    a.unchecked = smp.token;
+    if (std::find(opt_.eos_ids.begin(), opt_.eos_ids.end(), smp.token) != opt_.eos_ids.end()) {
+      a.sync_end = "eos";
+      return;
+    }
+    // Prompt and generated tokens fill the context at most (HF's max_length, vLLM's
+    // max_model_len): this token, not yet fed, is the last one that fits when the fed ones and it
+    // make context_.
+    const bool at_context = engine_.slot_length(a.slot) + 1 >= context_;
+    if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
+      a.sync_end = "length";
+      return;
+    }
+    a.next_token = smp.token;
+  }
+
+  // The text of the unchecked token: decoded, stop strings searched (the text is cut at the
+  // first), and the candidate's end settled. Touches only the candidate: it may run on another
+  // thread during a decode step.
+  void check_text(Active& a) {
+    Candidate& c = a.c;
+    const int token = *a.unchecked;
+    a.unchecked.reset();
+    if (a.sync_end == "eos") {
+      c.text += a.decoder->finish();
+      c.finish_reason = "eos";
+      return;
+    }
+    const std::size_t before = c.text.size();
+    c.text += a.decoder->push(token);
+    if (match_stop(c, before)) return;
+    if (a.sync_end == "length") {
+      c.text += a.decoder->finish();
+      if (match_stop(c, before)) return;
+      c.finish_reason = "length";
+    }
+  }
+
+  // The earliest stop string that ends in the text added since `before`; the text is cut there.
+  bool match_stop(Candidate& c, std::size_t before) const {
+    const StopMatch m = find_stop(c.text, before, opt_.stop, reqs_[c.prompt].stop);
+    if (!m.stop) return false;
+    c.text.resize(m.at);
+    c.finish_reason = "stop";
+    c.stop = *m.stop;
+    return true;
+  }
+
+  // One candidate of the prompt is over: the prefix is freed with the last one.
+  void retire(PromptState& ps) {
+    if (--ps.unfinished == 0 && ps.prefix >= 0) {
+      engine_.release_prefix(ps.prefix);
+      ps.prefix = -1;
+      ps.logits = {};
+    }
+  }
+
+  // Finished candidates leave: slot released, result handed over. Cancelled ones leave silently.
+  // A candidate whose last token's text is still unchecked stays until it is checked.
+  void sweep() {
+    for (std::size_t b = 0; b < active_.size();) {
+      Active& a = *active_[b];
+      const bool cancel = a.c.finish_reason.empty() && opt_.cancelled && opt_.cancelled(a.c.prompt);
+      if ((a.c.finish_reason.empty() || a.unchecked) && !cancel) {
+        ++b;
+        continue;
+      }
+      engine_.release_slot(a.slot);
+      retire(prompts_[a.c.prompt]);
+      if (cancel) {
+        stats_.cancelled++;
+      } else {
+        ++finished_;
+        done_(std::move(a.c));
+      }
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(b));
+    }
+  }
+
+  Engine& engine_;
+  const Tokenizer& tok_;
+  const std::vector<GenerationRequest>& reqs_;
+  const GenerationOptions& opt_;
+  const std::function<void(Candidate&&)>& done_;
+  std::vector<PromptState> prompts_;
+  std::deque<std::pair<std::size_t, int>> pending_;
+  std::vector<std::unique_ptr<Active>> active_;
+  std::size_t vocab_;
+  // The ids drawn from: the tokenizer's. A model may pad its vocabulary past them (rows no text
+  // maps to); those ids are never sampled, since they could not be detokenized.
+  std::size_t sample_vocab_;
+  int context_;
+  std::size_t finished_ = 0;
+  GenerationStats stats_;
+};
+
+}  // namespace
+
+GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
+                         const GenerationOptions& options, const std::function<void(Candidate&&)>& on_done,
+                         const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
+  if (options.batch < 1) throw Error("--batch must be at least 1");
+  if (options.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
+  return Run(engine, tokenizer, requests, options, on_done).go(on_step);
+}
+
+}  // namespace bestofn
