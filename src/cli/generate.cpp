@@ -16,7 +16,7 @@
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/util/text_file.h"
 #include "bestofn/tokenizer/tokenizer.h"
-#include "bestofn/verifier/verifier.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "bestofn/model/weights.h"
 #include "cli/commands.h"
 #include "cli/jsonl.h"
@@ -146,7 +146,7 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     limits.timeout_s = o.timeout;
     limits.zygote = !o.no_zygote;
     const Sandbox sandbox(limits);
-    const auto verdicts = verify_all(sandbox, reqs, o.workers);
+    const auto verdicts = verify_requests(sandbox, reqs, o.workers);
     for (std::size_t i = 0; i < verdicts.size(); ++i) {
       (*targets[i])["passed"] = verdicts[i].passed();
       (*targets[i])["result"] = verdicts[i].result;
