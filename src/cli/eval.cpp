@@ -36,10 +36,10 @@
 #include "bestofn/eval/verify_jobs.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
-#include "cli/devices.h"
+#include "bestofn/generate/devices.h"
 #include "bestofn/util/text_file.h"
 #include "cli/eval_summary.h"
-#include "cli/shard.h"
+#include "bestofn/generate/shard.h"
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
 #include "cli/eval_files.h"
@@ -56,7 +56,7 @@ using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 struct EvalOptions {
-  ModelFlags m;
+  ModelOptions m;
   std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks, shard, devices;
   std::vector<std::string> references, fail_under;
   int n = 10, limit = 0, workers = 0, queue = 0;
@@ -276,7 +276,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
 
     const std::vector<int> devices = choose_devices(o->m.device, o->devices);
     if (!devices.empty()) o->m.device_index = devices.front();
-    LoadedModel model = load_model_flags(o->m);
+    LoadedModel model = load_model_options(o->m);
     const std::vector<std::unique_ptr<Engine>> more = more_engines(model.weights, devices);
     std::vector<Engine*> engines{model.engine.get()};
     for (const auto& e : more) engines.push_back(e.get());

@@ -22,7 +22,7 @@
 #include "cli/jsonl.h"
 #include "cli/model_flags.h"
 #include "cli/output_file.h"
-#include "cli/shard.h"
+#include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
@@ -33,7 +33,7 @@ namespace {
 using nlohmann::json;
 
 struct GenerateOptions {
-  ModelFlags m;
+  ModelOptions m;
   std::string prompt, prompts, out, select, shard;
   int n = 1, workers = 0;
   double timeout = 3.0;
@@ -224,7 +224,7 @@ Runner add_generate(CLI::App& app) {
       throw CLI::ValidationError("--verify", "needs --prompts FILE with rows that carry \"test\" and \"entry_point\"");
   });
   return [o] {
-    const LoadedModel model = load_model_flags(o->m);
+    const LoadedModel model = load_model_options(o->m);
     std::vector<PromptSpec> specs =
         o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n, "", ""}} : read_prompts(o->prompts, o->n);
     if (o->verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))

@@ -20,7 +20,7 @@
 #include "cli/eval_summary.h"
 #include "cli/jsonl.h"
 #include "cli/scoring.h"
-#include "cli/shard.h"
+#include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
