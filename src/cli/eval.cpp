@@ -41,9 +41,9 @@
 #include "cli/eval_summary.h"
 #include "bestofn/generate/shard.h"
 #include "cli/model_flags.h"
-#include "cli/output_file.h"
-#include "cli/eval_files.h"
-#include "cli/scoring.h"
+#include "bestofn/util/output_file.h"
+#include "bestofn/eval/eval_files.h"
+#include "bestofn/eval/scoring.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 

@@ -19,9 +19,9 @@
 #include "bestofn/util/text_file.h"
 #include "bestofn/eval/verify_jobs.h"
 #include "cli/commands.h"
-#include "cli/jsonl.h"
-#include "cli/output_file.h"
-#include "cli/scoring.h"
+#include "util/jsonl.h"
+#include "bestofn/util/output_file.h"
+#include "bestofn/eval/scoring.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
