@@ -234,7 +234,7 @@ Runner add_generate(CLI::App& app) {
     for (const auto& p : specs)
       reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : input_name(o->prompts)) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
     if (!o->shard.empty()) {
-      // --shard I/N: only this shard's (prompt, candidate) pairs (cli/shard.h), each prompt with the
+      // --shard I/N: only this shard's (prompt, candidate) pairs (bestofn/generate/shard.h), each prompt with the
       // RNG index of its position, so that the shards together write the unsharded run's rows.
       const Shard shard = parse_shard(o->shard, "--shard");
       std::vector<GenerationRequest> mine;
