@@ -1,10 +1,10 @@
 // libFuzzer target: the JSONL reader of `score` samples and `generate` prompt files
-// (src/cli/jsonl.h). Every non-blank line is handed over once, in order, named FILE:LINE;
+// (src/util/jsonl.h). Every non-blank line is handed over once, in order, named FILE:LINE;
 // anything else is a bestofn::Error naming FILE:LINE.
 #include <string>
 
 #include "bestofn/util/error.h"
-#include "cli/jsonl.h"
+#include "util/jsonl.h"
 #include "fuzz_util.h"
 
 using namespace bestofn;

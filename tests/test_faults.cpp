@@ -14,7 +14,7 @@
 #include "bestofn/eval/datasets.h"
 #include "bestofn/verifier/sandbox.h"
 #include "bestofn/util/text_file.h"
-#include "bestofn/verifier/verifier.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "test_util.h"
 #include "verifier/sanitizer.h"
 
@@ -283,7 +283,7 @@ TEST(VerifierFaults, TenThousandCandidatesLeakNothing) {
     std::vector<bestofn::VerifyRequest> reqs;
     // Distinct completions (identical ones would run once); every 10th fails.
     for (int i = 0; i < n; ++i, ++next) reqs.push_back({&p, "    return " + std::string(next % 10 ? "1" : "2") + "  # " + std::to_string(next) + "\n"});
-    const auto verdicts = bestofn::verify_all(sandbox, reqs, 2);
+    const auto verdicts = bestofn::verify_requests(sandbox, reqs, 2);
     int passed = 0;
     for (const auto& v : verdicts) {
       ASSERT_NE(v.status, bestofn::Verdict::Status::SandboxError) << v.result;

@@ -12,7 +12,7 @@
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/model/weights.h"
-#include "cli/devices.h"
+#include "bestofn/generate/devices.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -44,7 +44,7 @@ TEST(GpuDevices, DataParallelCudaEnginesGiveTheCandidatesOfOneEngine) {
       ptrs.push_back(own.back().get());
     }
     std::map<std::pair<std::size_t, int>, std::vector<int>> out;
-    cli::generate_data_parallel(ptrs, tok, reqs, go, [&](Candidate&& c) { out[{c.prompt, c.index}] = c.token_ids; });
+    generate_data_parallel(ptrs, tok, reqs, go, [&](Candidate&& c) { out[{c.prompt, c.index}] = c.token_ids; });
     return out;
   };
   const auto one = run(1);

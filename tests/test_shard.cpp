@@ -15,8 +15,8 @@
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/model/weights.h"
-#include "cli/devices.h"
-#include "cli/shard.h"
+#include "bestofn/generate/devices.h"
+#include "bestofn/generate/shard.h"
 #include "test_util.h"
 
 using namespace bestofn::test;
@@ -81,7 +81,7 @@ void plant_known_samples(const fs::path& dir) {
 }  // namespace
 
 TEST(Shard, PairsAreDealtRoundRobinAndCoverEachPairOnce) {
-  using bestofn::cli::Shard;
+  using bestofn::Shard;
   EXPECT_EQ((Shard{1, 3}.candidates(6, 6)), (std::vector<int>{1, 4}));  // pairs 7 and 10 of problem 1 (n = 6)
   EXPECT_EQ((Shard{0, 4}.candidates(2, 3)), (std::vector<int>{2}));
   std::map<std::pair<int, int>, int> owner;
@@ -89,8 +89,8 @@ TEST(Shard, PairsAreDealtRoundRobinAndCoverEachPairOnce) {
     for (int p = 0; p < 7; ++p)
       for (int c : Shard{s, 5}.candidates(static_cast<std::uint64_t>(p) * 3, 3)) EXPECT_TRUE(owner.emplace(std::make_pair(p, c), s).second);
   EXPECT_EQ(owner.size(), 21u);
-  EXPECT_EQ(bestofn::cli::parse_shard("2/4", "--shard").index, 2);
-  for (const char* bad : {"4/4", "-1/4", "1/0", "1", "a/b", "1/4x", ""}) EXPECT_THROW(bestofn::cli::parse_shard(bad, "--shard"), bestofn::Error) << bad;
+  EXPECT_EQ(bestofn::parse_shard("2/4", "--shard").index, 2);
+  for (const char* bad : {"4/4", "-1/4", "1/0", "1", "a/b", "1/4x", ""}) EXPECT_THROW(bestofn::parse_shard(bad, "--shard"), bestofn::Error) << bad;
 }
 
 TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
@@ -313,11 +313,11 @@ TEST(Shard, UsageErrors) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_NE(r.err.find("--devices"), std::string::npos) << r.err;
   }
-  EXPECT_THROW(bestofn::cli::parse_devices("0,0", 2), bestofn::Error);
-  EXPECT_THROW(bestofn::cli::parse_devices("2", 2), bestofn::Error);
-  EXPECT_THROW(bestofn::cli::parse_devices("", 0), bestofn::Error);
-  EXPECT_EQ(bestofn::cli::parse_devices("1,0", 2), (std::vector<int>{1, 0}));
-  EXPECT_EQ(bestofn::cli::parse_devices("", 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_THROW(bestofn::parse_devices("0,0", 2), bestofn::Error);
+  EXPECT_THROW(bestofn::parse_devices("2", 2), bestofn::Error);
+  EXPECT_THROW(bestofn::parse_devices("", 0), bestofn::Error);
+  EXPECT_EQ(bestofn::parse_devices("1,0", 2), (std::vector<int>{1, 0}));
+  EXPECT_EQ(bestofn::parse_devices("", 3), (std::vector<int>{0, 1, 2}));
 }
 
 // Data parallel: several engines, each on its own thread, give the candidates of one engine.
@@ -343,7 +343,7 @@ TEST(Shard, DataParallelEnginesGiveTheCandidatesOfOneEngine) {
     eo.threads = 1;
     for (std::size_t e = 0; e < engines; ++e) own.push_back(bestofn::make_cpu_engine(weights, eo)), ptrs.push_back(own.back().get());
     std::map<std::pair<std::size_t, int>, bestofn::Candidate> out;
-    const auto st = bestofn::cli::generate_data_parallel(ptrs, tok, reqs, go, [&](bestofn::Candidate&& c) {
+    const auto st = bestofn::generate_data_parallel(ptrs, tok, reqs, go, [&](bestofn::Candidate&& c) {
       EXPECT_TRUE(out.emplace(std::make_pair(c.prompt, c.index), c).second) << c.prompt << " " << c.index;
     });
     EXPECT_EQ(st.generated_tokens, [&] {

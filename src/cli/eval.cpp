@@ -33,17 +33,17 @@
 #include "bestofn/util/parallel.h"
 #include "bestofn/eval/report.h"
 #include "bestofn/generate/scheduler.h"
-#include "bestofn/verifier/verifier.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "bestofn_version.h"
 #include "cli/commands.h"
-#include "cli/devices.h"
+#include "bestofn/generate/devices.h"
 #include "bestofn/util/text_file.h"
 #include "cli/eval_summary.h"
-#include "cli/shard.h"
+#include "bestofn/generate/shard.h"
 #include "cli/model_flags.h"
-#include "cli/output_file.h"
-#include "cli/eval_files.h"
-#include "cli/scoring.h"
+#include "bestofn/util/output_file.h"
+#include "bestofn/eval/eval_files.h"
+#include "bestofn/eval/scoring.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
@@ -56,7 +56,7 @@ using nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 struct EvalOptions {
-  ModelFlags m;
+  ModelOptions m;
   std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks, shard, devices;
   std::vector<std::string> references, fail_under;
   int n = 10, limit = 0, workers = 0, queue = 0;
@@ -158,145 +158,6 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
   if (o.m.kv_cache != "auto") run["kv_cache"] = o.m.kv_cache;
   return run;
 }
-
-// The verifier side of the pipeline: a bounded queue (back-pressure when full), `workers`
-// threads, identical (problem, completion) pairs run once, and the busy intervals for the
-// overlap report.
-class VerifierPool {
- public:
-  struct Job {
-    const Problem* problem = nullptr;
-    json sample;  // the samples row
-  };
-  using Done = std::function<void(const Job&, const Verdict& base, const Verdict* plus)>;
-
-  VerifierPool(const Sandbox& sandbox, int workers, std::size_t capacity, double plus_timeout, Done done)
-      : sandbox_(sandbox), capacity_(capacity), plus_timeout_(plus_timeout), done_(std::move(done)) {
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { work(w); });
-  }
-  ~VerifierPool() { finish(); }
-
-  // Queues a job; blocks while the queue is full. Returns the seconds it waited.
-  double submit(Job job) {
-    const auto t0 = Clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    const Key key{job.problem, job.sample["completion"].get<std::string>()};
-    auto [it, fresh] = entries_.try_emplace(key);
-    Entry& e = it->second;
-    if (!fresh) {  // the same completion for the same problem: one run serves both
-      if (e.done) {
-        const Verdict base = e.base;
-        const std::optional<Verdict> plus = e.plus;
-        lock.unlock();
-        done_(job, base, plus ? &*plus : nullptr);
-      } else {
-        e.waiters.push_back(std::move(job));
-      }
-      return 0;
-    }
-    e.waiters.push_back(std::move(job));
-    // Back-pressure: the engine waits while the queue is full (polling for an interrupt, after
-    // which the job is dropped: it stays in samples.jsonl, and --resume verifies it).
-    while (queue_.size() >= capacity_ && !g_stop.load()) space_.wait_for(lock, std::chrono::milliseconds(100));
-    if (g_stop.load()) return std::chrono::duration<double>(Clock::now() - t0).count();
-    queue_.push_back(key);
-    ready_.notify_one();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-
-  // No more jobs: the workers drain the queue (unless interrupted) and stop.
-  void finish() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    ready_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
-  // Busy time: the union of every run's [start, end], and its part inside [g0, g1].
-  std::pair<double, double> busy_and_overlap(Clock::time_point g0, Clock::time_point g1) const {
-    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv = intervals_;
-    std::sort(iv.begin(), iv.end());
-    double busy = 0, overlap = 0;
-    auto add = [&](Clock::time_point a, Clock::time_point b) {
-      busy += std::chrono::duration<double>(b - a).count();
-      const auto lo = std::max(a, g0), hi = std::min(b, g1);
-      if (hi > lo) overlap += std::chrono::duration<double>(hi - lo).count();
-    };
-    std::optional<std::pair<Clock::time_point, Clock::time_point>> cur;
-    for (const auto& [a, b] : iv) {
-      if (cur && a <= cur->second) {
-        cur->second = std::max(cur->second, b);
-        continue;
-      }
-      if (cur) add(cur->first, cur->second);
-      cur = {a, b};
-    }
-    if (cur) add(cur->first, cur->second);
-    return {busy, overlap};
-  }
-
- private:
-  using Key = std::pair<const Problem*, std::string>;
-  struct Entry {
-    bool done = false;
-    Verdict base;
-    std::optional<Verdict> plus;
-    std::vector<Job> waiters;  // the first is the job that runs
-  };
-
-  void work(int worker) {
-    for (;;) {
-      Key key;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
-        if (queue_.empty() || g_stop.load()) return;
-        key = queue_.front();
-        queue_.pop_front();
-      }
-      space_.notify_one();
-      const auto t0 = Clock::now();
-      Verdict base, plus;
-      bool has_plus = false;
-      try {
-        base = sandbox_.run(program(*key.first, key.second), worker);
-        if (base.passed() && !key.first->plus_input_json.empty()) {
-          plus = sandbox_.run(plus_program(*key.first, key.second), worker, plus_timeout_);
-          has_plus = true;
-        }
-      } catch (const std::exception& e) {  // the sandbox could not run: data, never a crash
-        base = {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
-      }
-      std::vector<Job> jobs;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        intervals_.emplace_back(t0, Clock::now());
-        Entry& e = entries_[key];
-        e.done = true;
-        e.base = base;
-        if (has_plus) e.plus = plus;
-        e.base.out.clear(), e.base.err.clear();
-        jobs.swap(e.waiters);
-      }
-      for (const Job& j : jobs) done_(j, base, has_plus ? &plus : nullptr);
-    }
-  }
-
-  const Sandbox& sandbox_;
-  const std::size_t capacity_;
-  const double plus_timeout_;
-  Done done_;
-  std::mutex mu_;
-  std::condition_variable ready_, space_;
-  std::deque<Key> queue_;
-  std::map<Key, Entry> entries_;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals_;
-  bool closed_ = false;
-  std::vector<std::thread> threads_;
-};
 
 }  // namespace
 
@@ -415,7 +276,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
 
     const std::vector<int> devices = choose_devices(o->m.device, o->devices);
     if (!devices.empty()) o->m.device_index = devices.front();
-    LoadedModel model = load_model_flags(o->m);
+    LoadedModel model = load_model_options(o->m);
     const std::vector<std::unique_ptr<Engine>> more = more_engines(model.weights, devices);
     std::vector<Engine*> engines{model.engine.get()};
     for (const auto& e : more) engines.push_back(e.get());
@@ -494,8 +355,9 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                    p1.problems_used ? p1.mean : 0.0);
     };
     std::exception_ptr write_error;  // the first failed write of a verifier thread (with mu)
-    auto on_verified = [&](const VerifierPool::Job& job, const Verdict& base, const Verdict* plus) {
-      const json row = result_row(job.sample, base, has_plus, plus);
+    auto on_verified = [&](const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
+      const Verdict& base = verdicts.front();
+      const json row = result_row(sample, base, has_plus, verdicts.size() > 1 ? &verdicts[1] : nullptr);
       std::lock_guard<std::mutex> lock(mu);
       if (write_error) return;
       try {
@@ -507,7 +369,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       }
       tally.add_row(row);
       ++verified, ++verified_now;
-      if (base.passed()) solved[index_of[job.problem->task_id]] = true;
+      if (base.passed()) solved[index_of[problem.task_id]] = true;
       progress(false);
     };
     const std::size_t capacity = o->queue > 0 ? static_cast<std::size_t>(o->queue) : 64u * static_cast<std::size_t>(workers);
@@ -518,8 +380,13 @@ Runner add_eval(CLI::App& app, const std::string& command) {
     GenerationStats gs;
     Clock::time_point g0, g1;
     {
-      VerifierPool pool(sandbox, workers, capacity, std::max(o->timeout, o->plus_timeout), on_verified);
-      for (auto& [key, row] : unverified) pool.submit({selected[index_of[key.first]], row});  // generated before, not verified
+      VerifierPool pool(workers, capacity, &g_stop);
+      // A sample's job; its callback holds the row until the verdicts come.
+      auto submit = [&](const Problem& p, json row) {
+        VerifyJob job = sample_job(sandbox, p, row["completion"].get<std::string>(), std::max(o->timeout, o->plus_timeout));
+        return pool.submit(std::move(job), [&on_verified, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
+      };
+      for (auto& [key, row] : unverified) submit(*selected[index_of[key.first]], row);  // generated before, not verified
       g0 = Clock::now();
       auto on_done = [&](Candidate&& c) {
         const Problem& p = *selected[req_problem[c.prompt]];
@@ -531,7 +398,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                     {"logprob", c.cumulative_logprob}};
         if (o->m.chat) row["reply"] = c.text;
         files.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
-        waited += pool.submit({&p, std::move(row)});
+        waited += submit(p, std::move(row));
       };
       auto on_step = [&](const GenerationStats& s, std::size_t) {
         std::lock_guard<std::mutex> lock(mu);

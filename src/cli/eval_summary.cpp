@@ -6,8 +6,8 @@
 #include "bestofn/util/error.h"
 #include "bestofn/eval/report.h"
 #include "bestofn_version.h"
-#include "cli/eval_files.h"
-#include "cli/output_file.h"
+#include "bestofn/eval/eval_files.h"
+#include "bestofn/util/output_file.h"
 #include "util/json_file.h"
 
 namespace bestofn::cli {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bestofn/eval/passk.h"
-#include "cli/scoring.h"
+#include "bestofn/eval/scoring.h"
 
 namespace bestofn::cli {
 

@@ -16,13 +16,13 @@
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/util/text_file.h"
 #include "bestofn/tokenizer/tokenizer.h"
-#include "bestofn/verifier/verifier.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "bestofn/model/weights.h"
 #include "cli/commands.h"
-#include "cli/jsonl.h"
+#include "util/jsonl.h"
 #include "cli/model_flags.h"
-#include "cli/output_file.h"
-#include "cli/shard.h"
+#include "bestofn/util/output_file.h"
+#include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
@@ -33,7 +33,7 @@ namespace {
 using nlohmann::json;
 
 struct GenerateOptions {
-  ModelFlags m;
+  ModelOptions m;
   std::string prompt, prompts, out, select, shard;
   int n = 1, workers = 0;
   double timeout = 3.0;
@@ -146,7 +146,7 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     limits.timeout_s = o.timeout;
     limits.zygote = !o.no_zygote;
     const Sandbox sandbox(limits);
-    const auto verdicts = verify_all(sandbox, reqs, o.workers);
+    const auto verdicts = verify_requests(sandbox, reqs, o.workers);
     for (std::size_t i = 0; i < verdicts.size(); ++i) {
       (*targets[i])["passed"] = verdicts[i].passed();
       (*targets[i])["result"] = verdicts[i].result;
@@ -224,7 +224,7 @@ Runner add_generate(CLI::App& app) {
       throw CLI::ValidationError("--verify", "needs --prompts FILE with rows that carry \"test\" and \"entry_point\"");
   });
   return [o] {
-    const LoadedModel model = load_model_flags(o->m);
+    const LoadedModel model = load_model_options(o->m);
     std::vector<PromptSpec> specs =
         o->prompts.empty() ? std::vector<PromptSpec>{{json(0), o->prompt, {}, o->n, "", ""}} : read_prompts(o->prompts, o->n);
     if (o->verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
@@ -234,7 +234,7 @@ Runner add_generate(CLI::App& app) {
     for (const auto& p : specs)
       reqs.push_back({p.id.dump(), encode_prompt(o->m, model, p.text, (o->prompts.empty() ? "--prompt" : input_name(o->prompts)) + " (prompt " + p.id.dump() + ")"), p.n, p.stop, {}, {}});
     if (!o->shard.empty()) {
-      // --shard I/N: only this shard's (prompt, candidate) pairs (cli/shard.h), each prompt with the
+      // --shard I/N: only this shard's (prompt, candidate) pairs (bestofn/generate/shard.h), each prompt with the
       // RNG index of its position, so that the shards together write the unsharded run's rows.
       const Shard shard = parse_shard(o->shard, "--shard");
       std::vector<GenerationRequest> mine;

@@ -16,11 +16,11 @@
 
 #include "bestofn/util/error.h"
 #include "cli/commands.h"
-#include "cli/eval_files.h"
+#include "bestofn/eval/eval_files.h"
 #include "cli/eval_summary.h"
-#include "cli/jsonl.h"
-#include "cli/scoring.h"
-#include "cli/shard.h"
+#include "util/jsonl.h"
+#include "bestofn/eval/scoring.h"
+#include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 

@@ -1,7 +1,6 @@
 #include "cli/model_flags.h"
 
-#include "bestofn/backends/backends.h"
-#include "bestofn/util/error.h"
+#include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
@@ -14,22 +13,7 @@ void add_kv_cache_flag(CLI::App* sub, std::string& value) {
       ->default_str("auto");
 }
 
-EngineOptions::Kv kv_cache_kind(const std::string& value) {
-  if (value == "f32") return EngineOptions::Kv::F32;
-  if (value == "bf16") return EngineOptions::Kv::BF16;
-  if (value == "fp8") return EngineOptions::Kv::FP8;
-  return EngineOptions::Kv::Auto;
-}
-
-const char* kv_cache_name(EngineOptions::Kv kind) {
-  switch (kind) {
-    case EngineOptions::Kv::F32: return "f32";
-    case EngineOptions::Kv::FP8: return "fp8";
-    default: return "bf16";
-  }
-}
-
-void add_model_flags(CLI::App* sub, ModelFlags& f) {
+void add_model_flags(CLI::App* sub, ModelOptions& f) {
   sub->add_option("--model", f.model, "Hugging Face model directory")->required()->check(non_empty());
   sub->add_option("--tokenizer", f.tokenizer, "tokenizer.json or its directory (default: the model directory)")->check(non_empty());
   sub->add_option("--quantize", f.quantize, "Quantize BF16/F16/F32 weights at load")->check(CLI::IsMember({"none", "fp8"}))->default_str("none");
@@ -65,7 +49,7 @@ void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) 
   });
 }
 
-void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_help) {
+void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_help) {
   sub->add_option("--max-new-tokens", f.max_new_tokens, "Tokens per candidate at most")->check(CLI::Range(1, 10000000))->default_str(std::to_string(f.max_new_tokens));
   sub->add_option("--temperature", f.temperature, "0: greedy")->check(temperature_value());
   sub->add_option("--top-p", f.top_p, "Nucleus sampling mass")->check(finite_range(0.0, 1.0));
@@ -82,69 +66,12 @@ void add_sampling_flags(CLI::App* sub, ModelFlags& f, const std::string& stop_he
   sub->add_option("--system", f.system, "System message for --chat")->needs(chat)->check(utf8_text());
 }
 
-LoadedModel load_model_flags(const ModelFlags& f) {
-  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
-  LoadOptions lo;
-  lo.quantize_fp8 = f.quantize == "fp8";
-  lo.quantize_lm_head_fp8 = f.quantize_lm_head;
-  m.weights = std::make_shared<const Weights>(load_model(f.model, lo));
-  const ModelConfig& cfg = m.weights->config;
-  if (m.tokenizer.vocab_size() > cfg.vocab_size)
-    throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
-                                        std::to_string(cfg.vocab_size));
-  if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
-  EngineOptions eo;
-  eo.threads = f.threads;
-  eo.device_index = f.device_index;
-  eo.cuda_prefix_gemm = f.cuda_prefix_gemm;
-  eo.fused_qkv = f.fused_qkv;
-  eo.gemm_autotune = f.gemm_autotune;
-  eo.paged_kv = f.paged_kv;
-  eo.kv_blocks = f.kv_blocks;
-  eo.device_sampling = f.device_sampling;
-  eo.split_attention = f.split_attention;
-  eo.cuda_graphs = f.cuda_graphs;
-  eo.kv = kv_cache_kind(f.kv_cache);
-  m.engine = make_engine(m.weights, f.device, eo);
-  return m;
-}
-
-SamplingParams sampling_params(const ModelFlags& f, const ModelConfig& c) {
-  SamplingParams s;
-  s.temperature = f.temperature >= 0 ? f.temperature : static_cast<float>(c.generation.temperature.value_or(1.0));
-  s.top_p = f.top_p >= 0 ? f.top_p : static_cast<float>(c.generation.top_p.value_or(1.0));
-  s.top_k = f.top_k >= 0 ? f.top_k : c.generation.top_k.value_or(0);
-  s.min_p = f.min_p;
-  s.seed = f.seed;
-  if (c.generation.do_sample == false && f.temperature < 0) s.temperature = 0.0f;
-  return s;
-}
-
-GenerationOptions generation_options(const ModelFlags& f, const LoadedModel& m) {
-  GenerationOptions go;
-  go.sampling = sampling_params(f, m.weights->config);
-  go.max_new_tokens = f.max_new_tokens;
-  go.batch = f.batch;
-  go.overlap_stop_checks = f.device_sampling;  // the host waits on the device's samples: check text meanwhile
-  go.stop = f.stop;
-  go.eos_ids = m.weights->config.eos_token_ids;
-  if (go.eos_ids.empty() && m.tokenizer.eos_id()) go.eos_ids.push_back(*m.tokenizer.eos_id());
-  return go;
-}
-
-std::vector<int> encode_prompt(const ModelFlags& f, const LoadedModel& m, const std::string& text, const std::string& where) {
-  std::vector<int> ids;
-  try {
-    ids = f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
-                 : m.tokenizer.encode(text, m.weights->config.bos_token_id.has_value() && m.tokenizer.bos_id().has_value());
-  } catch (const Error& e) {
-    throw Error(where, e.what());
-  }
-  const int context = m.weights->config.max_position_embeddings;
-  if (static_cast<long long>(ids.size()) >= context)
-    throw Error(where, "has " + std::to_string(ids.size()) + " tokens; the model's context is " + std::to_string(context) +
-                           " and leaves no room to generate");
-  return ids;
+CLI::Option* add_shard_flag(CLI::App* sub, std::string& text) {
+  return sub
+      ->add_option("--shard", text,
+                   "I/N: only shard I of N (0-based) of the (problem, candidate) pairs; pair p*n+c goes to shard (p*n+c) mod N, "
+                   "with the draws of the unsharded run")
+      ->check(CLI::Validator([](std::string& s) { return shard_error(s); }, "I/N", "shard"));
 }
 
 }  // namespace bestofn::cli

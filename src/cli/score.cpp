@@ -17,11 +17,11 @@
 #include "bestofn/util/error.h"
 #include "bestofn/eval/passk.h"
 #include "bestofn/util/text_file.h"
-#include "bestofn/verifier/verifier.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "cli/commands.h"
-#include "cli/jsonl.h"
-#include "cli/output_file.h"
-#include "cli/scoring.h"
+#include "util/jsonl.h"
+#include "bestofn/util/output_file.h"
+#include "bestofn/eval/scoring.h"
 #include "cli/validators.h"
 #include "util/json_file.h"
 
@@ -135,7 +135,7 @@ Runner add_score(CLI::App& app) {
     for (const auto& s : samples) reqs.push_back({s.problem, s.row["completion"].get<std::string>()});
     const bool tty = isatty(STDERR_FILENO);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto verdicts = verify_all(sandbox, reqs, o->workers, [&](std::size_t done, std::size_t total) {
+    const auto verdicts = verify_requests(sandbox, reqs, o->workers, [&](std::size_t done, std::size_t total) {
       if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu verified", done, total);
     });
     if (tty) std::fprintf(stderr, "\n");
@@ -150,7 +150,7 @@ Runner add_score(CLI::App& app) {
     std::vector<Verdict> plus_verdicts;
     if (!plus_reqs.empty()) {
       for (auto& r : plus_reqs) r.timeout_s = std::max(o->timeout, o->plus_timeout);
-      plus_verdicts = verify_all(sandbox, plus_reqs, o->workers, [&](std::size_t done, std::size_t total) {
+      plus_verdicts = verify_requests(sandbox, plus_reqs, o->workers, [&](std::size_t done, std::size_t total) {
         if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu plus tests", done, total);
       });
       if (tty) std::fprintf(stderr, "\n");

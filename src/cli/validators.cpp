@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bestofn/eval/scoring.h"
 #include "bestofn/util/error.h"
 #include "bestofn/engine/sampler.h"
 #include "bestofn/model/synthetic.h"
@@ -81,10 +82,8 @@ CLI::Validator checked_by(std::function<void(const std::string&)> parse, const s
       type_name);
 }
 
-std::string trim_blanks(const std::string& s) {
-  const std::size_t first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+CLI::Validator k_list() {
+  return checked_by([](const std::string& s) { parse_ks(s); }, "K,K,...");
 }
 
 CLI::Validator non_empty() {

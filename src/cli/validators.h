@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "bestofn/util/trim_blanks.h"
+
 namespace bestofn::cli {
 
 // A finite number in [lo, hi]. (CLI::Range lets NaN through: every comparison with it is false.)
@@ -33,8 +35,9 @@ CLI::Validator non_empty();
 // the prompt the system message was rendered into.
 CLI::Validator utf8_text();
 
-// s without leading and trailing spaces and tabs: an item of a comma-separated list ("1, 10").
-std::string trim_blanks(const std::string& s);
+// parse_ks (bestofn/eval/scoring.h) as a CLI11 check on --k: a malformed list is a usage error
+// (exit 2), said before any file is read.
+CLI::Validator k_list();
 
 // Seconds, the most any sandbox timeout (--timeout, --plus-timeout) may be: an hour.
 inline constexpr double kMaxTimeoutSeconds = 3600.0;

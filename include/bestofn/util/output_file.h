@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-namespace bestofn::cli {
+namespace bestofn {
 
 // An output path that names a file this run reads (the same file by any path): bestofn::Error
 // before anything is written, instead of replacing the input with the output.
@@ -51,4 +51,4 @@ class OutputFile {
   int temp_ = -1;  // register_temp_path's handle
 };
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,4 +1,4 @@
-#include "cli/output_file.h"
+#include "bestofn/util/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include "bestofn/util/error.h"
 #include "bestofn/util/temp_paths.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 namespace fs = std::filesystem;
 
@@ -168,4 +168,4 @@ void OutputFile::commit() {
   temp_ = -1;
 }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,7 +1,6 @@
 #pragma once
 // What `score` and `eval` share: the --k list, a results row from verdicts, and the tally of
 // verdicts per problem that pass@k comes from.
-#include <CLI/CLI.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,13 +10,10 @@
 #include "bestofn/eval/passk.h"
 #include "bestofn/verifier/sandbox.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 // "1,10,100" -> {1, 10, 100}; bestofn::Error naming --k otherwise.
 std::vector<int> parse_ks(const std::string& s);
-// parse_ks as a CLI11 check on --k: a malformed list is a usage error (exit 2), said before any
-// file is read.
-CLI::Validator k_list();
 
 // "passed" | "failed" | "timed_out" | "sandbox_error"
 const char* verdict_kind(const Verdict& v);
@@ -59,4 +55,4 @@ class Tally {
   std::map<std::string, int> counts_{{"passed", 0}, {"failed", 0}, {"timed_out", 0}, {"sandbox_error", 0}};
 };
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,8 +1,8 @@
-#include "cli/shard.h"
+#include "bestofn/generate/shard.h"
 
 #include "bestofn/util/error.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 std::vector<int> Shard::candidates(std::uint64_t first_pair, int n) const {
   std::vector<int> out;
@@ -35,14 +35,6 @@ Shard parse_shard(const std::string& text, const std::string& flag) {
   return shard;
 }
 
-CLI::Option* add_shard_flag(CLI::App* sub, std::string& text) {
-  return sub
-      ->add_option("--shard", text,
-                   "I/N: only shard I of N (0-based) of the (problem, candidate) pairs; pair p*n+c goes to shard (p*n+c) mod N, "
-                   "with the draws of the unsharded run")
-      ->check(CLI::Validator(
-          [](std::string& s) { return read_shard(s).second; },
-          "I/N", "shard"));
-}
+std::string shard_error(const std::string& text) { return read_shard(text).second; }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

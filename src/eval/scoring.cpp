@@ -1,13 +1,13 @@
-#include "cli/scoring.h"
+#include "bestofn/eval/scoring.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "bestofn/util/error.h"
-#include "cli/validators.h"
+#include "bestofn/util/trim_blanks.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 std::vector<int> parse_ks(const std::string& s) {
   std::vector<int> ks;
@@ -27,10 +27,6 @@ std::vector<int> parse_ks(const std::string& s) {
   if (ks.empty()) throw Error("--k: empty list");
   if (s.back() == ',') throw Error("--k: '" + s + "' ends in a comma: a K is missing (e.g. --k 1,10,100)");
   return ks;
-}
-
-CLI::Validator k_list() {
-  return checked_by([](const std::string& s) { parse_ks(s); }, "K,K,...");
 }
 
 const char* verdict_kind(const Verdict& v) {
@@ -131,4 +127,4 @@ nlohmann::ordered_json Tally::skipped_json(const std::vector<PassAtK>& r) {
   return out;
 }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,5 +1,5 @@
 #pragma once
-// JSONL input for the CLI: every non-blank line is one JSON value; errors name FILE:LINE.
+// JSONL input: every non-blank line is one JSON value; errors name FILE:LINE.
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -9,7 +9,7 @@
 #include "bestofn/util/text_file.h"
 #include "util/json_file.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 // Calls fn(value, "FILE:LINE") for each non-blank line of `path` (plain or gzip; "-" is stdin,
 // named "<stdin>:LINE"). A key repeated in one object is an error naming the line.
@@ -32,4 +32,4 @@ inline void for_each_jsonl(const std::string& path, const std::function<void(nlo
   }
 }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -8,14 +8,13 @@
 // 1/N of every problem's candidates (load balanced across long and short problems), and a
 // candidate's draws are keyed by (seed, problem position, candidate index), never by the shard:
 // the N shards together make exactly the candidates of an unsharded run.
-#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "bestofn/generate/scheduler.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 struct Shard {
   int index = 0, count = 1;  // 0 <= index < count; count 1: the whole run
@@ -32,7 +31,7 @@ inline std::size_t candidate_count(const GenerationRequest& r) { return r.indice
 // "I/N" with 0 <= I < N <= 1000000; throws bestofn::Error naming `flag` otherwise.
 Shard parse_shard(const std::string& text, const std::string& flag);
 
-// Adds --shard I/N to a subcommand (validated at parse time: a bad value is a usage error).
-CLI::Option* add_shard_flag(CLI::App* sub, std::string& text);
+// Why text is not "I/N" as parse_shard takes it, without the flag's name; empty when it is.
+std::string shard_error(const std::string& text);
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

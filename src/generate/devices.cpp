@@ -1,4 +1,4 @@
-#include "cli/devices.h"
+#include "bestofn/generate/devices.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include "bestofn/backends/backends.h"
 #include "bestofn/util/error.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 std::vector<int> parse_devices(const std::string& text, int visible) {
   std::vector<int> out;
@@ -140,4 +140,4 @@ GenerationStats generate_data_parallel(const std::vector<Engine*>& engines, cons
   return total;
 }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace bestofn::cli {
+namespace bestofn {
 
 class AppendFile {
  public:
@@ -70,4 +70,4 @@ class RunFiles {
   std::unique_ptr<AppendFile> samples_out_, results_out_;
 };
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,4 +1,4 @@
-#include "cli/eval_files.h"
+#include "bestofn/eval/eval_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,10 +12,10 @@
 #include <spdlog/spdlog.h>
 
 #include "bestofn/util/error.h"
-#include "cli/output_file.h"
+#include "bestofn/util/output_file.h"
 #include "util/json_file.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -158,4 +158,4 @@ RunFiles::DirLock::~DirLock() {
 void RunFiles::append_sample(const json& row) { samples_out_->line(json_text(row)); }
 void RunFiles::append_result(const json& row) { results_out_->line(json_text(row)); }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -9,7 +9,7 @@
 #include "bestofn/engine/engine.h"
 #include "bestofn/generate/scheduler.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 // "0,1,3" -> {0, 1, 3}: CUDA device ordinals as this process sees them (numbered within
 // CUDA_VISIBLE_DEVICES), distinct, each < visible. Empty text: every visible device. Throws
@@ -21,7 +21,7 @@ std::vector<int> parse_devices(const std::string& text, int visible);
 // the run is on the CPU. Throws bestofn::Error naming --devices when they cannot be used.
 std::vector<int> choose_devices(std::string& device, const std::string& devices_flag);
 
-// Engines on devices[1...] (the first is the one load_model_flags made), sharing the weights.
+// Engines on devices[1...] (the first is the one load_model_options made), sharing the weights.
 std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const Weights>& weights, const std::vector<int>& devices);
 
 // generate() over several engines at once. Each request's candidates (its indices, else 0..n-1)
@@ -34,4 +34,4 @@ GenerationStats generate_data_parallel(const std::vector<Engine*>& engines, cons
                                        const std::function<void(Candidate&&)>& on_done,
                                        const std::function<void(const GenerationStats&, std::size_t done)>& on_step = {});
 
-}  // namespace bestofn::cli
+}  // namespace bestofn
