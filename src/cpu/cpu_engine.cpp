@@ -278,6 +278,9 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cpu"; }
+  EngineDescription describe() const override {
+    return {"cpu", "cpu", EngineDescription::CpuKernels{cpu::fp8_kernel_name(), cpu::wide_kernel_name()}, std::nullopt};
+  }
   EngineOptions::Kv kv_cache() const override { return kv_; }
 
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
