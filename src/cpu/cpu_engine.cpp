@@ -400,7 +400,7 @@ void CpuEngine::embed(std::span<const int> tokens) {
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     if (tokens[t] < 0 || tokens[t] >= c_.vocab_size)
       throw Error("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (" + std::to_string(c_.vocab_size) + ")");
-    cpu::tensor_row(w_->token_embedding, tokens[t], x_.data() + t * static_cast<std::size_t>(c_.dim));
+    cpu::embedding(w_->token_embedding, tokens[t], x_.data() + t * static_cast<std::size_t>(c_.dim));
   }
 }
 
@@ -456,7 +456,7 @@ void CpuEngine::ffn(int layer, std::size_t T) {
     const auto h = static_cast<std::size_t>(c_.hidden_dim);
     float* g = gate_.data();
     const float* u = up_.data();
-    pool_.run(T, [&](std::size_t t0, std::size_t t1) { cpu::silu_mul(g + t0 * h, u + t0 * h, (t1 - t0) * h); });
+    pool_.run(T, [&](std::size_t t0, std::size_t t1) { cpu::swiglu(g + t0 * h, u + t0 * h, (t1 - t0) * h); });
   }
   linear(L.w_down, gate_.data(), T, o_.data());
   for (std::size_t i = 0; i < T * d; ++i) x_[i] += o_[i];
