@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string path = fuzz::write_scratch("samples.jsonl", text).string();
   std::size_t values = 0, last_line = 0;
   try {
-    cli::for_each_jsonl(path, [&](nlohmann::json&&, const std::string& where) {
+    bestofn::for_each_jsonl(path, [&](nlohmann::json&&, const std::string& where) {
       fuzz::check(where.starts_with(path + ":"), "a value named " + where);
       const std::size_t line = std::stoul(where.substr(path.size() + 1));
       fuzz::check(line > last_line, "lines out of order: " + where);

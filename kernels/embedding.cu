@@ -1,4 +1,4 @@
-// Embedding lookup: the GPU twin of cpu::tensor_row on the token-embedding table. One block per
+// Embedding lookup: the GPU twin of cpu::embedding on the token-embedding table. One block per
 // token; each element is copied (F32) or widened (BF16, exact), so the result is bit-identical.
 #include <string>
 

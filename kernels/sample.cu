@@ -237,11 +237,11 @@ __global__ void __launch_bounds__(kBlock) kernel_sample(const float* logits, int
   }
 }
 
-void sample_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
+void sample_token_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
                  const std::uint64_t* candidate, const std::uint64_t* step, int* tokens, float* logprobs,
                  cudaStream_t stream) {
-  if (V <= 0) throw Error("sample_cuda", "expected a vocabulary of at least 1 token, got " + std::to_string(V));
-  if (T < 0) throw Error("sample_cuda", "expected T >= 0, got " + std::to_string(T));
+  if (V <= 0) throw Error("sample_token_cuda", "expected a vocabulary of at least 1 token, got " + std::to_string(V));
+  if (T < 0) throw Error("sample_token_cuda", "expected T >= 0, got " + std::to_string(T));
   if (T == 0) return;
   Args a{};
   a.greedy = params.temperature <= 0.0f;

@@ -1,5 +1,5 @@
 // SwiGLU: gate = silu(gate) * up, alone and fused with FP8 E4M3 quantization of each row (the
-// down_proj input). GPU twins of cpu::silu_mul (then quantize_fp8_rows / quantize_fp8_row).
+// down_proj input). GPU twins of cpu::swiglu (then quantize_fp8_rows / quantize_fp8_row).
 // Same expression as the CPU, `g / (1 + exp(-g)) * up`, but CUDA's expf (max 2 ulp, no fast math)
 // is not glibc's: a few ulp of tolerance, stated in tests/test_gpu_elementwise.cpp.
 #include <string>

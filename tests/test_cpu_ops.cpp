@@ -1,4 +1,4 @@
-// cpu::silu_mul (SwiGLU's elementwise step) against silu in double precision: within 6 ulp of
+// cpu::swiglu (SwiGLU's elementwise step) against silu in double precision: within 6 ulp of
 // the rounded result (exp_poly's 2 ulp through 1 + e, the division and the product), -0 where
 // exp(-g) overflows a float, NaN and infinities as IEEE arithmetic gives them; and an element's result is the
 // same whatever the length of the call and its place in it (the engine splits rows over threads).
@@ -31,7 +31,7 @@ TEST(CpuOps, SiluMulIsSiluWithinSixUlp) {
   for (int i = 0; i < 100000; ++i) g.push_back(nd(rng)), u.push_back(nd(rng));
   for (float x = -120.0f; x <= 120.0f; x += 0.0625f) g.push_back(x), u.push_back(1.5f);  // both saturated ends
   const std::vector<float> g0 = g;
-  cpu::silu_mul(g.data(), u.data(), g.size());
+  cpu::swiglu(g.data(), u.data(), g.size());
   int bad = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double ref = silu_ref(g0[i], u[i]);
@@ -45,7 +45,7 @@ TEST(CpuOps, SiluMulEdgeValues) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> g = {-100.0f, -88.5f, 0.0f, -0.0f, inf, -inf, NAN, 100.0f}, u(g.size(), 2.0f);
   const std::vector<float> g0 = g;
-  cpu::silu_mul(g.data(), u.data(), g.size());
+  cpu::swiglu(g.data(), u.data(), g.size());
   EXPECT_EQ(g[0], 0.0f);                                             // exp(100) overflows: -100 / inf
   EXPECT_FLOAT_EQ(g[1], static_cast<float>(silu_ref(-88.5, 2.0)));   // libm's exp, not the clamped one
   EXPECT_EQ(g[2], 0.0f);
@@ -63,11 +63,11 @@ TEST(CpuOps, SiluMulElementsDoNotDependOnTheCall) {
   std::vector<float> g0(n), u(n);
   for (std::size_t i = 0; i < n; ++i) g0[i] = nd(rng), u[i] = nd(rng);
   std::vector<float> whole = g0;
-  cpu::silu_mul(whole.data(), u.data(), n);
+  cpu::swiglu(whole.data(), u.data(), n);
   for (std::size_t start : {1u, 5u, 17u, 100u}) {
     std::vector<float> part = g0;
-    cpu::silu_mul(part.data(), u.data(), start);  // two calls with tails in other places
-    cpu::silu_mul(part.data() + start, u.data() + start, n - start);
+    cpu::swiglu(part.data(), u.data(), start);  // two calls with tails in other places
+    cpu::swiglu(part.data() + start, u.data() + start, n - start);
     EXPECT_EQ(std::memcmp(part.data(), whole.data(), n * sizeof(float)), 0) << "split at " << start;
   }
 }

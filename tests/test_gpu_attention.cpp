@@ -623,7 +623,7 @@ TEST(GpuRopeKv, Fp8RowsMatchCpuQuantizer) {
     }
 }
 
-// ---- sample_cuda ----------------------------------------------------------------------------
+// ---- sample_token_cuda ----------------------------------------------------------------------------
 //
 // Tokens: greedy must be identical. Sampling follows sample_token's rule with the same Philox
 // draw, but the weights come from CUDA's expf (<= 2 ulp, glibc <= 1) and the double sums run in
@@ -663,7 +663,7 @@ struct SampleCase {
     DeviceArray<float> d_logits(logits), d_logprobs(static_cast<std::size_t>(T));
     DeviceArray<std::uint64_t> d_prompt(prompt), d_candidate(candidate), d_step(step);
     DeviceArray<int> d_tokens(static_cast<std::size_t>(T));
-    cuda::sample_cuda(d_logits.get(), T, V, p, d_prompt.get(), d_candidate.get(), d_step.get(), d_tokens.get(),
+    cuda::sample_token_cuda(d_logits.get(), T, V, p, d_prompt.get(), d_candidate.get(), d_step.get(), d_tokens.get(),
                       d_logprobs.get(), nullptr);
     sync();
     return {d_tokens.download(), d_logprobs.download()};

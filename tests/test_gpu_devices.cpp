@@ -39,7 +39,7 @@ TEST(GpuDevices, DataParallelCudaEnginesGiveTheCandidatesOfOneEngine) {
     std::vector<Engine*> ptrs;
     for (int e = 0; e < engines; ++e) {
       EngineOptions eo;
-      eo.device_index = e % visible;
+      eo.cuda.device_index = e % visible;
       own.push_back(make_engine(weights, "cuda", eo));
       ptrs.push_back(own.back().get());
     }
@@ -55,6 +55,6 @@ TEST(GpuDevices, DataParallelCudaEnginesGiveTheCandidatesOfOneEngine) {
     for (const auto& [k, ids] : one) EXPECT_EQ(ids, many.at(k)) << engines << " engines, prompt " << k.first << " candidate " << k.second;
   }
   EngineOptions bad;
-  bad.device_index = visible;
+  bad.cuda.device_index = visible;
   EXPECT_THROW(make_engine(weights, "cuda", bad), Error);
 }

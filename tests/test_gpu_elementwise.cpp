@@ -107,7 +107,7 @@ std::string compare_fp8(const std::vector<std::uint8_t>& q_gpu, const std::vecto
   return "";
 }
 
-// A Tensor view of host bytes, for the CPU twins that take one (cpu::rmsnorm, cpu::tensor_row).
+// A Tensor view of host bytes, for the CPU twins that take one (cpu::rmsnorm, cpu::embedding).
 Tensor host_tensor(const std::vector<std::uint8_t>& bytes, DType dtype, std::vector<std::int64_t> shape) {
   Tensor t;
   t.name = "test";
@@ -157,7 +157,7 @@ TEST(GpuElementwise, EmbeddingMatchesTensorRowBitForBit) {
         const Tensor table = host_tensor(bytes, dtype, {kVocab, dim});
         std::vector<float> cpu(static_cast<std::size_t>(T) * dim);
         for (int t = 0; t < T; ++t)
-          cpu::tensor_row(table, tokens[static_cast<std::size_t>(t)], cpu.data() + static_cast<std::size_t>(t) * dim);
+          cpu::embedding(table, tokens[static_cast<std::size_t>(t)], cpu.data() + static_cast<std::size_t>(t) * dim);
 
         const cuda::DeviceBuffer d_table = test::to_gpu(bytes), d_tokens = test::to_gpu(tokens);
         const cuda::DeviceBuffer d_out(cpu.size() * sizeof(float));
@@ -390,7 +390,7 @@ TEST(GpuElementwise, SwigluMatchesCpuWithinExpTolerance) {
       const std::size_t total = static_cast<std::size_t>(T) * static_cast<std::size_t>(n);
       const std::vector<float> gate = random_gates(total, seed++), up = test::random_floats(total, seed++, 1.0f);
       std::vector<float> cpu(gate);
-      cpu::silu_mul(cpu.data(), up.data(), total);
+      cpu::swiglu(cpu.data(), up.data(), total);
 
       const cuda::DeviceBuffer d_gate = test::to_gpu(gate), d_up = test::to_gpu(up);
       cuda::swiglu_cuda(d_gate.get<float>(), d_up.get<float>(), T, n, nullptr);
@@ -401,7 +401,7 @@ TEST(GpuElementwise, SwigluMatchesCpuWithinExpTolerance) {
   }
 }
 
-// --- swiglu + FP8. Composed twin (no fused CPU op): cpu::silu_mul, then quantize_fp8_rows or
+// --- swiglu + FP8. Composed twin (no fused CPU op): cpu::swiglu, then quantize_fp8_rows or
 // quantize_fp8_row, what cpu::linear does to down_proj's input. Values differ by kSwigluRtol,
 // so compare_fp8's inexact mode, with the scale within kSwigluRtol plus the division's rounding. ---
 TEST(GpuElementwise, SwigluQuantFp8MatchesCpuWithinOneStep) {
@@ -414,7 +414,7 @@ TEST(GpuElementwise, SwigluQuantFp8MatchesCpuWithinOneStep) {
         const auto rows = static_cast<std::size_t>(T), cols = static_cast<std::size_t>(n);
         const std::vector<float> gate = random_gates(rows * cols, seed++), up = test::random_floats(rows * cols, seed++, 1.0f);
         std::vector<float> h(gate);
-        cpu::silu_mul(h.data(), up.data(), h.size());
+        cpu::swiglu(h.data(), up.data(), h.size());
         std::vector<std::uint8_t> q_cpu(h.size());
         std::vector<float> s_cpu(rows, static_scale);
         if (static_scale > 0.0f) {

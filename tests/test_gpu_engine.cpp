@@ -159,12 +159,12 @@ struct Paths {
   bool prefix_gemm, fused, paged, split = false, graphs = false;
   EngineOptions options() const {
     EngineOptions o;
-    o.cuda_prefix_gemm = prefix_gemm;
-    o.fused_qkv = fused;
-    o.paged_kv = paged;
-    o.split_attention = split;
-    o.cuda_graphs = graphs;
-    o.kv_blocks = 64;  // 16 positions each: the 8 slots of these traces need 3 blocks each
+    o.cuda.prefix_gemm = prefix_gemm;
+    o.cuda.fused_qkv = fused;
+    o.cuda.paged_kv = paged;
+    o.cuda.split_attention = split;
+    o.cuda.graphs = graphs;
+    o.cuda.kv_blocks = 64;  // 16 positions each: the 8 slots of these traces need 3 blocks each
     return o;
   }
   std::string name() const {
@@ -384,8 +384,8 @@ TEST(GpuEngine, PagedKvAdmitsByFreeBlocks) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
   EngineOptions o;
-  o.paged_kv = true;
-  o.kv_blocks = 4;
+  o.cuda.paged_kv = true;
+  o.cuda.kv_blocks = 4;
   auto e = cuda::make_cuda_engine(w, o);
   std::vector<float> logits(512);
   const int p = e->prefill(std::vector<int>{1, 2, 3}, logits);
@@ -415,8 +415,8 @@ TEST(GpuEngine, DeviceSamplingGivesTheHostDraws) {
   for (const auto& [graphs, temperature] : kCases) {
     SCOPED_TRACE(graphs ? "--cuda-graphs" : "eager");
     EngineOptions o;
-    o.device_sampling = true;
-    o.cuda_graphs = graphs;
+    o.cuda.device_sampling = true;
+    o.cuda.graphs = graphs;
     auto host_e = cuda::make_cuda_engine(w, {});
     auto dev_e = cuda::make_cuda_engine(w, o);
     SamplingParams sp;

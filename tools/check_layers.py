@@ -22,7 +22,7 @@ ALLOWED = {
     "backends": {"util", "model", "engine", "cpu", "cuda"},
     "generate": {"util", "tokenizer", "model", "engine", "backends"},
     "eval": {"util", "tokenizer", "model", "engine", "backends", "generate", "verifier"},
-    "cli": {"util", "tokenizer", "model", "engine", "backends", "generate", "eval", "verifier", "cpu"},
+    "cli": {"util", "tokenizer", "model", "engine", "backends", "generate", "eval", "verifier"},
 }
 SOURCE = (".h", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

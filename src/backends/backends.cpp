@@ -25,15 +25,16 @@ BackendInfo backend_info() {
 namespace {
 // --device auto on the CPU engine: the CUDA paths asked for do nothing there; say so by default
 // (not only with -v), as --device cpu refuses them.
-std::unique_ptr<Engine> auto_on_cpu(std::shared_ptr<const Weights> weights, const EngineOptions& o) {
+std::unique_ptr<Engine> auto_on_cpu(std::shared_ptr<const Weights> weights, const EngineOptions& options) {
+  const CudaOptions& o = options.cuda;
   std::string ignored;
-  for (const auto& [on, flag] : {std::pair{o.cuda_prefix_gemm, "--cuda-prefix-gemm"}, {o.fused_qkv, "--fused-qkv"},
+  for (const auto& [on, flag] : {std::pair{o.prefix_gemm, "--cuda-prefix-gemm"}, {o.fused_qkv, "--fused-qkv"},
                                  {o.gemm_autotune, "--gemm-autotune"}, {o.paged_kv, "--paged-kv"}, {o.kv_blocks > 0, "--kv-blocks"},
                                  {o.device_sampling, "--device-sampling"}, {o.split_attention, "--split-attention"},
-                                 {o.cuda_graphs, "--cuda-graphs"}})
+                                 {o.graphs, "--cuda-graphs"}})
     if (on) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
   if (!ignored.empty()) spdlog::warn("--device auto is running the CPU engine, which ignores {} (CUDA engine paths)", ignored);
-  return make_cpu_engine(std::move(weights), o);
+  return make_cpu_engine(std::move(weights), options);
 }
 }  // namespace
 

@@ -24,7 +24,6 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
-#include "cpu/ops.h"
 #include "util/json_file.h"
 
 namespace bestofn::cli {
@@ -221,15 +220,16 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                                                      : std::string()));
     EngineOptions eo;
     eo.threads = o->threads;
-    eo.cuda_prefix_gemm = o->cuda_prefix_gemm;
-    eo.fused_qkv = o->fused_qkv;
-    eo.gemm_autotune = o->gemm_autotune;
-    eo.paged_kv = o->paged_kv;
-    eo.device_sampling = o->device_sampling;
-    eo.split_attention = o->split_attention;
-    eo.cuda_graphs = o->cuda_graphs;
+    eo.cuda.prefix_gemm = o->cuda_prefix_gemm;
+    eo.cuda.fused_qkv = o->fused_qkv;
+    eo.cuda.gemm_autotune = o->gemm_autotune;
+    eo.cuda.paged_kv = o->paged_kv;
+    eo.cuda.device_sampling = o->device_sampling;
+    eo.cuda.split_attention = o->split_attention;
+    eo.cuda.graphs = o->cuda_graphs;
     eo.kv = kv_cache_kind(o->kv_cache);
     auto engine = make_engine(w, o->device, eo);
+    const EngineDescription described = engine->describe();
     const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
     std::mt19937 rng(1234);
     std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
@@ -240,7 +240,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
     if (!o->json)
       std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
     for (int n : ns) {
-      const double round_trip_ns = engine->name() == "cpu" ? core_round_trip_ns() : 0.0;
+      // Measured for the CPU engine only, whose threads hand work to each other through caches.
+      const double round_trip_ns = described.cpu_kernels ? core_round_trip_ns() : 0.0;
       std::vector<float> logits(V);
       auto t0 = Clock::now();
       const int prefix = engine->prefill(prompt, logits);
@@ -306,9 +307,9 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   {"gb_per_s", bytes / ms / 1e6}, {"threads", engine_threads(o->threads)},
                   {"kv_cache", kv_cache_name(engine->kv_cache())},
                   {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
-      if (engine->name() == "cpu") {
+      if (const auto& kernels = described.cpu_kernels) {
         row["core_round_trip_ns"] = round_trip_ns;
-        row["cpu_kernels"] = {{"fp8", cpu::fp8_kernel_name()}, {"bf16", cpu::wide_kernel_name()}};  // which GEMM kernels ran
+        row["cpu_kernels"] = {{"fp8", kernels->fp8}, {"bf16", kernels->bf16}};  // which GEMM kernels ran
       }
       // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
       const double ctx = o->prompt_len + suffix;
@@ -325,9 +326,10 @@ Runner add_bench(CLI::App& app, const std::string& command) {
         row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
         row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
       }
-      if (engine->name() == "cuda") row["paths"] = {{"cuda_prefix_gemm", o->cuda_prefix_gemm}, {"fused_qkv", o->fused_qkv}, {"gemm_autotune", o->gemm_autotune},
-                                    {"paged_kv", o->paged_kv}, {"device_sampling", o->device_sampling},
-                                    {"split_attention", o->split_attention}, {"cuda_graphs", o->cuda_graphs}};
+      if (const auto& p = described.cuda)
+        row["paths"] = {{"cuda_prefix_gemm", p->prefix_gemm}, {"fused_qkv", p->fused_qkv}, {"gemm_autotune", p->gemm_autotune},
+                        {"paged_kv", p->paged_kv}, {"device_sampling", p->device_sampling},
+                        {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}};
       if (o->cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
         const Engine::GraphStats g = engine->graph_stats();
         row["graph_replays"] = g.replays - replays_before;

@@ -74,7 +74,9 @@ float abs_max(const float* x, std::size_t n) {
 
 }  // namespace
 
-void tensor_row(const Tensor& t, std::int64_t r, float* out) { widen(t, r, static_cast<std::size_t>(t.shape.back()), out); }
+void embedding(const Tensor& table, std::int64_t token, float* out) {
+  widen(table, token, static_cast<std::size_t>(table.shape.back()), out);
+}
 
 void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std::size_t dim, float eps) {
   thread_local std::vector<float> g;
@@ -305,7 +307,7 @@ void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs) {
   }
 }
 
-void silu_mul(float* gate, const float* up, std::size_t n) {
+void swiglu(float* gate, const float* up, std::size_t n) {
   // 16 elements at a time, the last few through a zero-padded vector: every element takes the
   // same instructions wherever it sits. exp_poly covers -g <= 88; past that (g < -88) libm's exp,
   // which overflows to inf there as exp_poly's clamp would not.

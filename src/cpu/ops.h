@@ -18,8 +18,8 @@ class ThreadPool;
 // out = x / rms(x) * w, per row of `dim` floats; fp32 throughout (HF: x * rsqrt(mean(x^2) + eps)).
 void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std::size_t dim, float eps);
 
-// Row r of an embedding / weight tensor, widened to float.
-void tensor_row(const Tensor& t, std::int64_t r, float* out);
+// The embedding lookup: row `token` of the table (vocab, dim), widened to float.
+void embedding(const Tensor& table, std::int64_t token, float* out);
 
 // A Linear's weights re-laid in the strips the CPU GEMM reads (FP8: fp8::pack_weights; BF16, F16
 // and F32: wide::pack_weights; the same bytes as the checkpoint's plus padding): an engine packs
@@ -60,6 +60,6 @@ void rope_rotate(float* vec, int n_heads, int head_dim, const float* cs);
 // gate = silu(gate) * up = gate / (1 + exp(-gate)) * up, elementwise; exp by exp_poly
 // (within 2 ulp; libm's exp for gate < -88, where exp(-gate) overflows or nearly). An element's
 // result depends on its values alone, not on n or where it sits.
-void silu_mul(float* gate, const float* up, std::size_t n);
+void swiglu(float* gate, const float* up, std::size_t n);
 
 }  // namespace bestofn::cpu

@@ -17,7 +17,8 @@
 
 namespace bestofn::cuda {
 
-CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt) : w_(std::move(w)), c_(w_->config) {
+CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
+    : w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
     // Every path reads FP8 rows: the decode kernels (part 1, split, tiled), prefill, --paged-kv's
@@ -30,23 +31,23 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   std::string why;
   const std::size_t visible = list_devices(&why).size();
   if (visible == 0) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
-  if (opt.device_index < 0 || static_cast<std::size_t>(opt.device_index) >= visible)
-    throw Error("CUDA device " + std::to_string(opt.device_index) + " is not visible: this process sees " + std::to_string(visible) +
+  if (opt.cuda.device_index < 0 || static_cast<std::size_t>(opt.cuda.device_index) >= visible)
+    throw Error("CUDA device " + std::to_string(opt.cuda.device_index) + " is not visible: this process sees " + std::to_string(visible) +
                 " device(s), numbered from 0 within CUDA_VISIBLE_DEVICES");
-  device_ = opt.device_index;
+  device_ = opt.cuda.device_index;
   use_device();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   stream_owner_.reset(stream_);
-  if (opt.gemm_autotune) algo_cache_ = std::make_unique<GemmAlgoCache>(GemmAlgoCache::default_file());
+  if (opt.cuda.gemm_autotune) algo_cache_ = std::make_unique<GemmAlgoCache>(GemmAlgoCache::default_file());
   gemm_ = std::make_unique<Gemm>(stream_, algo_cache_.get());
   timer_.set_stream(stream_);
-  prefix_gemm_ = opt.cuda_prefix_gemm;
+  prefix_gemm_ = opt.cuda.prefix_gemm;
   if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
-  device_sampling_ = opt.device_sampling;
-  split_attention_ = opt.split_attention;
-  if (opt.cuda_graphs) graphs_ = std::make_unique<GraphCache>();
+  device_sampling_ = opt.cuda.device_sampling;
+  split_attention_ = opt.cuda.split_attention;
+  if (opt.cuda.graphs) graphs_ = std::make_unique<GraphCache>();
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  if (opt.paged_kv && opt.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.kv_blocks));
+  if (opt.cuda.paged_kv && opt.cuda.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.cuda.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
@@ -57,11 +58,18 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     lm_head_.out = c_.vocab_size, lm_head_.in = c_.dim;
     lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
   }
-  for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.fused_qkv));
-  if (opt.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.kv_blocks);
+  for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
+  if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks);
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
+}
+
+EngineDescription CudaEngine::describe() const {
+  use_device();
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  return {"cuda", prop.name, std::nullopt, options_};
 }
 
 void CudaEngine::scratch(int T) {

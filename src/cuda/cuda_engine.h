@@ -59,6 +59,7 @@ class CudaEngine final : public Engine {
   }
   const ModelConfig& config() const override { return c_; }
   std::string name() const override { return "cuda"; }
+  EngineDescription describe() const override;
   EngineOptions::Kv kv_cache() const override { return kv_ == KvFormat::FP8 ? EngineOptions::Kv::FP8 : EngineOptions::Kv::BF16; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   void release_prefix(int p) override {
@@ -165,6 +166,7 @@ class CudaEngine final : public Engine {
   };
   std::shared_ptr<const Weights> w_;
   const ModelConfig& c_;
+  CudaOptions options_;  // as given: describe() reports them
   int device_ = 0;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
   cudaStream_t stream_ = nullptr;

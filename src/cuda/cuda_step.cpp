@@ -163,7 +163,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     logits(0, T);
     if (draws) {  // --device-sampling: sample_token's draws, on the device
       int* d_out = samples_.get<int>();
-      sample_cuda(logits_.get<float>(), T, c_.vocab_size, draws->params, d_ids, d_ids + n, d_ids + 2 * n, d_out,
+      sample_token_cuda(logits_.get<float>(), T, c_.vocab_size, draws->params, d_ids, d_ids + n, d_ids + 2 * n, d_out,
                   reinterpret_cast<float*>(d_out + n), stream_);
     }
   };

@@ -16,7 +16,7 @@ namespace bestofn::cuda {
 // --- elementwise and row ops (kernels/embedding.cu, rmsnorm.cu, quantize_act.cu, convert.cu,
 //     scale.cu, swiglu.cu, residual.cu, argmax.cu) ---
 
-// out (T, dim) fp32 = row tokens[t] of table (vocab, dim), F32 or BF16. Twin: cpu::tensor_row.
+// out (T, dim) fp32 = row tokens[t] of table (vocab, dim), F32 or BF16. Twin: cpu::embedding.
 void embedding_cuda(const void* table, DType dtype, const int* tokens, int T, int dim, float* out, cudaStream_t stream);
 
 // out (T, dim) = x / sqrt(mean(x^2) + eps) * w, w (dim) F32 or BF16; fp32. Twin: cpu::rmsnorm.
@@ -42,7 +42,7 @@ void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStr
 // The FP8 GEMM's dequantization epilogue. Twin: the store step of cpu::linear.
 void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream);
 
-// gate (T, n) = silu(gate) * up. Twin: cpu::silu_mul.
+// gate (T, n) = silu(gate) * up. Twin: cpu::swiglu.
 void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream);
 
 // silu(gate) * up, then FP8 quantization of each row as quantize_act_fp8_cuda (the down_proj input).
@@ -173,7 +173,7 @@ void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::u
 
 // Sampling per row of logits (T, V) with the rule and RNG of bestofn::sample_token (the twin):
 // row t draws with (params.seed, prompt[t], candidate[t], step[t]). tokens (T), logprobs (T).
-void sample_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
+void sample_token_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
                  const std::uint64_t* candidate, const std::uint64_t* step, int* tokens, float* logprobs, cudaStream_t stream);
 
 }  // namespace bestofn::cuda

@@ -55,7 +55,7 @@ std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const We
   std::vector<std::unique_ptr<Engine>> out;
   for (std::size_t i = 1; i < devices.size(); ++i) {
     EngineOptions eo;
-    eo.device_index = devices[i];
+    eo.cuda.device_index = devices[i];
     out.push_back(make_engine(weights, "cuda", eo));
   }
   return out;

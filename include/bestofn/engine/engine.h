@@ -16,11 +16,25 @@ namespace bestofn {
 
 struct Weights;
 
+// The CUDA engine's paths and device; the CPU engine reads none of them (--device auto on the CPU
+// warns about those set, src/backends/backends.cpp).
+struct CudaOptions {
+  // The device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES). The engine
+  // makes it current on every call, so several engines may run on several threads.
+  int device_index = 0;
+  // Part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
+  bool prefix_gemm = false;       // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
+  bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
+  bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
+  bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
+  int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
+  bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
+  bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
+  bool graphs = false;            // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
+};
+
 struct EngineOptions {
   int threads = 0;          // CPU threads (0: default_threads())
-  // CUDA engine: the device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES).
-  // The engine makes it current on every call, so several engines may run on several threads.
-  int device_index = 0;
   // KV cache precision. CPU engine, Auto: F32 for an F32 checkpoint (the reference, exact against
   // llama2.c and HF in fp32), BF16 otherwise (the numerics contract for BF16 and FP8 models).
   // CUDA engine: Auto is BF16; F32 is refused. Parity tests set BF16 (or FP8) on the CPU.
@@ -31,15 +45,22 @@ struct EngineOptions {
   // sums as for BF16. Both engines follow this; the GPU's codes and scales equal the CPU's for
   // equal inputs.
   enum class Kv { Auto, F32, BF16, FP8 } kv = Kv::Auto;
-  // CUDA engine, part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
-  bool cuda_prefix_gemm = false;  // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
-  bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
-  bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
-  bool paged_kv = false;          // suffix KV in 16-position blocks from a pool; admission by free blocks
-  int kv_blocks = 0;              // --paged-kv pool size in blocks (0: half the device memory free after loading)
-  bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
-  bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
-  bool cuda_graphs = false;       // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
+  CudaOptions cuda;
+};
+
+// What a caller (bench) needs to know about a running engine, from the engine rather than from its
+// name: the backend, its device, and the paths it takes.
+struct EngineDescription {
+  std::string backend;  // "cpu" or "cuda", as Engine::name()
+  std::string device;   // the GPU's name; on the CPU, "cpu"
+  // CPU engine: the GEMM kernels its matmuls run, by weight type (cpu::fp8_kernel_name(),
+  // cpu::wide_kernel_name()); absent on CUDA, which runs cuBLASLt.
+  struct CpuKernels {
+    std::string fp8, bf16;
+  };
+  std::optional<CpuKernels> cpu_kernels;
+  // CUDA engine: the options it was made with (its paths); absent on the CPU.
+  std::optional<CudaOptions> cuda;
 };
 
 // Where decode time went, summed over the decode calls since the last take_phase_times (bench).
@@ -55,6 +76,9 @@ class Engine {
   virtual ~Engine() = default;
   virtual const ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
+  // The CPU and CUDA engines describe themselves; an engine that wraps or fakes one (tests) is
+  // described by its name alone.
+  virtual EngineDescription describe() const { return {name(), name(), std::nullopt, std::nullopt}; }
   // Prefills `tokens` (1 <= size <= context) as a new prefix and writes the logits of its last
   // position into last_logits (vocab_size floats). Returns the prefix id.
   virtual int prefill(std::span<const int> tokens, std::span<float> last_logits) = 0;
