@@ -131,7 +131,8 @@ void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
 }
 
-void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows, const std::function<void(int)>& attend) {
+void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
+                       const std::function<void()>& attend) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -158,10 +159,17 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
                      c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
   {
     const auto phase = timer_.scope(PhaseTimer::Attention);
-    attend(l);
+    attend();
   }
   linear(L.wo, att_.get<float>(), T, o_.get<float>());
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+  ffn(l, T);
+}
+
+void CudaEngine::ffn(int l, int T) {
+  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
+  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
+  const float eps = static_cast<float>(c_.rms_norm_eps);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
   // --fused-qkv on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
   // straight from its output (the same codes as the separate kernels, no column copies).
@@ -188,8 +196,9 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
 }
 
-// logits = lm_head(rmsnorm(x)) for rows [first, first + T), left in logits_ (sized by the caller).
-void CudaEngine::logits(int first, int T) {
+// Rows [first, first + T), left in logits_ (sized by the caller).
+void CudaEngine::logits_rows(int first, int T) {
+  // logits = lm_head(rmsnorm(x))
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
@@ -226,14 +235,14 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.at<int>(o_tokens), T, c_.dim, x_.get<float>(), stream_);
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
-    layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&](int) {
+    layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&] {
       prefill_attention_cuda(q_.get<float>(), p->kv.k[li].get<std::uint16_t>(), p->kv.v[li].get<std::uint16_t>(), T, c_.n_heads,
                              c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
     });
   }
   p->kv.len = T;
   if (prefix_gemm_) widen_prefix(*p);
-  logits(T - 1, 1);
+  logits_rows(T - 1, 1);
   CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return prefixes_.put(std::move(p));

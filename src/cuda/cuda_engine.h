@@ -139,24 +139,53 @@ class CudaEngine final : public Engine {
   void linear(const DevLinear& l, const float* x, int T, float* y);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
   void linear_quantized(const DevLinear& l, int T, float* y);
-  // One layer for T rows; k_rows / v_rows: the T cache rows this layer writes (device arrays).
-  // pos: the T positions (device).
+  // One transformer layer over T rows; row t sits at position pos[t] and its K and V go to the
+  // cache rows k_rows[t], v_rows[t] (device arrays); `attend` fills att_ from q_ and the caches.
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
-             const std::function<void(int l)>& attend);
+             const std::function<void()>& attend);
+  void ffn(int l, int T);
   // logits_ (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device.
-  void logits(int first, int T);
+  void logits_rows(int first, int T);
   // --device-sampling: what decode_sample asks for.
   struct Draws {
     const SamplingParams& params;
     std::span<const std::uint64_t> prompt, candidate, step;
     std::span<Sample> out;
   };
+  // A decode step prepared on the host (prepare_step): its batch, its index arrays uploaded into
+  // arena_ (device addresses below), and the attention path it takes.
+  struct StepPlan {
+    int T = 0;
+    std::vector<Slot*> batch;
+    std::vector<std::size_t> offsets;            // the arrays' offsets in arena_, in upload order
+    const int* tokens = nullptr;                 // (T)
+    const int* pos = nullptr;                    // (T) each row's position
+    const int* lens = nullptr;                   // (2 T) prefix lengths, then suffix lengths with this token
+    const std::uint64_t* draws = nullptr;        // (3 T) --device-sampling: prompt, candidate, step indexes
+    const int* map = nullptr;                    // (3 T) --cuda-prefix-gemm: the state-row map of `plan`
+    std::uint16_t* const* rows = nullptr;        // (layers, 2, T) the cache rows this step writes: k, then v
+    const std::uint16_t* const* ptrs = nullptr;  // (layers, 4, T) k_prefix, v_prefix, k_suffix, v_suffix
+    const int* starts = nullptr;                 // (T) --paged-kv: row t's block table at tables + starts[t]
+    const int* tables = nullptr;                 // --paged-kv: the block tables
+    int block = 0;                               // --paged-kv: positions per block
+    bool use_prefix = false;                     // --cuda-prefix-gemm, where a prefix has enough rows
+    PrefixStateMap plan;
+    std::vector<std::vector<PrefixAttention::Group>> groups;  // (layers, prefix groups): their F32 K/V
+    bool tiled = false;                          // --split-attention: the tiled kernel
+    int splits = 1;                              // --split-attention: chunks per row
+    float* partial = nullptr;                    // (splits > 1) the chunk states
+  };
+  // The host's part of a step: the batch checked, the index arrays laid out and uploaded.
+  StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  // The step's device work (what a CUDA graph may capture): the forward, then the logits in
+  // logits_ or (draws) the samples in samples_.
+  void forward(const StepPlan& s, const Draws* draws);
+  void attend_decode(int l, const StepPlan& s);
   // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
   // samples copied back.
   void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
   // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
-  GraphKey graph_key(int T, int splits, bool use_prefix, const Draws* draws, const std::vector<std::size_t>& offsets,
-                     const PrefixStateMap& plan, const std::vector<std::vector<PrefixAttention::Group>>& groups) const;
+  GraphKey graph_key(const StepPlan& s, const Draws* draws) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
   void widen_prefix(Prefix& p);
@@ -179,12 +208,23 @@ class CudaEngine final : public Engine {
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};
 
-  // Activations for T tokens (device).
-  DeviceBuffer x_, xn_, q_, k_, v_, att_, o_, gate_, up_, logits_;  // fp32: (T, dim) ... (T, vocab)
-  DeviceBuffer act_q_, act_s_, act_bf16_;                             // GEMM inputs: E4M3 codes + scales, or BF16
-  StepArena arena_;                                                   // a step's index arrays, one upload
-  DeviceBuffer fused_;                                                // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden)
-  DeviceBuffer attn_work_;                                            // --split-attention: the chunk states
+  // Activations for T tokens (device), fp32 unless said otherwise.
+  DeviceBuffer x_;         // (T, dim) the residual stream
+  DeviceBuffer xn_;        // (T, dim) normed
+  DeviceBuffer q_;         // (T, n_heads * head_dim)
+  DeviceBuffer k_;         // (T, n_kv_heads * head_dim)
+  DeviceBuffer v_;         // (T, n_kv_heads * head_dim)
+  DeviceBuffer att_;       // (T, n_heads * head_dim)
+  DeviceBuffer o_;         // (T, dim)
+  DeviceBuffer gate_;      // (T, hidden_dim)
+  DeviceBuffer up_;        // (T, hidden_dim)
+  DeviceBuffer logits_;    // (T, vocab_size)
+  DeviceBuffer act_q_;     // (T, widest input) E4M3 codes: an FP8 GEMM's input
+  DeviceBuffer act_s_;     // (T) their scales
+  DeviceBuffer act_bf16_;  // (T, widest input) BF16: a BF16 GEMM's input
+  DeviceBuffer fused_;     // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
+  DeviceBuffer attn_work_; // --split-attention: the chunk states
+  StepArena arena_;        // a step's index arrays, one upload
   KvFormat kv_ = KvFormat::BF16;  // --kv-cache
   int scratch_T_ = 0;
   int sm_count_ = 1;
