@@ -1,5 +1,5 @@
 # Every dependency comes from Debian's packages through find_package; nothing is downloaded.
-#   libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev  (scripts/setup.sh installs them)
+#   libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev libssl-dev  (scripts/setup.sh installs them)
 # On a machine without those packages (the GPU box), scripts/stage_deps.sh copies them into .deps/
 # and -DBESTOFN_STAGED_DEPS=$PWD/.deps builds against that copy: the same targets, header-only,
 # GoogleTest built from its staged sources.
@@ -12,6 +12,7 @@ if(NOT BESTOFN_STAGED_DEPS)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
   find_package(ZLIB REQUIRED)  # zlib1g-dev: gzip datasets
+  find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto)  # libssl-dev: libcrypto's SHA-256 of the datasets
   find_package(nlohmann_json 3.10 REQUIRED)
   find_package(CLI11 2.0 REQUIRED)
   find_package(spdlog 1.9 REQUIRED)
@@ -22,7 +23,7 @@ if(NOT BESTOFN_STAGED_DEPS)
 endif()
 
 set(_staged "${BESTOFN_STAGED_DEPS}")
-foreach(_file include/nlohmann/json.hpp include/CLI/CLI.hpp include/spdlog/spdlog.h include/fmt/format.h
+foreach(_file include/nlohmann/json.hpp include/CLI/CLI.hpp include/spdlog/spdlog.h include/fmt/format.h include/openssl/evp.h
               googletest/CMakeLists.txt)
   if(NOT EXISTS "${_staged}/${_file}")
     message(FATAL_ERROR "BESTOFN_STAGED_DEPS=${_staged} lacks ${_file}: run scripts/stage_deps.sh")
@@ -30,12 +31,15 @@ foreach(_file include/nlohmann/json.hpp include/CLI/CLI.hpp include/spdlog/spdlo
 endforeach()
 message(STATUS "bestofn: dependencies from the staged folder ${_staged}")
 
-# The two compiled libraries, staged as header + shared object.
+# The three compiled libraries, staged as headers + shared object.
 add_library(PkgConfig::PCRE2 SHARED IMPORTED)
 set_target_properties(PkgConfig::PCRE2 PROPERTIES IMPORTED_LOCATION "${_staged}/lib/libpcre2-8.so"
   IMPORTED_NO_SONAME TRUE INTERFACE_INCLUDE_DIRECTORIES "${_staged}/include")
 add_library(ZLIB::ZLIB SHARED IMPORTED)
 set_target_properties(ZLIB::ZLIB PROPERTIES IMPORTED_LOCATION "${_staged}/lib/libz.so"
+  IMPORTED_NO_SONAME TRUE INTERFACE_INCLUDE_DIRECTORIES "${_staged}/include")
+add_library(OpenSSL::Crypto SHARED IMPORTED)
+set_target_properties(OpenSSL::Crypto PROPERTIES IMPORTED_LOCATION "${_staged}/lib/libcrypto.so"
   IMPORTED_NO_SONAME TRUE INTERFACE_INCLUDE_DIRECTORIES "${_staged}/include")
 
 # Imported targets: their include directories are SYSTEM, so the project's -Werror skips them.

@@ -10,7 +10,7 @@ endif()
 # only: HumanEval+'s 164 canonical solutions against all their plus tests (35-40 s in either
 # build), and 10,000 sandbox runs whose open fds, processes and RSS this build checks (LeakSanitizer
 # needs no 10,000 runs to see a leak, and RSS says nothing under ASan).
-set(_asan_skip_test_cli CliScore.HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests)
+set(_asan_skip_test_cli_score CliScore.HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests)
 set(_asan_skip_test_faults VerifierFaults.TenThousandCandidatesLeakNothing)
 # A build directory that is not a sanitizer build would pass every asan test without checking anything.
 if(NOT EXISTS ${BESTOFN_ASAN_BUILD}/CMakeCache.txt)

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git pkg-config libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
-          libpcre2-dev zlib1g-dev clang libclang-rt-14-dev python3)
+          libpcre2-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev python3)
 # The SLURM scale-out test (tests/slurm/run_slurm_test.sh) starts a one-node cluster from these.
 packages+=(slurmctld slurmd slurm-client munge)
 missing=()

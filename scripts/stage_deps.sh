@@ -4,7 +4,8 @@
 #   scripts/stage_deps.sh [DEST]        (default DEST: <repo>/.deps, gitignored)
 #   cmake -S . -B build-x -DBESTOFN_STAGED_DEPS=$PWD/.deps ...   (cmake/Dependencies.cmake)
 # Staged: nlohmann-json3-dev, libcli11-dev, libspdlog-dev + libfmt-dev (used header-only there:
-# SPDLOG_FMT_EXTERNAL, FMT_HEADER_ONLY) and the GoogleTest sources (googletest), built from source.
+# SPDLOG_FMT_EXTERNAL, FMT_HEADER_ONLY) and the GoogleTest sources (googletest), built from source;
+# PCRE2, zlib and libcrypto as headers and shared objects.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,7 +13,7 @@ dest=${1:-$root/.deps}
 
 die() { echo "stage_deps.sh: $*" >&2; exit 1; }
 
-for dir in /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt /usr/src/googletest; do
+for dir in /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt /usr/include/openssl /usr/src/googletest; do
   [[ -d $dir ]] || die "missing $dir (scripts/setup.sh installs the Debian packages)"
 done
 
@@ -20,10 +21,12 @@ rm -rf "$dest"
 mkdir -p "$dest/include"
 cp -a /usr/include/nlohmann /usr/include/CLI /usr/include/spdlog /usr/include/fmt "$dest/include/"
 cp -a /usr/src/googletest "$dest/googletest"
-# Two compiled libraries, headers and shared objects: PCRE2 (the tokenizer's regex) and zlib.
+# Three compiled libraries, headers and shared objects: PCRE2 (the tokenizer's regex), zlib and
+# libcrypto (the datasets' SHA-256). Debian keeps two of OpenSSL's headers in the multiarch folder.
 mkdir -p "$dest/lib"
-cp -a /usr/include/pcre2.h /usr/include/zlib.h /usr/include/zconf.h "$dest/include/"
-for lib in libpcre2-8.so:libpcre2-8.so.0 libz.so:libz.so.1; do
+cp -a /usr/include/pcre2.h /usr/include/zlib.h /usr/include/zconf.h /usr/include/openssl "$dest/include/"
+cp -a /usr/include/x86_64-linux-gnu/openssl/. "$dest/include/openssl/"
+for lib in libpcre2-8.so:libpcre2-8.so.0 libz.so:libz.so.1 libcrypto.so:libcrypto.so.3; do
   dev=${lib%%:*} soname=${lib##*:}  # the build links $dev; the loader looks for $soname (RUNPATH)
   real=$(readlink -f "/usr/lib/x86_64-linux-gnu/$dev") || die "missing /usr/lib/x86_64-linux-gnu/$dev"
   cp "$real" "$dest/lib/$soname"
@@ -66,7 +69,7 @@ cp -a "$shared/data/humaneval" "$dest/shared/data/"
 # What was staged, for the record.
 {
   echo "# staged by scripts/stage_deps.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(hostname)"
-  dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest libpcre2-dev zlib1g-dev 2>/dev/null || true
+  dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest libpcre2-dev zlib1g-dev libssl-dev 2>/dev/null || true
 } > "$dest/MANIFEST"
 echo "staged into $dest ($(du -sh "$dest" | cut -f1)):"
 cat "$dest/MANIFEST"

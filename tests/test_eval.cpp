@@ -1,6 +1,7 @@
 // bestofn eval end to end on the CPU: a synthetic tiny model with the real Llama 3 tokenizer
 // (garbage completions, real plumbing), resume after SIGKILL, the summary/report/plot, and the
 // pass-counting path with known samples.
+// Over 500 lines on purpose: one command end to end, its cases sharing the model and run helpers.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

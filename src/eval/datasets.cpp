@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "bestofn/eval/dataset_manifest.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/text_file.h"
 
@@ -281,33 +282,32 @@ std::vector<Problem> load_mbpp(const fs::path& path) {
 
 // ---- names -> files ----
 
-[[noreturn]] void missing(const std::string& name, const fs::path& expected, const std::string& source,
-                          const fs::path& data_dir) {
-  throw Error(expected.string(), "dataset " + name + " not found; get " + source + " and put it here (--data-dir or BESTOFN_DATA choose the data folder, now " +
-                                     data_dir.string() + ")");
+// The file a named dataset is read from: the manifest's file, checked once against its published
+// checksum, else its unchecked alternative (HumanEval unzipped). A missing file's error says what
+// the manifest knows of it, so the user can fetch and verify it.
+fs::path named_file(const DatasetFile& d, const fs::path& data_dir) {
+  std::error_code ec;
+  const fs::path file = data_dir / d.file;
+  if (fs::exists(file, ec)) {
+    check_dataset_file(d, file);
+    return file;
+  }
+  if (!d.alternative.empty() && fs::exists(data_dir / d.alternative, ec)) return data_dir / d.alternative;
+  const std::string alternative = d.alternative.empty() ? "" : " (or " + fs::path(d.alternative).filename().string() + ", unzipped)";
+  throw Error(file.string(), "dataset " + d.name + " not found; get " + d.get + alternative + " and put it here: " + d.source +
+                                 ", " + d.licence + ", " + std::to_string(d.size) + " bytes, sha256 " + d.sha256 +
+                                 " (--data-dir or BESTOFN_DATA choose the data folder, now " + data_dir.string() + ")");
 }
-
 
 }  // namespace
 
 std::vector<Problem> load_dataset(const std::string& name_or_path, const fs::path& data_dir) {
+  if (const DatasetFile* d = find_dataset(name_or_path)) {
+    const fs::path file = named_file(*d, data_dir);
+    if (d->name == "mbpp") return load_mbpp(file);
+    return load_jsonl(file, d->name == "humaneval+");
+  }
   std::error_code ec;
-  if (name_or_path == "humaneval") {
-    const fs::path gz = data_dir / "humaneval" / "HumanEval.jsonl.gz", plain = data_dir / "humaneval" / "HumanEval.jsonl";
-    if (fs::exists(gz, ec)) return load_jsonl(gz, false);
-    if (fs::exists(plain, ec)) return load_jsonl(plain, false);
-    missing(name_or_path, gz, "data/HumanEval.jsonl.gz from github.com/openai/human-eval (or its HumanEval.jsonl)", data_dir);
-  }
-  if (name_or_path == "humaneval+") {
-    const fs::path gz = data_dir / "humanevalplus" / "HumanEvalPlus.jsonl.gz";
-    if (fs::exists(gz, ec)) return load_jsonl(gz, true);
-    missing(name_or_path, gz, "HumanEvalPlus.jsonl.gz from the v0.1.10 release of github.com/evalplus/humanevalplus_release", data_dir);
-  }
-  if (name_or_path == "mbpp") {
-    const fs::path json_path = data_dir / "mbpp" / "sanitized-mbpp.json";
-    if (fs::exists(json_path, ec)) return load_mbpp(json_path);
-    missing(name_or_path, json_path, "mbpp/sanitized-mbpp.json from github.com/google-research/google-research", data_dir);
-  }
   const fs::path path(name_or_path);
   if (!fs::exists(path, ec))
     throw Error(name_or_path, "no such dataset file (a dataset is humaneval, humaneval+, mbpp, or a .jsonl, .jsonl.gz or .json file)");
@@ -319,10 +319,11 @@ std::vector<Problem> load_dataset(const std::string& name_or_path, const fs::pat
 bool is_python_identifier(std::string_view s) { return is_identifier(s); }
 
 std::vector<fs::path> dataset_files(const std::string& name_or_path, const fs::path& data_dir) {
-  if (name_or_path == "humaneval") return {data_dir / "humaneval" / "HumanEval.jsonl.gz", data_dir / "humaneval" / "HumanEval.jsonl"};
-  if (name_or_path == "humaneval+") return {data_dir / "humanevalplus" / "HumanEvalPlus.jsonl.gz"};
-  if (name_or_path == "mbpp") return {data_dir / "mbpp" / "sanitized-mbpp.json"};
-  return {fs::path(name_or_path)};
+  const DatasetFile* d = find_dataset(name_or_path);
+  if (!d) return {fs::path(name_or_path)};
+  std::vector<fs::path> files{data_dir / d->file};
+  if (!d->alternative.empty()) files.push_back(data_dir / d->alternative);
+  return files;
 }
 
 fs::path default_data_dir() {

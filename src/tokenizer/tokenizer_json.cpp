@@ -1,5 +1,7 @@
 // Loading a HF tokenizer.json (+ tokenizer_config.json) into Tokenizer::Impl, validating every
 // part and naming what is supported when a part is not.
+// Over 500 lines on purpose: one Loader checks every part against the others (the model, the
+// added tokens, the pre-tokenizer, normalizer, decoder and config), sharing its state and errors.
 #include <algorithm>
 #include <array>
 #include <cstdint>

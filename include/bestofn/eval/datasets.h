@@ -24,15 +24,16 @@ struct Problem {
   double atol = 0;
 };
 
-// name_or_path is one of
-//   humaneval   data_dir/humaneval/HumanEval.jsonl.gz (or HumanEval.jsonl)
+// name_or_path is one of the names in data/datasets.json (dataset_manifest.h), read from data_dir
+// and checked once against its published SHA-256 (a mismatch is one warning, never an error):
+//   humaneval   data_dir/humaneval/HumanEval.jsonl.gz (or HumanEval.jsonl, unchecked)
 //   humaneval+  data_dir/humanevalplus/HumanEvalPlus.jsonl.gz (plus_input, base_input, atol required)
 //   mbpp        data_dir/mbpp/sanitized-mbpp.json
 // or a path: *.jsonl / *.jsonl.gz in HumanEval format (a line with plus_input is a HumanEval+
 // problem), *.json in MBPP sanitized format. MBPP task ids become "Mbpp/<id>" (EvalPlus style), and
 // the entry point is the first function the first assert calls that `code` defines at top level.
-// Throws bestofn::Error: a missing file (naming the path, where to get it, and that --data-dir /
-// BESTOFN_DATA choose the folder), "FILE:LINE: ..." for a bad JSONL line, "FILE: entry I: ..." for
+// Throws bestofn::Error: a missing file (naming the path, where to get it, its size and sha256, and
+// that --data-dir / BESTOFN_DATA choose the folder), "FILE:LINE: ..." for a bad JSONL line, "FILE: entry I: ..." for
 // a bad MBPP entry, a duplicate task_id, or an empty file.
 std::vector<Problem> load_dataset(const std::string& name_or_path, const std::filesystem::path& data_dir);
 
