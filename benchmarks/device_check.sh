@@ -90,7 +90,7 @@ full() {
   # What the GPU steps need first; the rest of the tree after them, so a broken CPU-side target
   # cannot cost the GPU results.
   step build_gpu 240 cmake --build build-device -j 16 --target bestofn gemm_fp8 test_gpu_quantize test_gpu_elementwise \
-    test_gpu_attention test_gpu_gemm test_gpu_engine test_gpu_devices
+    test_gpu_attention test_gpu_ops test_gpu_gemm test_gpu_engine test_gpu_devices
   step ctest_gpu 120 bash -c ctest_gpu
   # The measured deviations behind the tolerances (ctest shows a passing test's output only on failure).
   step accuracy 60 bash -c "build-device/tests/test_gpu_gemm | grep -E 'accuracy|OK|FAILED'; build-device/tests/test_gpu_engine \
@@ -136,8 +136,10 @@ full() {
   # The new paths under compute-sanitizer (the part-1 engine was clean on 2026-11-29).
   step memcheck 90 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
     --gtest_filter='GpuEngine.GraphsReplay*:GpuEngine.DeviceSampling*' > $OUT/memcheck.log 2>&1 && \
+    compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_ops \
+    --gtest_filter='*/decode_attention*:*/prefix_merge_cuda' >> $OUT/memcheck.log 2>&1 && \
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_attention \
-    --gtest_filter='GpuDecodeAttention.Tiled*:GpuDecodeAttention.Empty*:*Fp8Rows*' >> $OUT/memcheck.log 2>&1"
+    --gtest_filter='*Fp8Rows*' >> $OUT/memcheck.log 2>&1"
   step build_all 120 cmake --build build-device -j 16
   # The CPU GEMMs bit for bit on the device machine's CPU (likely AVX-512, which the dev VMs
   # may lack: GPU_TODO item 7, tenth session).
@@ -150,8 +152,8 @@ full() {
 # DEVICE_CHECK_QUICK=1: a short re-check after a kernel change, for a session's last minutes of
 # device time: the attention and engine tests and the two main 8B configurations only.
 quick() {
-  step build_quick 150 cmake --build build-device -j 16 --target bestofn test_gpu_attention test_gpu_engine
-  step tests_quick 60 bash -c "build-device/tests/test_gpu_attention && build-device/tests/test_gpu_engine \
+  step build_quick 150 cmake --build build-device -j 16 --target bestofn test_gpu_ops test_gpu_attention test_gpu_engine
+  step tests_quick 60 bash -c "build-device/tests/test_gpu_ops && build-device/tests/test_gpu_attention && build-device/tests/test_gpu_engine \
     --gtest_filter='GpuEngine.Llama260k*:GpuEngine.GraphsReplay*:GpuEngine.Synthetic*:GpuEngine.Part2*:GpuEngine.Fp8Kv*'"
   step synth_8b 60 build-device/bestofn make-synthetic --shape llama-3.1-8b --dtype fp8 --seed 0 --out /tmp/bestofn-synth-8b
   step bench_8b_graphs 60 bash -c "build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64,256 \

@@ -2,8 +2,8 @@
 // Host launchers of the device kernels in kernels/ (one op per .cu file). Plain C++ declarations:
 // src/cuda/*.cpp call them with the host compiler. Every pointer is a device pointer unless said
 // otherwise; every launcher is asynchronous on `stream` and checks its launch (bestofn::Error).
-// Each op has a CPU twin it is tested against, named per op; tests/gpu_ops_table.h lists them, one
-// row per launcher (a launcher without a row fails test_gpu_op_names).
+// Each op has a CPU twin it is tested against, named per op: tests/test_gpu_ops.cpp has one row per
+// launcher (a launcher not in tests/gpu_op_names.h, or without a row, fails test_gpu_op_names).
 #include <cuda_runtime.h>
 
 #include <cstddef>
