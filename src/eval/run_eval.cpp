@@ -1,22 +1,15 @@
-// bestofn eval: N samples per problem of a code benchmark, generated and verified as one pipeline.
-// The engine streams each finished candidate into a bounded queue that the verifier pool drains
-// while generation goes on. Samples and results are appended row by row to the output directory,
-// so a run killed at any moment resumes (--resume) without duplicates or losses.
+// bestofn eval: N samples per problem of a code benchmark, generated and verified as one pipeline
+// (eval_pipeline.h). Samples and results are appended row by row to the output directory, so a
+// run killed at any moment resumes (--resume) without duplicates or losses.
 #include "bestofn/eval/run_eval.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -26,7 +19,6 @@
 #include "bestofn/eval/eval_summary.h"
 #include "bestofn/eval/extract.h"
 #include "bestofn/eval/scoring.h"
-#include "bestofn/eval/verify_jobs.h"
 #include "bestofn/generate/devices.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/generate/shard.h"
@@ -36,6 +28,7 @@
 #include "bestofn/util/temp_paths.h"
 #include "bestofn/util/text_file.h"
 #include "bestofn/util/trim_blanks.h"
+#include "eval/eval_pipeline.h"
 #include "util/json_file.h"
 
 #include <spdlog/spdlog.h>
@@ -44,18 +37,6 @@ namespace bestofn {
 namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
-
-// SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
-// kills at once (the handler puts bestofn's usual one back: bestofn/util/temp_paths.h).
-std::atomic<bool> g_interrupted{false};
-// Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
-std::atomic<bool> g_stop{false};
-extern "C" void on_interrupt(int) {
-  g_interrupted.store(true);
-  g_stop.store(true);
-  install_temp_path_cleanup();
-}
 
 // The prompt a base model continues, or the user turn of a chat model.
 std::string prompt_text(const Problem& p, bool chat) {
@@ -141,15 +122,6 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
   return run;
 }
 
-// What is already done in the output directory: samples generated, and of those, the ones verified.
-struct ResumeState {
-  Tally tally;
-  std::map<std::string, std::size_t> index_of;  // task id -> position in the selection
-  std::vector<std::set<int>> generated;
-  std::map<std::pair<std::string, int>, json> unverified;
-  std::size_t resumed_samples = 0;
-};
-
 ResumeState resume_state(const RunFiles& files, const std::vector<const Problem*>& selected, int n, const Shard& shard) {
   ResumeState st;
   for (std::size_t i = 0; i < selected.size(); ++i) st.index_of[selected[i]->task_id] = i;
@@ -172,134 +144,6 @@ ResumeState resume_state(const RunFiles& files, const std::vector<const Problem*
   st.resumed_samples = files.samples().size() - st.unverified.size();
   return st;
 }
-
-// How the pipeline went: its generation, its verifier pool and its clocks.
-struct PipelineStats {
-  GenerationStats gs;
-  double generation_s = 0, busy = 0, overlap = 0, wall = 0, waited = 0;
-  std::size_t verified = 0, verified_now = 0;
-};
-
-// Generation and verification at once: each finished candidate is appended to samples.jsonl and
-// handed to the verifier pool, whose verdicts are appended to results.jsonl.
-class Pipeline {
- public:
-  Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, RunFiles& files,
-           ResumeState& state, std::size_t total_samples)
-      : o_(o), problems_(problems), selected_(selected), files_(files), st_(state), total_samples_(total_samples),
-        solved_(selected.size()) {
-    stats_.verified = state.resumed_samples;
-    for (std::size_t i = 0; i < selected.size(); ++i) solved_[i] = state.tally.passed(selected[i]->task_id) > 0;
-  }
-
-  bool solved(std::size_t problem) const { return solved_[problem].load(); }
-
-  // Verifies what an earlier run generated but did not verify, and generates and verifies `reqs`
-  // (req_problem: each request's problem) on `engines`, stopping early on a signal.
-  PipelineStats run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
-                    const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers) {
-    const std::size_t capacity = o_.queue > 0 ? static_cast<std::size_t>(o_.queue) : 64u * static_cast<std::size_t>(workers);
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    VerifierPool pool(workers, capacity, &g_stop);
-    // A sample's job; its callback holds the row until the verdicts come.
-    auto submit = [&](const Problem& p, json row) {
-      VerifyJob job = sample_job(sandbox, p, row["completion"].get<std::string>(), std::max(o_.timeout, o_.plus_timeout));
-      return pool.submit(std::move(job), [this, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
-    };
-    for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row);  // generated before, not verified
-    const auto g0 = Clock::now();
-    auto on_done = [&](Candidate&& c) {
-      const Problem& p = *selected_[req_problem[c.prompt]];
-      json row = sample_row(p, c);
-      files_.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
-      stats_.waited += submit(p, std::move(row));
-    };
-    auto on_step = [&](const GenerationStats& s, std::size_t) {
-      std::lock_guard<std::mutex> lock(mu_);
-      tokens_ = s.generated_tokens;
-      progress(false);
-    };
-    try {
-      if (!reqs.empty()) stats_.gs = generate_data_parallel(engines, tokenizer, reqs, go, on_done, on_step);
-    } catch (...) {
-      g_stop = true;  // the verifier threads stop too, leaving what is written valid
-      throw;
-    }
-    const auto g1 = Clock::now();
-    pool.finish();
-    if (write_error_) std::rethrow_exception(write_error_);
-    std::tie(stats_.busy, stats_.overlap) = pool.busy_and_overlap(g0, g1);
-    stats_.wall = std::chrono::duration<double>(Clock::now() - t0_).count();
-    stats_.generation_s = std::chrono::duration<double>(g1 - g0).count();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      progress(true);
-    }
-    if (tty_) std::fprintf(stderr, "\n");
-    return stats_;
-  }
-
- private:
-  json sample_row(const Problem& p, const Candidate& c) const {
-    json row = {{"task_id", p.task_id},
-                {"completion", o_.m.chat ? extract_code(c.text, p.entry_point) : c.text},
-                {"index", c.index},
-                {"finish_reason", c.finish_reason},
-                {"num_tokens", c.token_ids.size()},
-                {"logprob", c.cumulative_logprob}};
-    if (o_.m.chat) row["reply"] = c.text;
-    return row;
-  }
-
-  // A verifier thread's verdicts: the result row, written and counted (with mu_).
-  void on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
-    const Verdict& base = verdicts.front();
-    const json row = result_row(sample, base, any_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (write_error_) return;
-    try {
-      files_.append_result(row);
-    } catch (...) {  // stop the run; the main thread reports it
-      write_error_ = std::current_exception();
-      g_stop = true;
-      return;
-    }
-    st_.tally.add_row(row);
-    ++stats_.verified, ++stats_.verified_now;
-    if (base.passed()) solved_[st_.index_of[problem.task_id]] = true;
-    progress(false);
-  }
-
-  // The progress line on a terminal, at most every 250 ms unless forced (with mu_ held).
-  void progress(bool force) {
-    const auto now = Clock::now();
-    if (!tty_ || (!force && now - last_print_ < std::chrono::milliseconds(250))) return;
-    last_print_ = now;
-    const double secs = std::max(1e-9, std::chrono::duration<double>(now - t0_).count());
-    const auto p1 = st_.tally.pass_at_k(problems_, {1}, false).front();
-    std::fprintf(stderr, "\r%d/%zu problems, %zu/%zu samples verified, %.1f samples/s, %.0f tok/s, pass@1 %.3f   ",
-                 st_.tally.problems_done(), selected_.size(), stats_.verified, total_samples_,
-                 static_cast<double>(stats_.verified_now) / secs, static_cast<double>(tokens_) / secs, p1.problems_used ? p1.mean : 0.0);
-  }
-
-  const EvalOptions& o_;
-  const std::vector<Problem>& problems_;
-  const std::vector<const Problem*>& selected_;
-  RunFiles& files_;
-  ResumeState& st_;
-  const std::size_t total_samples_;
-  const bool any_plus_ = std::any_of(selected_.begin(), selected_.end(), [](const Problem* p) { return !p->plus_input_json.empty(); });
-  std::vector<std::atomic<bool>> solved_;
-  // One mutex for the results file, the tally and the counters.
-  std::mutex mu_;
-  PipelineStats stats_;
-  std::uint64_t tokens_ = 0;
-  const bool tty_ = isatty(STDERR_FILENO);
-  const Clock::time_point t0_ = Clock::now();
-  Clock::time_point last_print_ = t0_;
-  std::exception_ptr write_error_;  // the first failed write of a verifier thread (with mu_)
-};
 
 // The requests of a run: each selected problem's share of candidates not generated yet (none for a
 // problem solved already under --stop-on-pass). req_problem: each request's problem.
@@ -480,10 +324,10 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   const Sandbox sandbox(limits);
   const int workers = o.workers > 0 ? o.workers : default_threads();
   Pipeline pipeline(o, problems, sel.problems, files, st, total_samples);
-  go.cancelled = [&](std::size_t r) { return g_stop.load() || (o.stop_on_pass && pipeline.solved(req_problem[r])); };
+  go.cancelled = [&](std::size_t r) { return pipeline.cancelled(req_problem[r]); };
   const PipelineStats ps = pipeline.run(engines, model.tokenizer, reqs, req_problem, go, sandbox, workers);
   install_temp_path_cleanup();
-  if (g_interrupted.load()) {
+  if (eval_interrupted()) {
     std::cerr << "bestofn: interrupted; " << ps.verified << " of " << total_samples << " samples are in " << (dir / "results.jsonl").string()
               << "; run the same command with --resume to finish\n";
     return kExitInterrupted;
