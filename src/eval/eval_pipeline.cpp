@@ -32,10 +32,9 @@ extern "C" void on_interrupt(int) {
 
 bool eval_interrupted() { return g_interrupted.load(); }
 
-Pipeline::Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, RunFiles& files,
-                   ResumeState& state, std::size_t total_samples)
-    : o_(o), problems_(problems), selected_(selected), files_(files), st_(state), total_samples_(total_samples),
-      any_plus_(std::any_of(selected.begin(), selected.end(), [](const Problem* p) { return !p->plus_input_json.empty(); })),
+Pipeline::Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
+                   RunFiles& files, ResumeState& state, std::size_t total_samples)
+    : o_(o), problems_(problems), selected_(selected), has_plus_(has_plus), files_(files), st_(state), total_samples_(total_samples),
       solved_(selected.size()), tty_(isatty(STDERR_FILENO)), t0_(Clock::now()), last_print_(t0_) {
   stats_.verified = state.resumed_samples;
   for (std::size_t i = 0; i < selected.size(); ++i) solved_[i] = state.tally.passed(selected[i]->task_id) > 0;
@@ -100,7 +99,7 @@ json Pipeline::sample_row(const Problem& p, const Candidate& c) const {
 
 void Pipeline::on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
   const Verdict& base = verdicts.front();
-  const json row = result_row(sample, base, any_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr);
+  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr);
   std::lock_guard<std::mutex> lock(mu_);
   if (write_error_) return;
   try {

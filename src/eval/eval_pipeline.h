@@ -43,8 +43,9 @@ bool eval_interrupted();
 // handed to the verifier pool, whose verdicts are appended to results.jsonl.
 class Pipeline {
  public:
-  Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, RunFiles& files,
-           ResumeState& state, std::size_t total_samples);
+  // has_plus: a selected problem has HumanEval+ plus tests (the result rows then carry plus fields).
+  Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
+           RunFiles& files, ResumeState& state, std::size_t total_samples);
 
   // Whether generation for a problem stops: on a signal, a failed write, or (--stop-on-pass) a pass.
   bool cancelled(std::size_t problem) const;
@@ -65,10 +66,10 @@ class Pipeline {
   const EvalOptions& o_;
   const std::vector<Problem>& problems_;
   const std::vector<const Problem*>& selected_;
+  const bool has_plus_;
   RunFiles& files_;
   ResumeState& st_;
   const std::size_t total_samples_;
-  const bool any_plus_;  // a selected problem has HumanEval+ plus tests
   std::vector<std::atomic<bool>> solved_;
   // One mutex for the results file, the tally and the counters.
   std::mutex mu_;

@@ -323,7 +323,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   limits.zygote = !o.no_zygote;
   const Sandbox sandbox(limits);
   const int workers = o.workers > 0 ? o.workers : default_threads();
-  Pipeline pipeline(o, problems, sel.problems, files, st, total_samples);
+  Pipeline pipeline(o, problems, sel.problems, has_plus, files, st, total_samples);
   go.cancelled = [&](std::size_t r) { return pipeline.cancelled(req_problem[r]); };
   const PipelineStats ps = pipeline.run(engines, model.tokenizer, reqs, req_problem, go, sandbox, workers);
   install_temp_path_cleanup();
