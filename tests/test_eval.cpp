@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bestofn/eval/eval_summary.h"
 #include "bestofn/eval/run_eval.h"
 #include "bestofn/eval/run_merge.h"
 #include "bestofn/util/error.h"
@@ -603,4 +604,30 @@ TEST(EvalLayer, RunMergeOfTwoShardsEqualsTheWholeRun) {
   ASSERT_EQ(merged_samples.size(), whole_samples.size());
   for (const auto& [key, row] : whole_samples) EXPECT_EQ(merged_samples.at(key)["completion"], row["completion"]);
   EXPECT_THROW(bestofn::run_merge(m, "merge"), bestofn::Error);  // OUT_DIR holds a run now
+}
+
+// The flag parsers the CLI runs as usage checks: their bestofn::Error names the flag, and its text
+// is the usage error's (src/cli's usage_checked).
+TEST(EvalLayer, GatesReferencesAndTaskIdsParseOrNameTheirFlag) {
+  const bestofn::Gate g = bestofn::parse_gate("plus_pass@10=0.25");
+  EXPECT_TRUE(g.plus);
+  EXPECT_EQ(g.k, 10);
+  EXPECT_EQ(g.threshold, 0.25);
+  EXPECT_EQ(g.name(), "plus_pass@10");
+  EXPECT_EQ(bestofn::parse_gate("pass@1=1").name(), "pass@1");
+  EXPECT_EQ(bestofn::name_value("GPT-4o=0.902", "--reference"), std::make_pair(std::string("GPT-4o"), 0.902));
+  auto message = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const bestofn::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { bestofn::parse_gate("pass@0=0.5"); }),
+            "--fail-under: 'pass@0=0.5': expected pass@K=X or plus_pass@K=X (HumanEval+'s plus tests), K a --k value");
+  EXPECT_EQ(message([] { bestofn::parse_gate("pass@1=1.5"); }), "--fail-under: 'pass@1=1.5' must be NAME=VALUE with VALUE in [0, 1]");
+  EXPECT_EQ(message([] { bestofn::name_value("x", "--reference"); }), "--reference: 'x' must be NAME=VALUE with VALUE in [0, 1]");
+  EXPECT_EQ(bestofn::task_ids("HumanEval/0, HumanEval/7"), (std::vector<std::string>{"HumanEval/0", "HumanEval/7"}));
+  for (const char* bad : {",", "a,,b", "a,"}) EXPECT_EQ(message([&] { bestofn::task_ids(bad); }), "--tasks: '" + std::string(bad) + "' has an empty task id");
 }
