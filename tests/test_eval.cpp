@@ -17,6 +17,11 @@
 #include <sstream>
 #include <thread>
 
+#include "bestofn/eval/eval_summary.h"
+#include "bestofn/eval/run_eval.h"
+#include "bestofn/eval/run_merge.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/exit_codes.h"
 #include "bestofn/util/text_file.h"
 #include "test_util.h"
 
@@ -557,4 +562,72 @@ TEST(EvalOutputs, ANewRunNeedsANewOrEmptyDirectory) {
   const auto c = run_cli(eval_args(tmp / "empty", small));
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_TRUE(fs::exists(tmp / "empty" / "run.json"));
+}
+
+// The layer's calls without the binary: run_eval makes two shards and a whole run in this process,
+// and run_merge of the shards gives the whole run's rows and pass@k, and refuses to merge twice.
+TEST(EvalLayer, RunMergeOfTwoShardsEqualsTheWholeRun) {
+  TempDir tmp;
+  bestofn::EvalOptions o;
+  o.m.model = tiny_model().string();
+  o.m.device = "cpu";
+  o.m.max_new_tokens = 8;
+  o.m.temperature = 0.9f;
+  o.m.seed = 11;
+  o.data_dir = shared_path("data").string();
+  o.limit = 2;
+  o.n = 4;
+  o.k = "1,2";
+  o.out_dir = (tmp / "whole").string();
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bestofn::run_eval(o, "eval whole"), bestofn::kExitOk);
+  bestofn::MergeOptions m{(tmp / "merged").string(), {}, {}, "", "", true};
+  for (const char* shard : {"0/2", "1/2"}) {
+    o.shard = shard;
+    o.out_dir = (tmp / ("shard" + std::string(1, shard[0]))).string();
+    ASSERT_EQ(bestofn::run_eval(o, "eval shard"), bestofn::kExitOk);
+    m.shards.push_back(o.out_dir);
+  }
+  testing::internal::GetCapturedStdout();
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bestofn::run_merge(m, "merge"), bestofn::kExitOk);
+  const json printed = json::parse(testing::internal::GetCapturedStdout());
+  EXPECT_EQ(printed, json::parse(read_text(tmp / "merged" / "summary.json")));
+  EXPECT_EQ(printed["command"], "merge");
+  EXPECT_EQ(printed["shards"], 2);
+  const json whole = json::parse(read_text(tmp / "whole" / "summary.json"));
+  EXPECT_EQ(printed["pass_at_k"], whole["pass_at_k"]);
+  EXPECT_EQ(printed["samples"], 8);
+  EXPECT_EQ(rows_by_key(read_jsonl(tmp / "merged" / "results.jsonl")).size(), 8u);
+  const auto whole_samples = rows_by_key(read_jsonl(tmp / "whole" / "samples.jsonl"));
+  const auto merged_samples = rows_by_key(read_jsonl(tmp / "merged" / "samples.jsonl"));
+  ASSERT_EQ(merged_samples.size(), whole_samples.size());
+  for (const auto& [key, row] : whole_samples) EXPECT_EQ(merged_samples.at(key)["completion"], row["completion"]);
+  EXPECT_THROW(bestofn::run_merge(m, "merge"), bestofn::Error);  // OUT_DIR holds a run now
+}
+
+// The flag parsers the CLI runs as usage checks: their bestofn::Error names the flag, and its text
+// is the usage error's (src/cli's usage_checked).
+TEST(EvalLayer, GatesReferencesAndTaskIdsParseOrNameTheirFlag) {
+  const bestofn::Gate g = bestofn::parse_gate("plus_pass@10=0.25");
+  EXPECT_TRUE(g.plus);
+  EXPECT_EQ(g.k, 10);
+  EXPECT_EQ(g.threshold, 0.25);
+  EXPECT_EQ(g.name(), "plus_pass@10");
+  EXPECT_EQ(bestofn::parse_gate("pass@1=1").name(), "pass@1");
+  EXPECT_EQ(bestofn::name_value("GPT-4o=0.902", "--reference"), std::make_pair(std::string("GPT-4o"), 0.902));
+  auto message = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const bestofn::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { bestofn::parse_gate("pass@0=0.5"); }),
+            "--fail-under: 'pass@0=0.5': expected pass@K=X or plus_pass@K=X (HumanEval+'s plus tests), K a --k value");
+  EXPECT_EQ(message([] { bestofn::parse_gate("pass@1=1.5"); }), "--fail-under: 'pass@1=1.5' must be NAME=VALUE with VALUE in [0, 1]");
+  EXPECT_EQ(message([] { bestofn::name_value("x", "--reference"); }), "--reference: 'x' must be NAME=VALUE with VALUE in [0, 1]");
+  EXPECT_EQ(bestofn::task_ids("HumanEval/0, HumanEval/7"), (std::vector<std::string>{"HumanEval/0", "HumanEval/7"}));
+  for (const char* bad : {",", "a,,b", "a,"}) EXPECT_EQ(message([&] { bestofn::task_ids(bad); }), "--tasks: '" + std::string(bad) + "' has an empty task id");
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bestofn/tokenizer/chat_template.h"
+#include "bestofn/tokenizer/run_tokenize.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/text_file.h"
 #include "bestofn/tokenizer/tokenizer.h"
@@ -417,4 +418,27 @@ TEST(TokenizerMalformed, TokenizerConfigShapes) {
   EXPECT_THROW(chat_format(with_config(named.dump())), Error);  // no "default": no chat format to pick
   named["chat_template"] = json::array({"just text"});
   EXPECT_NE(error_of(named.dump()).find("as a list must hold {\"name\": text, \"template\": text} objects"), std::string::npos);
+}
+
+// The tokenize and detokenize commands without the binary: a file's ids, and their text back,
+// byte for byte (the trailing newline included); an id outside the vocabulary is an Error.
+TEST(TokenizeCommand, IdsOfAFileDecodeToItsText) {
+  test::TempDir tmp;
+  const std::string text = "def add(a, b):\n    return a + b\n";
+  test::write_text(tmp / "in.txt", text);
+  TokenizeOptions o;
+  o.tokenizer = test::require_shared("tokenizers/llama3").string();
+  o.input = (tmp / "in.txt").string();
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(run_tokenize(o), 0);
+  const std::string ids = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(json::parse(ids), json(tok("llama3").encode(text, false)));
+  test::write_text(tmp / "ids.json", ids);
+  o.input = (tmp / "ids.json").string();
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(run_detokenize(o), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), text);
+  test::write_text(tmp / "bad.json", "[1, 99999999]");
+  o.input = (tmp / "bad.json").string();
+  EXPECT_THROW(run_detokenize(o), Error);
 }

@@ -10,6 +10,7 @@
 #include "bestofn/util/error.h"
 #include "bestofn/util/numeric.h"
 #include "bestofn/model/safetensors.h"
+#include "bestofn/model/run_make_synthetic.h"
 #include "bestofn/model/safetensors_writer.h"
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
@@ -300,4 +301,23 @@ TEST(WeightsMalformed, Fp8NanCodesAreRefusedAndEveryFiniteCodeLoads) {
   write_bytes(file, d.begin + 77, std::string(1, '\x7e'));
   write_bytes(file, qb.end - 1, std::string(1, '\x7f'));  // the last element
   expect_error([&] { load_model(p); }, {q, "element " + std::to_string(qb.end - qb.begin - 1), "NaN (code 0x7f)"});
+}
+
+// make-synthetic's --max-shard-size: bytes, or powers of 1000 as huggingface_hub's max_shard_size;
+// what is not a positive size within 64 bits is an Error naming the flag.
+TEST(Weights, MaxShardSizeIsBytesOrPowersOf1000) {
+  EXPECT_EQ(parse_size("1000000"), 1000000u);
+  EXPECT_EQ(parse_size("64kB"), 64000u);
+  EXPECT_EQ(parse_size("64KB"), 64000u);
+  EXPECT_EQ(parse_size("500MB"), 500000000u);
+  EXPECT_EQ(parse_size("5GB"), 5000000000u);
+  EXPECT_EQ(parse_size("7B"), 7u);
+  for (const char* bad : {"", "-5", " 5", "5TB", "0", "GB", "99999999999999999999GB"}) {
+    try {
+      parse_size(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--max-shard-size: ", 0), 0u) << e.what();
+    }
+  }
 }

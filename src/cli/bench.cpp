@@ -1,162 +1,15 @@
-// bestofn bench: decode-step time against the number of candidates N sharing one prompt — the
-// measurement behind "N candidates for the price of one". One JSON line per configuration.
-#include <unistd.h>
+// bestofn bench's flags and usage checks; the measurement is run_bench (bestofn/generate/bench.h).
+#include <memory>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
-#include <thread>
-
-#include "bestofn/backends/backends.h"
-#include "bestofn/util/error.h"
-#include "bestofn/util/parallel.h"
-#include "bestofn/engine/sampler.h"
-#include "bestofn/model/synthetic.h"
-#include "bestofn/model/weights.h"
-#include "bestofn_version.h"
+#include "bestofn/generate/bench.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
-#include "util/json_file.h"
 
 namespace bestofn::cli {
-namespace {
-namespace fs = std::filesystem;
-using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-struct BenchOptions {
-  std::string model, synthetic, dtype = "fp8", device = "cpu", n_list = "1,2,4,8,16,32", keep_model;
-  int prompt_len = 256, steps = 16, threads = 0;
-  bool json = false, cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false,
-       split_attention = false, cuda_graphs = false, quantize_lm_head = false;
-  std::string kv_cache = "auto";
-  std::string command;
-};
-
-std::vector<int> parse_n(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string part; std::getline(ss, part, ',');) {
-    try {
-      std::size_t used = 0;
-      const int n = std::stoi(part, &used);
-      if (used != part.size() || n < 1 || n > 4096) throw std::invalid_argument(part);
-      out.push_back(n);
-    } catch (const std::exception&) {
-      throw Error("--n: '" + part + "' is not a count between 1 and 4096 (e.g. --n 1,2,4,8)");
-    }
-  }
-  if (out.empty()) throw Error("--n: empty list");
-  if (s.back() == ',') throw Error("--n: '" + s + "' ends in a comma: a count is missing (e.g. --n 1,2,4,8)");
-  return out;
-}
-
-json machine() {
-  std::string cpu = "unknown";
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return {{"host", host}, {"cpu", cpu}, {"cores", available_cpus()}};
-}
-
-constexpr int kProfileSteps = 4;
-
-// Weights that multiply each token: the linear layers and the lm_head.
-double linear_params(const ModelConfig& c) {
-  const double d = c.dim, per_layer = d * c.q_dim() * 2 + d * c.kv_dim() * 2 + 3.0 * d * c.hidden_dim;
-  return per_layer * c.n_layers + d * c.vocab_size;
-}
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// The round trip of a cache line between two threads (ns): two threads hand a counter back and
-// forth. On the development VM this tells where the hypervisor put the two vCPUs: ~85 ns when
-// they share a last-level cache, ~370 ns when they do not, and the decode numbers move with it
-// (docs/commands.md, CPU speed). 0 with one core.
-double core_round_trip_ns() {
-  if (default_threads() < 2) return 0.0;
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine's idle workers stop polling (cpu/thread_pool.cpp)
-  // Up to kTrips trips or 100 ms, whichever comes first (two threads on one core hand over only
-  // at time slices); -1 tells the other thread to stop.
-  constexpr int kTrips = 20000;
-  alignas(64) std::atomic<int> turn{0};
-  std::thread other([&] {
-    for (int i = 0;; ++i) {
-      int v;
-      while ((v = turn.load(std::memory_order_acquire)) != 2 * i + 1 && v != -1) {
-      }
-      if (v == -1) return;
-      turn.store(2 * i + 2, std::memory_order_release);
-    }
-  });
-  const auto t0 = Clock::now();
-  int trips = 0;
-  while (trips < kTrips && (trips % 256 != 0 || ms_since(t0) < 100.0)) {
-    turn.store(2 * trips + 1, std::memory_order_release);
-    while (turn.load(std::memory_order_acquire) != 2 * trips + 2) {
-    }
-    ++trips;
-  }
-  const double ns = ms_since(t0) * 1e6 / trips;
-  turn.store(-1, std::memory_order_release);
-  other.join();
-  return ns;
-}
-
-// The model: a directory, or a synthetic one made (or reused) for the run. A kept model carries
-// what it was made from (kKeptMarker), so that a rerun with another --synthetic or --dtype makes
-// no silent measurement of the old one.
-constexpr const char* kKeptMarker = "bestofn-bench-model.json";
-
-fs::path model_dir(const BenchOptions& o, std::optional<fs::path>& temp) {
-  if (!o.model.empty()) return o.model;
-  fs::path dir = o.keep_model;
-  const nlohmann::json made = {{"synthetic", o.synthetic}, {"dtype", o.dtype}};
-  std::error_code ec;
-  if (!dir.empty() && fs::exists(dir, ec)) {
-    const bool empty_dir = fs::is_directory(dir, ec) && fs::is_empty(dir, ec);
-    if (!empty_dir) {
-      if (!fs::is_regular_file(dir / kKeptMarker, ec))
-        throw Error(dir.string(), "--keep-model: exists and is not a model that bench made; give a new directory or remove it");
-      const nlohmann::json had = read_json_file(dir / kKeptMarker);
-      if (had != made)
-        throw Error(dir.string(), "--keep-model: holds the model of --synthetic " + had.value("synthetic", std::string("?")) +
-                                      " --dtype " + had.value("dtype", std::string("?")) + ", not of --synthetic " + o.synthetic +
-                                      " --dtype " + o.dtype + "; give another directory or remove it");
-      return dir;
-    }
-  }
-  if (dir.empty()) {
-    temp = fs::temp_directory_path() / ("bestofn-bench-" + std::to_string(getpid()));
-    dir = *temp;
-  }
-  SyntheticOptions so;
-  so.shape = o.synthetic;
-  so.dtype = o.dtype;
-  so.out = dir;
-  make_synthetic(so);
-  if (!temp) write_json_file(dir / kKeptMarker, made);
-  return dir;
-}
-
-}  // namespace
 
 Runner add_bench(CLI::App& app, const std::string& command) {
   auto o = std::make_shared<BenchOptions>();
-  o->command = command;
   auto* sub = app.add_subcommand("bench", "Decode speed against the number of candidates N, as JSON lines");
   sub->footer(
       "For each N: prefill one random prompt of --prompt-len tokens, add N candidates on it, then\n"
@@ -172,7 +25,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                 ->check(synthetic_shape());
   m->excludes(s);
   sub->add_option("--dtype", o->dtype, "Synthetic weights dtype")->check(CLI::IsMember({"f32", "f16", "bf16", "fp8"}))->default_str("fp8")->needs(s);
-  sub->add_flag("--quantize-lm-head", o->quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
+  sub->add_flag("--quantize-lm-head", o->engine.quantize_lm_head, "Quantize the lm_head to FP8 E4M3 at load (per output channel)");
   sub->add_option("--keep-model", o->keep_model, "Write the synthetic model here and keep it (reused when it exists)")->needs(s)->check(non_empty());
   sub->add_option("--device", o->device, "cpu, cuda, or auto (cuda when a device is visible)")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("cpu");
   sub->add_option("--n", o->n_list, "Candidate counts, comma-separated")
@@ -180,175 +33,21 @@ Runner add_bench(CLI::App& app, const std::string& command) {
       ->default_str("1,2,4,8,16,32");
   sub->add_option("--prompt-len", o->prompt_len, "Prompt tokens")->check(CLI::Range(1, 1000000))->default_str("256");
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
-  sub->add_option("--threads", o->threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
+  sub->add_option("--threads", o->engine.threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
-  sub->add_flag("--cuda-prefix-gemm", o->cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
-  sub->add_flag("--fused-qkv", o->fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
-  sub->add_flag("--gemm-autotune", o->gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
-  sub->add_flag("--paged-kv", o->paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
-  sub->add_flag("--device-sampling", o->device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
-  sub->add_flag("--split-attention", o->split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
-  sub->add_flag("--cuda-graphs", o->cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
-  add_kv_cache_flag(sub, o->kv_cache);
+  sub->add_flag("--cuda-prefix-gemm", o->engine.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
+  sub->add_flag("--fused-qkv", o->engine.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
+  sub->add_flag("--gemm-autotune", o->engine.gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
+  sub->add_flag("--paged-kv", o->engine.paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
+  sub->add_flag("--device-sampling", o->engine.device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
+  sub->add_flag("--split-attention", o->engine.split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
+  sub->add_flag("--cuda-graphs", o->engine.cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
+  add_kv_cache_flag(sub, o->engine.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
   });
-  return [o] {
-    const std::vector<int> ns = parse_n(o->n_list);
-    std::optional<fs::path> temp;
-    struct Cleanup {
-      std::optional<fs::path>& p;
-      ~Cleanup() {
-        std::error_code ec;
-        if (p) fs::remove_all(*p, ec);
-      }
-    } cleanup{temp};
-    const fs::path dir = model_dir(*o, temp);
-    LoadOptions lo;
-    lo.quantize_lm_head_fp8 = o->quantize_lm_head;
-    auto w = std::make_shared<const Weights>(load_model(dir, lo));
-    const ModelConfig& c = w->config;
-    // Positions: the prompt, then per candidate 2 warm-up steps, --steps timed ones and (CUDA)
-    // kProfileSteps profiling ones.
-    const int extra = o->steps + 2 + kProfileSteps;
-    if (o->prompt_len + extra > c.max_position_embeddings)
-      throw Error("--prompt-len " + std::to_string(o->prompt_len) + " with --steps " + std::to_string(o->steps) + " needs " +
-                  std::to_string(o->prompt_len + extra) + " positions (2 warm-up and " + std::to_string(kProfileSteps) +
-                  " profiling steps included), more than the model's context of " + std::to_string(c.max_position_embeddings) +
-                  (c.max_position_embeddings > extra ? "; the largest --prompt-len with these --steps is " + std::to_string(c.max_position_embeddings - extra)
-                                                     : std::string()));
-    EngineOptions eo;
-    eo.threads = o->threads;
-    eo.cuda.prefix_gemm = o->cuda_prefix_gemm;
-    eo.cuda.fused_qkv = o->fused_qkv;
-    eo.cuda.gemm_autotune = o->gemm_autotune;
-    eo.cuda.paged_kv = o->paged_kv;
-    eo.cuda.device_sampling = o->device_sampling;
-    eo.cuda.split_attention = o->split_attention;
-    eo.cuda.graphs = o->cuda_graphs;
-    eo.kv = kv_cache_kind(o->kv_cache);
-    auto engine = make_engine(w, o->device, eo);
-    const EngineDescription described = engine->describe();
-    const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
-    std::mt19937 rng(1234);
-    std::vector<int> prompt(static_cast<std::size_t>(o->prompt_len));
-    for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
-    const std::size_t V = static_cast<std::size_t>(c.vocab_size);
-    // KV bytes per position (K and V, all layers), in the precision the engine resolved.
-    const std::size_t kv_row = kv_bytes_per_position(c, engine->kv_cache());
-    if (!o->json)
-      std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
-    for (int n : ns) {
-      // Measured for the CPU engine only, whose threads hand work to each other through caches.
-      const double round_trip_ns = described.cpu_kernels ? core_round_trip_ns() : 0.0;
-      std::vector<float> logits(V);
-      auto t0 = Clock::now();
-      const int prefix = engine->prefill(prompt, logits);
-      const double prefill_ms = ms_since(t0);
-      std::vector<int> slots, tokens(static_cast<std::size_t>(n));
-      for (int i = 0; i < n; ++i) slots.push_back(engine->add_slot(prefix));
-      for (int i = 0; i < n; ++i) tokens[static_cast<std::size_t>(i)] = (prompt.back() + i) % c.vocab_size;
-      logits.resize(V * static_cast<std::size_t>(n));
-      // One step: logits to the host, or (--device-sampling) sampled on the device at T = 1, only
-      // the samples back. The tokens fed stay the bench's own either way.
-      std::vector<std::uint64_t> draw_prompt(static_cast<std::size_t>(n), 0), draw_candidate(static_cast<std::size_t>(n)),
-          draw_step(static_cast<std::size_t>(n), 0);
-      for (int i = 0; i < n; ++i) draw_candidate[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
-      std::vector<Sample> samples(static_cast<std::size_t>(n));
-      auto one_step = [&] {
-        if (o->device_sampling && engine->decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
-          for (auto& d : draw_step) ++d;
-        else
-          engine->decode(slots, tokens, logits);
-      };
-      // Without --device-sampling, what generate does after each step on the host: sample_token
-      // on every row (T = 1, no truncation), the rows split over threads as the scheduler splits
-      // them; timed apart from the step.
-      auto host_sample = [&](int step) {
-        parallel_for(static_cast<std::size_t>(n), [&](std::size_t b0, std::size_t b1) {
-          SamplerScratch scratch;
-          for (std::size_t b = b0; b < b1; ++b)
-            samples[b] = sample_token(std::span<const float>(logits).subspan(b * V, V), SamplingParams{}, 0, b, static_cast<std::uint64_t>(step), scratch);
-        });
-      };
-      const long long replays_before = engine->graph_stats().replays;
-      double timed = 0, sampling = 0;
-      for (int step = 0; step < o->steps + 2; ++step) {
-        if (step == 2) engine->take_phase_times();  // the split covers the timed steps only
-        t0 = Clock::now();
-        one_step();
-        if (step >= 2) timed += ms_since(t0);
-        if (!o->device_sampling) {
-          t0 = Clock::now();
-          host_sample(step);
-          if (step >= 2) sampling += ms_since(t0);
-        }
-        for (auto& t : tokens) t = (t + 7) % c.vocab_size;
-      }
-      PhaseTimes split = engine->take_phase_times();
-      if (split.steps == 0) {  // an engine that measures only when asked (CUDA): a few profiling steps
-        engine->profile_phases(true);
-        for (int step = 0; step < kProfileSteps; ++step) one_step();
-        split = engine->take_phase_times();
-        engine->profile_phases(false);
-      }
-      for (int slot : slots) engine->release_slot(slot);
-      engine->release_prefix(prefix);
-      const double ms = timed / o->steps;
-      // Bytes one step reads: the weights once, the prefix KV once, each slot's suffix KV
-      // (on average half the timed steps plus the warm-up long).
-      const double suffix = 2.0 + o->steps / 2.0;
-      const double bytes = static_cast<double>(w->decode_bytes_per_step()) + static_cast<double>(kv_row) * (o->prompt_len + n * suffix);
-      json row = {{"bench", "decode"}, {"device", engine->name()}, {"model", dir.string()}, {"synthetic", o->synthetic},
-                  {"quantization", w->quantization}, {"n", n}, {"prompt_len", o->prompt_len}, {"steps", o->steps},
-                  {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", prefill_ms},
-                  {"prefill_tok_per_s", o->prompt_len * 1000.0 / prefill_ms}, {"bytes_per_step", bytes},
-                  {"gb_per_s", bytes / ms / 1e6}, {"threads", engine_threads(o->threads)},
-                  {"kv_cache", kv_cache_name(engine->kv_cache())},
-                  {"machine", machine()}, {"version", BESTOFN_VERSION}, {"commit", BESTOFN_COMMIT}, {"command", o->command}};
-      if (const auto& kernels = described.cpu_kernels) {
-        row["core_round_trip_ns"] = round_trip_ns;
-        row["cpu_kernels"] = {{"fp8", kernels->fp8}, {"bf16", kernels->bf16}};  // which GEMM kernels ran
-      }
-      // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
-      const double ctx = o->prompt_len + suffix;
-      const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +
-                           4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim) * ctx * n;
-      row["tflop_per_s"] = flops / ms / 1e9;
-      if (!o->device_sampling) {
-        const double sample_ms = sampling / o->steps;
-        row["host_sample_ms_per_step"] = sample_ms;
-        row["tok_per_s_with_host_sampling"] = n * 1000.0 / (ms + sample_ms);
-      }
-      if (ceilings.copy_gbps > 0) {
-        row["ceilings"] = {{"copy_gbps", ceilings.copy_gbps}, {"gemm_tflops", ceilings.gemm_tflops}, {"gemm", ceilings.gemm}};
-        row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
-        row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
-      }
-      if (const auto& p = described.cuda)
-        row["paths"] = {{"cuda_prefix_gemm", p->prefix_gemm}, {"fused_qkv", p->fused_qkv}, {"gemm_autotune", p->gemm_autotune},
-                        {"paged_kv", p->paged_kv}, {"device_sampling", p->device_sampling},
-                        {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}};
-      if (o->cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
-        const Engine::GraphStats g = engine->graph_stats();
-        row["graph_replays"] = g.replays - replays_before;
-        if (!g.disabled.empty()) row["graphs_disabled"] = g.disabled;
-      }
-      if (split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;
-                              // CUDA: events in kProfileSteps extra steps)
-        const double att = split.attention_ms / split.steps, gemm = split.gemm_ms / split.steps;
-        row["split_ms_per_step"] = {{"attention", att}, {"gemm", gemm}, {"rest", split.total_ms / split.steps - att - gemm}};
-        row["attention_ms_per_candidate"] = att / n;
-      }
-      if (o->json) std::cout << json_text(row) << std::endl;
-      else if (split.steps > 0)
-        std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6,
-                    bytes / ms / 1e6, split.attention_ms / split.steps, split.gemm_ms / split.steps);
-      else std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f\n", n, ms, n * 1000.0 / ms, prefill_ms, bytes / 1e6, bytes / ms / 1e6);
-    }
-    return kExitOk;
-  };
+  return [o, command] { return run_bench(*o, command); };
 }
 
 }  // namespace bestofn::cli

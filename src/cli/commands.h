@@ -1,17 +1,14 @@
 #pragma once
 // One file per subcommand. Each adds itself to the app and returns the function that runs it
-// after parsing. Exit codes (README "Exit codes"): 0 ok, 1 bad input or failure, 2 usage error.
+// after parsing: the command's run_<command> in its layer. Exit codes: bestofn/util/exit_codes.h.
 #include <CLI/CLI.hpp>
 #include <functional>
+
+#include "bestofn/util/exit_codes.h"
 
 namespace bestofn::cli {
 
 using Runner = std::function<int()>;
-
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitError = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitBelowThreshold = 3;  // eval --fail-under
 
 Runner add_inspect(CLI::App& app);
 Runner add_make_synthetic(CLI::App& app);

@@ -62,6 +62,7 @@ std::string command_line(int argc, char** argv) {
 
 int run_main(int argc, char** argv) {
   using namespace bestofn::cli;
+  using bestofn::kExitError, bestofn::kExitUsage;
   bestofn::install_temp_path_cleanup();  // partial outputs go with the process on a signal that ends it (temp_paths.h)
   auto logger = spdlog::stderr_color_mt("bestofn");
   logger->set_pattern("%^%l%$: %v");
@@ -154,7 +155,7 @@ int check_stdout(int rc) {
   const int err = errno;
   if (rc != 0 || (flushed && !std::ferror(stdout) && std::cout.good())) return rc;
   std::cerr << "bestofn: error: <stdout>: write failed" << (err ? std::string(": ") + std::strerror(err) : std::string()) << "\n";
-  return bestofn::cli::kExitError;
+  return bestofn::kExitError;
 }
 
 }  // namespace

@@ -1,39 +1,12 @@
-// bestofn make-synthetic: a complete, loadable model directory with seeded random weights.
-#include <chrono>
-#include <cstdint>
-#include <iostream>
-#include <nlohmann/json.hpp>
+// bestofn make-synthetic's flags and usage checks; the model is written by run_make_synthetic
+// (bestofn/model/run_make_synthetic.h).
+#include <memory>
 
-#include "bestofn/util/error.h"
-#include "bestofn/model/synthetic.h"
+#include "bestofn/model/run_make_synthetic.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
-namespace {
-
-// "5000000000", "5GB", "500MB", "64kB" (powers of 1000, as huggingface_hub's max_shard_size).
-std::uint64_t parse_size(const std::string& s) {
-  std::size_t pos = 0;
-  unsigned long long n = 0;
-  try {
-    if (s.empty() || s[0] < '0' || s[0] > '9') throw std::invalid_argument(s);  // stoull takes "-5" and " 5"
-    n = std::stoull(s, &pos);
-  } catch (const std::exception&) {
-    throw Error("--max-shard-size: '" + s + "' is not a size (e.g. 5GB, 500MB, 1000000)");
-  }
-  const std::string unit = s.substr(pos);
-  std::uint64_t mult = 1;
-  if (unit == "kB" || unit == "KB") mult = 1000;
-  else if (unit == "MB") mult = 1000000;
-  else if (unit == "GB") mult = 1000000000;
-  else if (!unit.empty() && unit != "B") throw Error("--max-shard-size: '" + s + "' has an unknown unit '" + unit + "' (use B, kB, MB, GB)");
-  if (n == 0) throw Error("--max-shard-size: must be positive");
-  if (n > UINT64_MAX / mult) throw Error("--max-shard-size: '" + s + "' is too large");
-  return n * mult;
-}
-
-}  // namespace
 
 Runner add_make_synthetic(CLI::App& app) {
   auto opt = std::make_shared<SyntheticOptions>();
@@ -69,22 +42,8 @@ Runner add_make_synthetic(CLI::App& app) {
       ->default_str("5GB");
   sub->add_flag("--json", *json_out, "Print the result as JSON");
   return [opt, shard, json_out, tokenizer] {
-    opt->max_shard_bytes = parse_size(*shard);
     if (!tokenizer->empty()) opt->tokenizer = *tokenizer;
-    const auto t0 = std::chrono::steady_clock::now();
-    const SyntheticResult r = make_synthetic(*opt);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (*json_out) {
-      std::cout << nlohmann::json{{"out", opt->out.string()}, {"shape", opt->shape}, {"dtype", opt->dtype},
-                                  {"seed", opt->seed}, {"parameters", r.parameters}, {"bytes", r.bytes},
-                                  {"shards", r.shards}, {"seconds", secs}}
-                       .dump()
-                << "\n";
-    } else {
-      std::cout << "wrote " << opt->out.string() << ": " << r.parameters << " parameters, " << r.bytes << " bytes in "
-                << r.shards << " shard(s), " << secs << " s\n";
-    }
-    return kExitOk;
+    return run_make_synthetic(*opt, *shard, *json_out);
   };
 }
 

@@ -1,25 +1,12 @@
-// bestofn tokenize / detokenize: text <-> ids with a model's tokenizer.json, for scripting and for
-// checking what the model will see.
-#include <iostream>
-#include <iterator>
-#include <nlohmann/json.hpp>
+// bestofn tokenize / detokenize's flags; the work is run_tokenize / run_detokenize
+// (bestofn/tokenizer/run_tokenize.h).
+#include <memory>
 
-#include "bestofn/tokenizer/chat_template.h"
-#include "bestofn/util/error.h"
-#include "bestofn/util/text_file.h"
-#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/tokenizer/run_tokenize.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
-namespace {
-
-struct TokenizeOptions {
-  std::string tokenizer, input = "-", chat_format = "auto", system;
-  bool bos = false, chat = false;
-};
-
-}  // namespace
 
 Runner add_tokenize(CLI::App& app) {
   auto opt = std::make_shared<TokenizeOptions>();
@@ -38,22 +25,7 @@ Runner add_tokenize(CLI::App& app) {
       ->default_str("auto")
       ->needs(chat);
   sub->add_option("--system", opt->system, "System message for --chat")->needs(chat)->check(utf8_text());
-  return [opt] {
-    const Tokenizer tok = Tokenizer::load(opt->tokenizer);
-    const std::string text = read_text_input(opt->input);
-    std::vector<int> ids;
-    const ChatFormat format = opt->chat ? chat_format(tok, opt->chat_format) : ChatFormat::Llama3;
-    try {
-      if (opt->chat)
-        ids = encode_chat(tok, format, opt->system, text);
-      else
-        ids = tok.encode(text, opt->bos);
-    } catch (const Error& e) {
-      throw Error(input_name(opt->input), e.what());
-    }
-    std::cout << nlohmann::json(ids).dump() << "\n";
-    return kExitOk;
-  };
+  return [opt] { return run_tokenize(*opt); };
 }
 
 Runner add_detokenize(CLI::App& app) {
@@ -65,25 +37,7 @@ Runner add_detokenize(CLI::App& app) {
       "  echo '[9906, 1917]' | bestofn detokenize --tokenizer ~/models/Llama-3.1-8B");
   sub->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a model directory holding it")->required()->check(non_empty());
   sub->add_option("FILE", opt->input, "JSON array of ids; - for stdin")->default_str("-");
-  return [opt] {
-    const Tokenizer tok = Tokenizer::load(opt->tokenizer);
-    const std::string name = input_name(opt->input);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_input(opt->input));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(name, std::string("not a JSON array of token ids: ") + e.what());
-    }
-    if (!j.is_array()) throw Error(name, "expected a JSON array of token ids");
-    std::vector<int> ids;
-    for (const auto& v : j) {
-      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= tok.vocab_size())
-        throw Error(name, "id " + v.dump() + " is not in the vocabulary (0.." + std::to_string(tok.vocab_size() - 1) + ")");
-      ids.push_back(v.get<int>());
-    }
-    std::cout << tok.decode(ids);
-    return kExitOk;
-  };
+  return [opt] { return run_detokenize(*opt); };
 }
 
 }  // namespace bestofn::cli

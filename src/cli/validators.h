@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "bestofn/util/error.h"
 #include "bestofn/util/trim_blanks.h"
 
 namespace bestofn::cli {
@@ -22,6 +23,17 @@ CLI::Validator seed_value();
 // The flag's own parser as its check: `parse` throws bestofn::Error for a bad value, and its
 // message (less a leading "--flag: ", which CLI11 says itself) becomes the usage error.
 CLI::Validator checked_by(std::function<void(const std::string&)> parse, const std::string& type_name);
+
+// A layer's parser run in a parse-complete callback: its bestofn::Error ("--flag: ...") becomes
+// the usage error, word for word (the layers do not know CLI11).
+template <class Parse>
+auto usage_checked(Parse&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const Error& e) {
+    throw CLI::ValidationError(std::string(e.what()));
+  }
+}
 
 // --synthetic / --shape: a preset's name (synthetic_presets()), or a path to a config.json (names_a_preset).
 CLI::Validator synthetic_shape();

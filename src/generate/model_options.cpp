@@ -20,17 +20,7 @@ const char* kv_cache_name(EngineOptions::Kv kind) {
   }
 }
 
-LoadedModel load_model_options(const ModelOptions& f) {
-  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
-  LoadOptions lo;
-  lo.quantize_fp8 = f.quantize == "fp8";
-  lo.quantize_lm_head_fp8 = f.quantize_lm_head;
-  m.weights = std::make_shared<const Weights>(load_model(f.model, lo));
-  const ModelConfig& cfg = m.weights->config;
-  if (m.tokenizer.vocab_size() > cfg.vocab_size)
-    throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
-                                        std::to_string(cfg.vocab_size));
-  if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
+EngineOptions engine_options(const ModelOptions& f) {
   EngineOptions eo;
   eo.threads = f.threads;
   eo.cuda.device_index = f.device_index;
@@ -43,7 +33,21 @@ LoadedModel load_model_options(const ModelOptions& f) {
   eo.cuda.split_attention = f.split_attention;
   eo.cuda.graphs = f.cuda_graphs;
   eo.kv = kv_cache_kind(f.kv_cache);
-  m.engine = make_engine(m.weights, f.device, eo);
+  return eo;
+}
+
+LoadedModel load_model_options(const ModelOptions& f) {
+  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
+  LoadOptions lo;
+  lo.quantize_fp8 = f.quantize == "fp8";
+  lo.quantize_lm_head_fp8 = f.quantize_lm_head;
+  m.weights = std::make_shared<const Weights>(load_model(f.model, lo));
+  const ModelConfig& cfg = m.weights->config;
+  if (m.tokenizer.vocab_size() > cfg.vocab_size)
+    throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
+                                        std::to_string(cfg.vocab_size));
+  if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
+  m.engine = make_engine(m.weights, f.device, engine_options(f));
   return m;
 }
 

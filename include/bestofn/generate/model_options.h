@@ -42,6 +42,9 @@ struct LoadedModel {
   ChatFormat chat_format = ChatFormat::Llama3;
 };
 
+// The engine's settings among the options: threads, the CUDA device and paths, the KV cache.
+EngineOptions engine_options(const ModelOptions& f);
+
 // Loads the tokenizer and weights, checks they fit together, and starts the engine.
 LoadedModel load_model_options(const ModelOptions& f);
 

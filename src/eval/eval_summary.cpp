@@ -1,6 +1,5 @@
-#include "cli/eval_summary.h"
+#include "bestofn/eval/eval_summary.h"
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 
 #include "bestofn/util/error.h"
@@ -10,7 +9,7 @@
 #include "bestofn/util/output_file.h"
 #include "util/json_file.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
@@ -26,7 +25,7 @@ std::pair<std::string, double> name_value(const std::string& s, const std::strin
     }
   }
   if (eq == std::string::npos || eq == 0 || used == 0 || used != s.size() - eq - 1 || !(v >= 0 && v <= 1))
-    throw CLI::ValidationError(flag, "'" + s + "' must be NAME=VALUE with VALUE in [0, 1]");
+    throw Error(flag, "'" + s + "' must be NAME=VALUE with VALUE in [0, 1]");
   return {s.substr(0, eq), v};
 }
 
@@ -101,4 +100,4 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
   write_file_atomic(dir / "report.md", render_report_md(json(summary), plot_rel));
 }
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

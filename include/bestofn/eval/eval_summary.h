@@ -11,10 +11,10 @@
 #include "bestofn/eval/passk.h"
 #include "bestofn/eval/scoring.h"
 
-namespace bestofn::cli {
+namespace bestofn {
 
 // NAME=VALUE with VALUE in [0, 1]: --reference GPT-4o=0.902, --fail-under pass@10=0.5. Throws
-// CLI::ValidationError naming `flag`.
+// bestofn::Error naming `flag` ("--reference: 'x' must be ..."); the CLI makes it a usage error.
 std::pair<std::string, double> name_value(const std::string& s, const std::string& flag);
 
 struct RunSummary {
@@ -42,4 +42,4 @@ void write_summary_files(const std::filesystem::path& dir, nlohmann::ordered_jso
                          const std::vector<std::string>& task_ids, const std::vector<std::string>& references, const std::string& plot,
                          const std::string& title);
 
-}  // namespace bestofn::cli
+}  // namespace bestofn

@@ -1,0 +1,129 @@
+// eval's pipeline: the engine streams each finished candidate into a bounded queue that the
+// verifier pool drains while generation goes on; samples and results are appended row by row.
+#include "eval/eval_pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <tuple>
+
+#include "bestofn/eval/extract.h"
+#include "bestofn/eval/verify_jobs.h"
+#include "bestofn/generate/devices.h"
+#include "bestofn/util/temp_paths.h"
+
+namespace bestofn {
+namespace {
+using nlohmann::json;
+
+// SIGINT / SIGTERM: stop generating and verifying, keep what is written, exit 130. A second signal
+// kills at once (the handler puts bestofn's usual one back: bestofn/util/temp_paths.h).
+std::atomic<bool> g_interrupted{false};
+// Stop everything: set with g_interrupted, or when writing a row failed (a full disk).
+std::atomic<bool> g_stop{false};
+extern "C" void on_interrupt(int) {
+  g_interrupted.store(true);
+  g_stop.store(true);
+  install_temp_path_cleanup();
+}
+}  // namespace
+
+bool eval_interrupted() { return g_interrupted.load(); }
+
+Pipeline::Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
+                   RunFiles& files, ResumeState& state, std::size_t total_samples)
+    : o_(o), problems_(problems), selected_(selected), has_plus_(has_plus), files_(files), st_(state), total_samples_(total_samples),
+      solved_(selected.size()), tty_(isatty(STDERR_FILENO)), t0_(Clock::now()), last_print_(t0_) {
+  stats_.verified = state.resumed_samples;
+  for (std::size_t i = 0; i < selected.size(); ++i) solved_[i] = state.tally.passed(selected[i]->task_id) > 0;
+}
+
+bool Pipeline::cancelled(std::size_t problem) const { return g_stop.load() || (o_.stop_on_pass && solved_[problem].load()); }
+
+PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
+                            const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers) {
+  const std::size_t capacity = o_.queue > 0 ? static_cast<std::size_t>(o_.queue) : 64u * static_cast<std::size_t>(workers);
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  VerifierPool pool(workers, capacity, &g_stop);
+  // A sample's job; its callback holds the row until the verdicts come.
+  auto submit = [&](const Problem& p, json row) {
+    VerifyJob job = sample_job(sandbox, p, row["completion"].get<std::string>(), std::max(o_.timeout, o_.plus_timeout));
+    return pool.submit(std::move(job), [this, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
+  };
+  for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row);  // generated before, not verified
+  const auto g0 = Clock::now();
+  auto on_done = [&](Candidate&& c) {
+    const Problem& p = *selected_[req_problem[c.prompt]];
+    json row = sample_row(p, c);
+    files_.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
+    stats_.waited += submit(p, std::move(row));
+  };
+  auto on_step = [&](const GenerationStats& s, std::size_t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tokens_ = s.generated_tokens;
+    progress(false);
+  };
+  try {
+    if (!reqs.empty()) stats_.gs = generate_data_parallel(engines, tokenizer, reqs, go, on_done, on_step);
+  } catch (...) {
+    g_stop = true;  // the verifier threads stop too, leaving what is written valid
+    throw;
+  }
+  const auto g1 = Clock::now();
+  pool.finish();
+  if (write_error_) std::rethrow_exception(write_error_);
+  std::tie(stats_.busy, stats_.overlap) = pool.busy_and_overlap(g0, g1);
+  stats_.wall = std::chrono::duration<double>(Clock::now() - t0_).count();
+  stats_.generation_s = std::chrono::duration<double>(g1 - g0).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress(true);
+  }
+  if (tty_) std::fprintf(stderr, "\n");
+  return stats_;
+}
+
+json Pipeline::sample_row(const Problem& p, const Candidate& c) const {
+  json row = {{"task_id", p.task_id},
+              {"completion", o_.m.chat ? extract_code(c.text, p.entry_point) : c.text},
+              {"index", c.index},
+              {"finish_reason", c.finish_reason},
+              {"num_tokens", c.token_ids.size()},
+              {"logprob", c.cumulative_logprob}};
+  if (o_.m.chat) row["reply"] = c.text;
+  return row;
+}
+
+void Pipeline::on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
+  const Verdict& base = verdicts.front();
+  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (write_error_) return;
+  try {
+    files_.append_result(row);
+  } catch (...) {  // stop the run; the main thread reports it
+    write_error_ = std::current_exception();
+    g_stop = true;
+    return;
+  }
+  st_.tally.add_row(row);
+  ++stats_.verified, ++stats_.verified_now;
+  if (base.passed()) solved_[st_.index_of[problem.task_id]] = true;
+  progress(false);
+}
+
+void Pipeline::progress(bool force) {
+  const auto now = Clock::now();
+  if (!tty_ || (!force && now - last_print_ < std::chrono::milliseconds(250))) return;
+  last_print_ = now;
+  const double secs = std::max(1e-9, std::chrono::duration<double>(now - t0_).count());
+  const auto p1 = st_.tally.pass_at_k(problems_, {1}, false).front();
+  std::fprintf(stderr, "\r%d/%zu problems, %zu/%zu samples verified, %.1f samples/s, %.0f tok/s, pass@1 %.3f   ",
+               st_.tally.problems_done(), selected_.size(), stats_.verified, total_samples_,
+               static_cast<double>(stats_.verified_now) / secs, static_cast<double>(tokens_) / secs, p1.problems_used ? p1.mean : 0.0);
+}
+
+}  // namespace bestofn

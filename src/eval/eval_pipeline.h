@@ -1,0 +1,84 @@
+#pragma once
+// eval's pipeline: generation and verification at once, on what an earlier run left (the resume
+// state), stopped by SIGINT or SIGTERM with what is written valid (src/eval/eval_pipeline.cpp).
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bestofn/eval/datasets.h"
+#include "bestofn/eval/eval_files.h"
+#include "bestofn/eval/run_eval.h"
+#include "bestofn/eval/scoring.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/verifier/sandbox.h"
+
+namespace bestofn {
+
+// What is already done in the output directory: samples generated, and of those, the ones verified.
+struct ResumeState {
+  Tally tally;
+  std::map<std::string, std::size_t> index_of;  // task id -> position in the selection
+  std::vector<std::set<int>> generated;
+  std::map<std::pair<std::string, int>, nlohmann::json> unverified;
+  std::size_t resumed_samples = 0;
+};
+
+// How the pipeline went: its generation, its verifier pool and its clocks.
+struct PipelineStats {
+  GenerationStats gs;
+  double generation_s = 0, busy = 0, overlap = 0, wall = 0, waited = 0;
+  std::size_t verified = 0, verified_now = 0;
+};
+
+// Whether SIGINT or SIGTERM came during a Pipeline::run (eval then exits 130).
+bool eval_interrupted();
+
+// Generation and verification at once: each finished candidate is appended to samples.jsonl and
+// handed to the verifier pool, whose verdicts are appended to results.jsonl.
+class Pipeline {
+ public:
+  // has_plus: a selected problem has HumanEval+ plus tests (the result rows then carry plus fields).
+  Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
+           RunFiles& files, ResumeState& state, std::size_t total_samples);
+
+  // Whether generation for a problem stops: on a signal, a failed write, or (--stop-on-pass) a pass.
+  bool cancelled(std::size_t problem) const;
+
+  // Verifies what an earlier run generated but did not verify, and generates and verifies `reqs`
+  // (req_problem: each request's problem) on `engines`, stopping early on a signal.
+  PipelineStats run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
+                    const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  nlohmann::json sample_row(const Problem& p, const Candidate& c) const;
+  // A verifier thread's verdicts: the result row, written and counted (with mu_).
+  void on_verified(const Problem& problem, const nlohmann::json& sample, const std::vector<Verdict>& verdicts);
+  // The progress line on a terminal, at most every 250 ms unless forced (with mu_ held).
+  void progress(bool force);
+
+  const EvalOptions& o_;
+  const std::vector<Problem>& problems_;
+  const std::vector<const Problem*>& selected_;
+  const bool has_plus_;
+  RunFiles& files_;
+  ResumeState& st_;
+  const std::size_t total_samples_;
+  std::vector<std::atomic<bool>> solved_;
+  // One mutex for the results file, the tally and the counters.
+  std::mutex mu_;
+  PipelineStats stats_;
+  std::uint64_t tokens_ = 0;
+  const bool tty_;
+  const Clock::time_point t0_;
+  Clock::time_point last_print_;
+  std::exception_ptr write_error_;  // the first failed write of a verifier thread (with mu_)
+};
+
+}  // namespace bestofn
