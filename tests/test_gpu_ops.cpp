@@ -6,6 +6,8 @@
 // device. The elementwise and row ops' checks are here, the attention, prefix and sampling ones in
 // test_gpu_ops_attention.cpp. tests/gpu_op_names.h lists the launchers: a launcher without a row,
 // or a row without a launcher, fails here and (without a GPU) in test_gpu_op_names.
+// Over 500 lines on purpose: the table and its elementwise rows in one place (the attention rows
+// are in test_gpu_ops_attention.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

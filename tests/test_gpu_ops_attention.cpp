@@ -2,6 +2,8 @@
 // function here is one row's check, the launcher on seeded random inputs against its CPU twin
 // within the tolerance its comment derives. They run only through the table, which skips them
 // without a device.
+// Over 500 lines on purpose: the attention rows share their batch builders and tolerances
+// (tests/gpu_attention_util.h), one function per row.
 #include <gtest/gtest.h>
 
 #include <algorithm>

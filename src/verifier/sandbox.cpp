@@ -1,3 +1,7 @@
+// The Sandbox: the host probes at start, the workers' uid leases and cgroups, and running one
+// program on the zygote path or the fresh-interpreter path. (What a clone()d child does is in
+// sandbox_child.cpp, the verdict's channel and streams in run_streams.cpp.)
+// Just over 500 lines on purpose: the two start paths share the probes' results and the limits.
 #include "bestofn/verifier/sandbox.h"
 
 #include <fcntl.h>
