@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <optional>
-#include <set>
 
 #include "bestofn/util/parallel.h"
 
@@ -37,7 +37,7 @@ double VerifierPool::submit(VerifyJob job, Done done) {
   // the job is dropped.
   while (queue_.size() >= capacity_ && !cancelled()) space_.wait_for(lock, std::chrono::milliseconds(100));
   if (!cancelled()) {
-    queue_.push_back(std::move(job.key));
+    queue_.push_back(it);
     ready_.notify_one();
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -55,15 +55,15 @@ void VerifierPool::finish() {
 
 void VerifierPool::work(int worker) {
   for (;;) {
-    std::string key;
+    std::map<std::string, Entry>::iterator it;
     std::function<std::vector<Verdict>(int)> run;
     {
       std::unique_lock<std::mutex> lock(mu_);
       ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
       if (queue_.empty() || cancelled()) return;
-      key = std::move(queue_.front());
+      it = queue_.front();
       queue_.pop_front();
-      run = std::move(entries_[key].run);
+      run = std::move(it->second.run);
     }
     space_.notify_one();
     const auto t0 = Clock::now();
@@ -77,7 +77,7 @@ void VerifierPool::work(int worker) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       intervals_.emplace_back(t0, Clock::now());
-      Entry& e = entries_[key];
+      Entry& e = it->second;
       e.done = true;
       e.verdicts = verdicts;
       for (Verdict& v : e.verdicts) v.out.clear(), v.err.clear();  // kept for later duplicates: the verdicts only
@@ -115,22 +115,24 @@ std::pair<double, double> VerifierPool::busy_and_overlap(Clock::time_point g0, C
 
 std::vector<std::vector<Verdict>> verify_all(std::vector<VerifyJob> jobs, int workers,
                                              const std::function<void(std::size_t, std::size_t)>& on_done) {
-  std::set<std::string> keys;
-  for (const VerifyJob& j : jobs) keys.insert(j.key);
+  // Each distinct job is submitted once, and its verdicts (captured output included) go to every
+  // index that asked for it.
+  std::map<std::string, std::vector<std::size_t>> indices;
+  for (std::size_t i = 0; i < jobs.size(); ++i) indices[jobs[i].key].push_back(i);
   constexpr int kMaxWorkers = 1024;
-  const int n = std::max(1, std::min({workers > 0 ? workers : default_threads(), static_cast<int>(keys.size()), kMaxWorkers}));
+  const int n = std::max(1, std::min({workers > 0 ? workers : default_threads(), static_cast<int>(indices.size()), kMaxWorkers}));
   std::vector<std::vector<Verdict>> out(jobs.size());
   std::mutex mu;
-  std::set<std::string> finished;  // the distinct jobs done, for on_done's count
+  std::size_t finished = 0;  // distinct jobs done, for on_done's count
   {
-    // Room for every job: submit never waits, and the pool's own dedup serves the duplicates.
-    VerifierPool pool(n, jobs.size());
-    for (std::size_t i = 0; i < jobs.size(); ++i) {
-      std::string key = jobs[i].key;
-      pool.submit(std::move(jobs[i]), [&, i, key](const std::vector<Verdict>& v) {
-        out[i] = v;
+    VerifierPool pool(n, indices.size());  // room for every job: submit never waits
+    for (const auto& entry : indices) {
+      const std::vector<std::size_t>& where = entry.second;
+      pool.submit(std::move(jobs[where.front()]), [&out, &mu, &finished, &on_done, &indices, &where](const std::vector<Verdict>& v) {
+        for (std::size_t i : where) out[i] = v;
         std::lock_guard<std::mutex> lock(mu);
-        if (finished.insert(key).second && on_done) on_done(finished.size(), keys.size());
+        ++finished;
+        if (on_done) on_done(finished, indices.size());
       });
     }
     pool.finish();

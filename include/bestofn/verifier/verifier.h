@@ -63,8 +63,8 @@ class VerifierPool {
   const std::atomic<bool>* const stop_;
   mutable std::mutex mu_;
   std::condition_variable ready_, space_;
-  std::deque<std::string> queue_;
   std::map<std::string, Entry> entries_;
+  std::deque<std::map<std::string, Entry>::iterator> queue_;  // into entries_ (map iterators stay valid)
   std::vector<std::pair<Clock::time_point, Clock::time_point>> intervals_;
   bool closed_ = false;
   std::vector<std::thread> threads_;
