@@ -177,12 +177,17 @@ class RoomLimitedEngine final : public Engine {
     e_->release_slot(s);
   }
   int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
+    batches_.push_back(static_cast<int>(s.size()));
+    e_->decode(s, t, l);
+  }
   int most() const { return most_; }
+  const std::vector<int>& batches() const { return batches_; }  // each decode step's rows
 
  private:
   std::unique_ptr<Engine> e_;
   int room_, live_ = 0, most_ = 0;
+  std::vector<int> batches_;
 };
 
 }  // namespace
@@ -201,6 +206,43 @@ TEST(Scheduler, CandidatesWaitForEngineRoom) {
   for (std::size_t i = 0; i < base.size(); ++i) EXPECT_EQ(out[i].token_ids, base[i].token_ids) << "candidate " << i;
   RoomLimitedEngine none(make_cpu_engine(fx().w, {}), 0);
   EXPECT_THROW(generate(none, *fx().tok, reqs, o, [](Candidate&&) {}), Error);
+}
+
+// Large-batch admission across many prompts (issue 32): while candidates are pending, every decode
+// step runs a full batch (the batch size, or the engine's room when that is smaller): a finished
+// candidate's slot is refilled before the next step, from the next prompt when its own are all
+// admitted. Then the batch drains to nothing. 9 prompts x 7 candidates of 6 tokens through a
+// batch of 16, with and without a room of 11.
+TEST(Scheduler, BatchStaysFullWhileCandidatesArePending) {
+  GenerationOptions o = sampled(5, 6);
+  o.eos_ids = {};  // every candidate runs its 6 tokens: the steps are fixed by admission alone
+  o.batch = 16;
+  std::vector<GenerationRequest> reqs;
+  for (int p = 0; p < 9; ++p) reqs.push_back(req("def f" + std::to_string(p) + "(x):", 7));
+  const int total = 9 * 7;
+  for (const int room : {1000, 11}) {
+    RoomLimitedEngine e(make_cpu_engine(fx().w, {}), room);
+    const auto out = run_on(e, reqs, o);
+    ASSERT_EQ(static_cast<int>(out.size()), total);
+    const int full = std::min(o.batch, room);
+    // Each candidate's first token comes from its prompt's prefill logits; it is then fed in
+    // max_new_tokens - 1 = 5 steps. Rows fed in all: total * 5; steps with a full batch first.
+    const std::vector<int>& b = e.batches();
+    int rows = 0;
+    std::size_t first_short = b.size();
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      rows += b[i];
+      if (b[i] < full && first_short == b.size()) first_short = i;
+      if (first_short < i) {
+        EXPECT_LE(b[i], b[i - 1]) << "room " << room << ": the batch grew back at step " << i;
+      }
+    }
+    EXPECT_EQ(rows, total * 5) << "room " << room;
+    // Short steps only in the drain: after the last admission at most `full` candidates remain,
+    // each with at most 5 steps to go.
+    EXPECT_GE(first_short, b.size() - 5) << "room " << room << ": a short batch at step " << first_short << " of " << b.size();
+    EXPECT_EQ(e.most(), full) << "room " << room;
+  }
 }
 
 namespace {
