@@ -375,6 +375,16 @@ TEST(GpuEngine, PhaseTimesOnlyWhenProfiling) {
   EXPECT_GT(t.gemm_ms, 0.0);
   EXPECT_GT(t.attention_ms, 0.0);
   EXPECT_LE(t.gemm_ms + t.attention_ms, t.total_ms);
+  // The finer split: every kernel group of an F32 step, inside the total; the attention group is
+  // the attention phase, the layers' GEMMs and the lm_head's apart.
+  double covered = 0;
+  for (const char* name : {"embedding", "norm", "gemm", "rope_kv", "attention", "residual", "swiglu", "lm_head.norm", "lm_head.gemm"}) {
+    ASSERT_TRUE(t.detail_ms.count(name)) << name;
+    EXPECT_GT(t.detail_ms.at(name), 0.0) << name;
+  }
+  for (const auto& [name, ms] : t.detail_ms) covered += ms;
+  EXPECT_LE(covered, t.total_ms);
+  EXPECT_LE(t.detail_ms.at("attention"), t.attention_ms);
 }
 
 // --paged-kv admission: budgets are promised against free blocks; a release gives them back; a

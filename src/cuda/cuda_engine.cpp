@@ -112,23 +112,25 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
   switch (l.type) {
     case GemmInput::FP8:
-      quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-      gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T);
-      scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
+      timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
+      timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
+      timed("scale", [&] { scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_); });
       break;
     case GemmInput::BF16:
-      f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
-      gemm_->run(GemmInput::BF16, w, act_bf16_.get(), y, l.out, l.in, T);
+      timed("act_quant", [&] {
+        f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
+      });
+      timed("gemm", [&] { gemm_->run(GemmInput::BF16, w, act_bf16_.get(), y, l.out, l.in, T); });
       break;
     default:
-      gemm_->run(GemmInput::F32, w, x, y, l.out, l.in, T);
+      timed("gemm", [&] { gemm_->run(GemmInput::F32, w, x, y, l.out, l.in, T); });
   }
 }
 
 void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   const auto phase = timer_.scope(PhaseTimer::Gemm);
-  gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T);
-  scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_);
+  timed("gemm", [&] { gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T); });
+  timed("scale", [&] { scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_); });
 }
 
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
@@ -139,11 +141,13 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
   // --fused-qkv on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
   const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
-  if (fp8_qkv)
-    rmsnorm_quant_fp8_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, L.wqkv.input_scale,
-                           act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-  else
-    rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  timed("norm", [&] {
+    if (fp8_qkv)
+      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, L.wqkv.input_scale,
+                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+    else
+      rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  });
   if (L.wqkv.out > 0) {  // --fused-qkv: one GEMM, then its (T, q | k | v) columns apart
     if (fp8_qkv)
       linear_quantized(L.wqkv, T, fused_.get<float>());
@@ -155,14 +159,16 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
     linear(L.wk, xn_.get<float>(), T, k_.get<float>());
     linear(L.wv, xn_.get<float>(), T, v_.get<float>());
   }
-  rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
-                     c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
+  timed("rope_kv", [&] {
+    rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
+                       c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
+  });
   {
     const auto phase = timer_.scope(PhaseTimer::Attention);
-    attend();
+    timed("attention", attend);
   }
   linear(L.wo, att_.get<float>(), T, o_.get<float>());
-  residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
   ffn(l, T);
 }
 
@@ -174,16 +180,20 @@ void CudaEngine::ffn(int l, int T) {
   // --fused-qkv on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
   // straight from its output (the same codes as the separate kernels, no column copies).
   if (L.w_gate_up.out > 0 && L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8) {
-    rmsnorm_quant_fp8_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, L.w_gate_up.input_scale,
-                           act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+    timed("norm", [&] {
+      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, L.w_gate_up.input_scale,
+                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
+    });
     linear_quantized(L.w_gate_up, T, fused_.get<float>());
-    swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
-                          act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
+    timed("swiglu", [&] {
+      swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
+                            act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
+    });
     linear_quantized(L.w_down, T, o_.get<float>());
-    residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+    timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
     return;
   }
-  rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
+  timed("norm", [&] { rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_); });
   if (L.w_gate_up.out > 0) {
     linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
     split_columns(fused_.get<float>(), T, {{gate_.get<float>(), c_.hidden_dim}, {up_.get<float>(), c_.hidden_dim}});
@@ -191,17 +201,21 @@ void CudaEngine::ffn(int l, int T) {
     linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
     linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
   }
-  swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_);
+  timed("swiglu", [&] { swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_); });
   linear(L.w_down, gate_.get<float>(), T, o_.get<float>());
-  residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_);
+  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
 }
 
 // Rows [first, first + T), left in logits_ (sized by the caller).
 void CudaEngine::logits_rows(int first, int T) {
   // logits = lm_head(rmsnorm(x))
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
-  rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
+  timer_.set_detail_prefix("lm_head.");
+  timed("norm", [&] {
+    rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
+  });
   linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
+  timer_.set_detail_prefix("");
 }
 
 int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
@@ -268,6 +282,7 @@ void CudaEngine::widen_prefix(Prefix& p) {
 }
 
 void CudaEngine::split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts) {
+  const auto d = timer_.detail("split_columns");
   std::size_t width = 0;
   for (const auto& part : parts) width += static_cast<std::size_t>(part.second);
   std::size_t col = 0;

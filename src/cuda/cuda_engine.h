@@ -134,6 +134,12 @@ class CudaEngine final : public Engine {
   std::uint16_t* kv_row(const DeviceBuffer& part, std::size_t r) const {
     return reinterpret_cast<std::uint16_t*>(part.get<std::uint8_t>() + r * kv_row_bytes());
   }
+  // Runs f inside the finer split's kernel group `name` (PhaseTimer::Detail; nothing when off).
+  template <class F>
+  void timed(const char* name, F&& f) {
+    const auto d = timer_.detail(name);
+    f();
+  }
   void reserve(KvPart& part, int rows);
   void scratch(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);

@@ -142,7 +142,7 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
 void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
   const int T = s.T;
   const auto n = static_cast<std::size_t>(T);
-  embedding_cuda(embed_.buf.get(), embed_.dtype, s.tokens, T, c_.dim, x_.get<float>(), stream_);
+  timed("embedding", [&] { embedding_cuda(embed_.buf.get(), embed_.dtype, s.tokens, T, c_.dim, x_.get<float>(), stream_); });
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
     layer(l, T, s.pos, s.rows + 2 * li * n, s.rows + (2 * li + 1) * n, [&] { attend_decode(l, s); });
@@ -150,6 +150,7 @@ void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
   logits_rows(0, T);
   if (draws) {  // --device-sampling: sample_token's draws, on the device
     int* d_out = samples_.get<int>();
+    const auto d = timer_.detail("sample");
     sample_token_cuda(logits_.get<float>(), T, c_.vocab_size, draws->params, s.draws, s.draws + n, s.draws + 2 * n, d_out,
                       reinterpret_cast<float*>(d_out + n), stream_);
   }

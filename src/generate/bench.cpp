@@ -280,6 +280,13 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
     const double att = m.split.attention_ms / m.split.steps, gemm = m.split.gemm_ms / m.split.steps;
     row["split_ms_per_step"] = {{"attention", att}, {"gemm", gemm}, {"rest", m.split.total_ms / m.split.steps - att - gemm}};
     row["attention_ms_per_candidate"] = att / n;
+    if (!m.split.detail_ms.empty()) {  // CUDA: kernel group by kernel group; "gaps": what they leave of the step
+      json detail = json::object();
+      double covered = 0;
+      for (const auto& [name, t] : m.split.detail_ms) detail[name] = t / m.split.steps, covered += t;
+      detail["gaps"] = (m.split.total_ms - covered) / m.split.steps;
+      row["split_detail_ms_per_step"] = detail;
+    }
   }
   return row;
 }

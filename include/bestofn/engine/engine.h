@@ -4,6 +4,7 @@
 // a batch of slots, from one or many prefixes, and returns logits per slot. The engine sees token
 // ids and positions, never strings. CPU and CUDA engines implement it; src/backends/backends.cpp picks one.
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -69,6 +70,10 @@ struct EngineDescription {
 struct PhaseTimes {
   double total_ms = 0, gemm_ms = 0, attention_ms = 0;
   int steps = 0;  // decode calls measured; 0: the engine does not measure
+  // CUDA engine: the step kernel group by kernel group (embedding, norm, act_quant, gemm, scale,
+  // split_columns, rope_kv, attention, residual, swiglu, lm_head.*, sample), each summed over the
+  // layers; what they leave of total_ms is launch gaps and host work. Empty elsewhere.
+  std::map<std::string, double> detail_ms;
 };
 
 class Engine {
