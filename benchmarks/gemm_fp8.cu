@@ -236,7 +236,10 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {
     {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
-constexpr int kTokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+// Up to 2048: the batches of best-of-100 over many prompts (benchmarks/cost_model.py reads the large-M
+// throughput from here rather than assuming it).
+constexpr int kTokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+constexpr std::size_t kMaxTokens = 2048;
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 constexpr float kWeightScale = 0.5f, kActScale = 3.0f;  // distinct, so a misread scale shows in the check
 
@@ -352,12 +355,12 @@ double check_output(const Shape& s, DType dt, int m, const std::uint8_t* d_w, co
 
 struct Buffers {
   std::size_t copies = 1;
-  DeviceMem w, x, d;  // w: copies x (n, k); x: (512, k); d: (512, n) BF16
+  DeviceMem w, x, d;  // w: copies x (n, k); x: (kMaxTokens, k); d: (kMaxTokens, n) BF16
   Buffers(const Shape& s, std::size_t elem, std::size_t n_copies)
       : copies(n_copies),
         w(n_copies * static_cast<std::size_t>(s.n) * s.k * elem),
-        x(512 * static_cast<std::size_t>(s.k) * elem),
-        d(512 * static_cast<std::size_t>(s.n) * 2) {}
+        x(kMaxTokens * static_cast<std::size_t>(s.k) * elem),
+        d(kMaxTokens * static_cast<std::size_t>(s.n) * 2) {}
 };
 
 // Times one (shape, dtype) across all M. Returns false when a configuration failed (already reported).
@@ -387,7 +390,7 @@ bool bench_shape(const Machine& m, Output& out, cublasLtHandle_t lt, cudaStream_
   // FP8 with BF16 D and A/B scale pointers was refused on an H200 (cuBLASLt 13.1: "not
   // supported", 2026-11-29); then the engine's configuration is used: F32 D, scales in alpha.
   bool f32_out = false;
-  DeviceMem d32(dt == DType::e4m3 ? 512 * static_cast<std::size_t>(s.n) * 4 : 4);
+  DeviceMem d32(dt == DType::e4m3 ? kMaxTokens * static_cast<std::size_t>(s.n) * 4 : 4);
   for (int tokens : kTokens) {
     Json j = m.line("gemm");
     j.str("shape", s.name).integer("N", s.n).integer("K", s.k).integer("M", tokens).str("dtype", dtype);
