@@ -150,6 +150,24 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
                         att_.get<float>(), stream_, s.tables, s.starts, s.block, s.splits, s.partial, kv_);
 }
 
+// What may overlap. The Engine API returns from decode / decode_sample once the step's logits or
+// samples are back, and the next step's tokens are those samples, so the host can only prepare
+// step t+1 after step t has finished on the device: what this engine overlaps is the copy, not the
+// planning (the staging is double-buffered, so writing step t+1's arrays never waits for step t's
+// upload to leave pinned memory). The host's share of a step is therefore kept small instead:
+// O(batch), 41 us unpaged and 73 us paged at B = 2048 over 164 prompts (bench_step_plan).
+// Overlapping the planning itself needs the next step's tokens on the device (the sampler's output
+// read by the next step's embedding) and an API that enqueues step t+1 before step t's samples
+// are read.
+//
+// Allocation and synchronization inside a run (after the first step of a bucket): grow_ahead
+// sizes the activations, logits, samples, pointer arrays and arena per bucket, so a step within a
+// bucket allocates nothing on these paths. What remains: part 1's (unpaged) slot parts grow by
+// doubling (reserve: a cudaMalloc, a copy and a synchronization, log2 times per slot);
+// --cuda-prefix-gemm's scratch grows with its group sizes (PrefixAttention::reserve); a first step
+// in a larger bucket, and a prefill of a longer prompt than any before (scratch, and the arena,
+// which prefill shares), grow buffers and move graph keys; a graph's capture and instantiation;
+// and the one synchronization, the samples or logits coming back.
 void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws) {
   use_device();
   if (slots.empty()) return;
@@ -193,6 +211,8 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
   };
   // The padded T (the bucket), not the batch: a graph replays while candidates finish. The
   // arrays' offsets are fixed per bucket; the descriptors and tables are data the graph reads.
+  // --cuda-prefix-gemm's cuBLAS calls bake in each group's shape, so its key keeps the groups
+  // (below): on that path a graph still replays only while no group changes.
   const StepLayout& lay = s.layout;
   GraphKey key{static_cast<std::uint64_t>(s.T), static_cast<std::uint64_t>(s.splits), s.use_prefix ? 1u : 0u, draws ? 1u : 0u,
                addr(arena_.device_base()), addr(step_ptrs_.get())};
