@@ -49,6 +49,7 @@ if(BESTOFN_HAVE_CUDA)
     kernels/attention_prefill.cu
     kernels/prefix_attention.cu
     kernels/sample.cu
+    kernels/step_pointers.cu
     src/cuda/cuda_device.cpp
     src/cuda/gemm.cpp
     src/cuda/cuda_engine.cpp

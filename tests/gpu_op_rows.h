@@ -15,5 +15,6 @@ void sample_token();
 void gather_prefix_queries();
 void prefix_softmax();
 void prefix_merge();
+void expand_step_pointers();
 
 }  // namespace bestofn::gpu_ops

@@ -315,7 +315,11 @@ TEST(GpuEngine, SyntheticBf16ModelMatchesTheCpuEngine) {
 
 // --cuda-graphs replays the very launches of the eager step: bit-identical logits, on every path,
 // over steps that grow the suffixes past reallocations (part 1) and block boundaries (paged), with
-// the batch shrinking midway (a new graph) and coming back (the first graph again).
+// the batch shrinking midway (a new graph) and coming back (the first graph again). The graphed
+// engine pads its batch to the bucket (5 rows to 8, 3 to 4) with padding rows; the eager engine,
+// which does not pad, runs the bucket's rows as real slots (a second prompt's, so that with
+// --cuda-prefix-gemm the first prompt's group has the same shape on both), so both launch the same
+// shapes and the first rows must agree bit for bit.
 TEST(GpuEngine, GraphsReplayTheEagerStepBitForBit) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
@@ -326,27 +330,92 @@ TEST(GpuEngine, GraphsReplayTheEagerStepBitForBit) {
     with.graphs = true;
     auto eager = cuda::make_cuda_engine(w, paths.options()), graphed = cuda::make_cuda_engine(w, with.options());
     std::vector<float> le(V), lg(V);
-    const std::vector<int> prompt = {1, 5, 9, 13, 17};
-    const int pe = eager->prefill(prompt, le), pg = graphed->prefill(prompt, lg);
-    std::vector<int> se, sg;
+    const std::vector<int> prompt = {1, 5, 9, 13, 17}, other = {1, 200, 100};
+    const int pe = eager->prefill(prompt, le), pg = graphed->prefill(prompt, lg), pe2 = eager->prefill(other, le);
+    std::vector<int> se, sg, extra;
     for (int i = 0; i < 5; ++i) se.push_back(eager->add_slot(pe)), sg.push_back(graphed->add_slot(pg));
+    for (int i = 0; i < 3; ++i) extra.push_back(eager->add_slot(pe2));
     int differ = 0;
     for (int step = 0; step < 40; ++step) {
       const std::size_t T = step >= 15 && step < 25 ? 3 : 5;  // steps 15-24 run 3 of the 5 slots
-      std::vector<int> tokens(T);
-      for (std::size_t i = 0; i < T; ++i) tokens[i] = static_cast<int>((static_cast<std::size_t>(step) * 31 + i * 7) % V);
-      le.resize(T * V), lg.resize(T * V);
-      eager->decode(std::span(se).first(T), tokens, le);
-      graphed->decode(std::span(sg).first(T), tokens, lg);
-      if (std::memcmp(le.data(), lg.data(), le.size() * 4) != 0 && differ++ < 4) ADD_FAILURE() << paths.name() << ": step " << step << " differs";
+      const std::size_t bucket = T == 5 ? 8 : 4;
+      std::vector<int> tokens(bucket), eager_slots(se.begin(), se.begin() + static_cast<std::ptrdiff_t>(T));
+      for (std::size_t i = 0; i < bucket; ++i) tokens[i] = static_cast<int>((static_cast<std::size_t>(step) * 31 + i * 7) % V);
+      eager_slots.insert(eager_slots.end(), extra.begin(), extra.begin() + static_cast<std::ptrdiff_t>(bucket - T));
+      le.resize(bucket * V), lg.resize(T * V);
+      eager->decode(eager_slots, tokens, le);
+      graphed->decode(std::span(sg).first(T), std::span(tokens).first(T), lg);
+      if (std::memcmp(le.data(), lg.data(), lg.size() * 4) != 0 && differ++ < 4) ADD_FAILURE() << paths.name() << ": step " << step << " differs";
     }
     EXPECT_EQ(differ, 0) << with.name();
-    // The comparison means something only if the graphs ran: 40 steps, two shapes, each shape's
-    // first step eager and its second captured (38 launches; a moved buffer costs two more).
+    // The comparison means something only if the graphs ran: 40 steps, two buckets, each one's
+    // first step eager and its second captured (36 launches; a moved buffer costs two more).
     const Engine::GraphStats g = graphed->graph_stats();
     EXPECT_EQ(g.disabled, "") << with.name();
     EXPECT_GE(g.replays, 30) << with.name();
     EXPECT_EQ(eager->graph_stats().replays, 0);
+  }
+}
+
+// Candidates finishing one by one: 40 slots over two prompts, one released per step from step 4 on
+// down to 12, so the batch crosses the buckets 64, 32 and 16. With --cuda-graphs each bucket is
+// captured once and replayed while its batch shrinks (keyed by the batch size, as before, a graph
+// would replay only while nothing finishes); the logits of every remaining candidate stay those of
+// the CPU engine (fed the CPU's tokens), under the part-1 tolerance.
+Trace shrinking_trace(Engine& e, const Trace* forced) {
+  const auto V = static_cast<std::size_t>(e.config().vocab_size);
+  const std::vector<std::vector<int>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 200, 100, 50}};
+  std::vector<int> slots, tokens;
+  for (const std::vector<int>& prompt : prompts) {
+    std::vector<float> last(V);
+    const int prefix = e.prefill(prompt, last);
+    const int first = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+    for (int i = 0; i < 20; ++i) slots.push_back(e.add_slot(prefix)), tokens.push_back(first);
+  }
+  Trace r;
+  for (int step = 0; step < 40; ++step) {
+    if (step >= 4 && slots.size() > 12) {  // a candidate finishes: the batch shrinks by one
+      const auto gone = static_cast<std::ptrdiff_t>((static_cast<std::size_t>(step) * 7) % slots.size());
+      e.release_slot(slots[static_cast<std::size_t>(gone)]);
+      slots.erase(slots.begin() + gone), tokens.erase(tokens.begin() + gone);
+    }
+    if (forced) tokens = forced->fed[static_cast<std::size_t>(step)];
+    r.fed.push_back(tokens);
+    std::vector<float> logits(slots.size() * V);
+    e.decode(slots, tokens, logits);
+    for (std::size_t s = 0; s < slots.size(); ++s)
+      tokens[s] = static_cast<int>(std::max_element(logits.begin() + static_cast<std::ptrdiff_t>(s * V),
+                                                    logits.begin() + static_cast<std::ptrdiff_t>((s + 1) * V)) -
+                                   (logits.begin() + static_cast<std::ptrdiff_t>(s * V)));
+    r.logits.push_back(std::move(logits));
+    r.next.push_back(tokens);
+  }
+  return r;
+}
+
+TEST(GpuEngine, GraphsReplayAcrossBucketsWhileCandidatesFinish) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  auto cpu_e = make_cpu_engine(w, bf16_kv());
+  const Trace cpu = shrinking_trace(*cpu_e, nullptr);
+  ASSERT_EQ(cpu.fed.front().size(), 40u);
+  ASSERT_EQ(cpu.fed.back().size(), 12u);
+  for (const Paths& paths : {Paths{false, false, false, false, true}, Paths{false, false, true, false, true},
+                             Paths{false, true, true, true, true}}) {
+    Paths p = paths;
+    auto o = p.options();
+    o.cuda.kv_blocks = 256;  // 40 slots x 3 blocks
+    auto gpu_e = cuda::make_cuda_engine(w, o);
+    const Trace gpu = shrinking_trace(*gpu_e, &cpu);
+    if (p.split)
+      compare(gpu, cpu, 512, 1e-2, 2e-3, 0.03f, "shrinking" + p.name(), 1e-3);
+    else
+      compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "shrinking" + p.name());
+    // Batches 40-33 (bucket 64, 11 steps), 32-17 (32, 16 steps), 16-12 (16, 13 steps): each
+    // bucket's first step eager and its second captured, the rest replayed: 34.
+    const Engine::GraphStats g = gpu_e->graph_stats();
+    EXPECT_EQ(g.disabled, "") << p.name();
+    EXPECT_GE(g.replays, 30) << p.name();
   }
 }
 

@@ -544,6 +544,8 @@ const OpRow kRows[] = {
      "m exact; exp 4 ulp (CUDA's expf); l 2^-24 (4 + L) relative: the sum in another order", prefix_softmax},
     {"prefix_merge_cuda", "the log-sum-exp merge of the prefix state (m, l, o) with the suffix's, in double",
      "as decode_attention_cuda: the suffix's sums in another order", prefix_merge},
+    {"expand_step_pointers_cuda", "cuda::expand_step_pointers (src/cuda/step_plan.h)", "bit for bit: integer adds and multiplies",
+     expand_step_pointers},
 };
 
 // Runs without a device: the compiled table against the launcher list.

@@ -29,6 +29,7 @@
 #include "cpu/ops.h"
 #include "cuda/kernels.h"
 #include "cuda/plan.h"
+#include "cuda/step_plan.h"
 #include "gpu_attention_util.h"
 #include "gpu_op_rows.h"
 #include "gpu_test_util.h"
@@ -660,6 +661,35 @@ void sample_token() {
   for (const auto& [name, check] : cases) {
     SCOPED_TRACE(name);
     check();
+  }
+}
+
+// A decode step's per-layer pointers from random row descriptors (64-bit addresses anywhere, strides
+// up to 2^40, so a wrong multiply or a 32-bit product shows), at one row, a few, a block edge and a
+// large batch, against expand_step_pointers: integers, bit for bit. The pointers are never followed.
+void expand_step_pointers() {
+  std::mt19937_64 rng(7400);
+  for (const auto& [T, L] : {std::pair{1, 1}, std::pair{3, 32}, std::pair{256, 3}, std::pair{2048, 32}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + ", layers " + std::to_string(L));
+    const auto n = static_cast<std::size_t>(T), layers = static_cast<std::size_t>(L);
+    std::vector<cuda::StepRowDesc> desc(n);
+    for (cuda::StepRowDesc& d : desc) {
+      auto addr = [&] { return rng() >> 8; };
+      auto stride = [&] { return rng() >> 24; };
+      d = {addr(), addr(), stride(), addr(), addr(), stride(), (rng() >> 40) * 16};
+    }
+    std::vector<std::uint64_t> want_rows(2 * layers * n), want_ptrs(4 * layers * n);
+    cuda::expand_step_pointers(desc, L, want_rows.data(), want_ptrs.data());
+    const cuda::DeviceBuffer d_desc = test::to_gpu(desc);
+    cuda::DeviceBuffer d_out(6 * layers * n * 8);
+    CUDA_CHECK(cudaMemset(d_out.get(), 0xa5, d_out.size()));
+    auto** rows = d_out.get<std::uint16_t*>();
+    cuda::expand_step_pointers_cuda(d_desc.get<cuda::StepRowDesc>(), T, L, rows, const_cast<const std::uint16_t**>(rows + 2 * layers * n),
+                                    nullptr);
+    const std::vector<std::uint64_t> got = test::from_gpu<std::uint64_t>(d_out, 6 * layers * n);
+    EXPECT_TRUE(std::equal(want_rows.begin(), want_rows.end(), got.begin())) << "the cache rows differ";
+    EXPECT_TRUE(std::equal(want_ptrs.begin(), want_ptrs.end(), got.begin() + static_cast<std::ptrdiff_t>(2 * layers * n)))
+        << "the attention pointers differ";
   }
 }
 

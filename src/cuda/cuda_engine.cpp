@@ -59,10 +59,30 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
-  if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks);
+  // --cuda-graphs pads batches to their bucket: the paged pool keeps one block aside for the
+  // padding rows' writes (on top of the blocks asked for).
+  if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks, opt.cuda.graphs);
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
+  StepPlanConfig plan;
+  plan.n_layers = c_.n_layers, plan.vocab = c_.vocab_size, plan.max_positions = c_.max_position_embeddings;
+  plan.row_bytes = kv_row_bytes();
+  if (paged_) plan.block_tokens = PagedKv::kBlockTokens, plan.table_capacity = static_cast<std::size_t>(paged_->blocks()) + 1;
+  if (graphs_) {
+    padding_ = std::make_unique<Prefix>();
+    reserve(padding_->kv, 2);
+    CUDA_CHECK(cudaMemsetAsync(padding_->kv.buf.get(), 0, padding_->kv.buf.size(), stream_));
+    padding_->kv.len = 1;
+    if (prefix_gemm_) widen_prefix(*padding_);
+    plan.pad = true;
+    plan.padding_prefix = padding_->kv.layout();
+    const KvLayout one_row = {plan.padding_prefix.k + plan.row_bytes, plan.padding_prefix.v + plan.row_bytes, plan.padding_prefix.layer_stride};
+    plan.padding_suffix = paged_ ? paged_->layout() : one_row;
+    plan.scratch_block = paged_ ? paged_->scratch_block() : -1;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  planner_ = std::make_unique<StepPlanner>(plan);
 }
 
 EngineDescription CudaEngine::describe() const {
@@ -94,15 +114,32 @@ void CudaEngine::scratch(int T) {
   scratch_T_ = T;
 }
 
+void CudaEngine::grow_ahead(int T) {
+  const int n = bucket_of(T);
+  if (n <= ahead_T_) return;
+  const auto t = static_cast<std::size_t>(n);
+  scratch(n);
+  logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
+  if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
+  step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
+  arena_.reserve(planner_->layout(n, device_sampling_, prefix_gemm_, 0).capacity);
+  ahead_T_ = n;
+}
+
+// Grows a part keeping its rows: the 2 x layers runs of `len` rows (K and V of each layer) move
+// from a stride of the old capacity to one of the new, one 2-D copy.
 void CudaEngine::reserve(KvPart& part, int rows) {
   if (rows <= part.capacity) return;
   const int cap = std::max(rows, std::max(16, part.capacity * 2));
-  part.k.resize(static_cast<std::size_t>(c_.n_layers));
-  part.v.resize(static_cast<std::size_t>(c_.n_layers));
-  for (int l = 0; l < c_.n_layers; ++l) {
-    part.k[static_cast<std::size_t>(l)].grow(static_cast<std::size_t>(cap) * kv_row_bytes(), static_cast<std::size_t>(part.len) * kv_row_bytes(), stream_);
-    part.v[static_cast<std::size_t>(l)].grow(static_cast<std::size_t>(cap) * kv_row_bytes(), static_cast<std::size_t>(part.len) * kv_row_bytes(), stream_);
-  }
+  const std::size_t rb = kv_row_bytes();
+  DeviceBuffer fresh(2 * static_cast<std::size_t>(c_.n_layers) * static_cast<std::size_t>(cap) * rb);
+  if (part.len > 0)
+    CUDA_CHECK(cudaMemcpy2DAsync(fresh.get(), static_cast<std::size_t>(cap) * rb, part.buf.get(), static_cast<std::size_t>(part.capacity) * rb,
+                                 static_cast<std::size_t>(part.len) * rb, 2 * static_cast<std::size_t>(c_.n_layers),
+                                 cudaMemcpyDeviceToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the copy has left the old buffer before it is freed
+  part.buf = std::move(fresh);
+  part.row_bytes = rb;
   part.capacity = cap;
 }
 
@@ -235,11 +272,14 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   const auto n = static_cast<std::size_t>(T);
   std::vector<int> pos(n);
   for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t;
+  auto row_of = [&](std::uint16_t* layer, std::size_t t) {
+    return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + t * kv_row_bytes());
+  };
   std::vector<std::uint16_t*> rows(2 * n * static_cast<std::size_t>(c_.n_layers));  // layer l: k rows at 2 l T, v rows after
   for (std::size_t l = 0; l < static_cast<std::size_t>(c_.n_layers); ++l)
     for (std::size_t t = 0; t < n; ++t) {
-      rows[2 * l * n + t] = kv_row(p->kv.k[l], t);
-      rows[(2 * l + 1) * n + t] = kv_row(p->kv.v[l], t);
+      rows[2 * l * n + t] = row_of(p->kv.k(static_cast<int>(l)), t);
+      rows[(2 * l + 1) * n + t] = row_of(p->kv.v(static_cast<int>(l)), t);
     }
   arena_.clear();
   const std::size_t o_tokens = arena_.add(tokens.data(), n), o_pos = arena_.add(pos), o_rows = arena_.add(rows);
@@ -250,7 +290,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
     layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&] {
-      prefill_attention_cuda(q_.get<float>(), p->kv.k[li].get<std::uint16_t>(), p->kv.v[li].get<std::uint16_t>(), T, c_.n_heads,
+      prefill_attention_cuda(q_.get<float>(), p->kv.k(l), p->kv.v(l), T, c_.n_heads,
                              c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
     });
   }
@@ -269,14 +309,15 @@ void CudaEngine::widen_prefix(Prefix& p) {
   p.kf.resize(static_cast<std::size_t>(c_.n_layers));
   p.vf.resize(static_cast<std::size_t>(c_.n_layers));
   for (std::size_t l = 0; l < p.kf.size(); ++l) {
+    const int li = static_cast<int>(l);
     p.kf[l].resize(n * 4), p.vf[l].resize(n * 4);
     if (kv_ == KvFormat::FP8) {
       const auto rows = static_cast<std::size_t>(p.kv.len);
-      fp8_rows_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), rows, c_.n_kv_heads, c_.head_dim, p.kf[l].get<float>(), stream_);
-      fp8_rows_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), rows, c_.n_kv_heads, c_.head_dim, p.vf[l].get<float>(), stream_);
+      fp8_rows_to_f32_cuda(p.kv.k(li), rows, c_.n_kv_heads, c_.head_dim, p.kf[l].get<float>(), stream_);
+      fp8_rows_to_f32_cuda(p.kv.v(li), rows, c_.n_kv_heads, c_.head_dim, p.vf[l].get<float>(), stream_);
     } else {
-      bf16_to_f32_cuda(p.kv.k[l].get<std::uint16_t>(), n, p.kf[l].get<float>(), stream_);
-      bf16_to_f32_cuda(p.kv.v[l].get<std::uint16_t>(), n, p.vf[l].get<float>(), stream_);
+      bf16_to_f32_cuda(p.kv.k(li), n, p.kf[l].get<float>(), stream_);
+      bf16_to_f32_cuda(p.kv.v(li), n, p.vf[l].get<float>(), stream_);
     }
   }
 }

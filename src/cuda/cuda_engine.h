@@ -25,17 +25,34 @@
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
 #include "cuda/step_arena.h"
+#include "cuda/step_plan.h"
 
 namespace bestofn::cuda {
 
 // --cuda-prefix-gemm: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
 constexpr int kMinPrefixGemmRows = 2;
 
-// K and V of one sequence part (a prefix, or a slot's suffix): per layer, cache rows in the
-// engine's KvFormat (kv_row_bytes() each).
+// K and V of one sequence part (a prefix, or a slot's suffix): cache rows in the engine's KvFormat
+// (row_bytes each), every layer in one allocation: layer l's `capacity` K rows, then its V rows, so
+// layer l sits at base + l x (2 capacity row_bytes) (layout(): what a step's row descriptor carries,
+// and expand_step_pointers_cuda turns into the per-layer pointers on the device). One allocation
+// rather than 2 x layers: a slot's part is one cudaMalloc (64 per slot before, at 32 layers) and
+// its growth one 2-D copy, and nothing needs uploading when it moves; separate buffers would need
+// a per-layer base table on the device, uploaded again on every growth.
 struct KvPart {
-  std::vector<DeviceBuffer> k, v;
+  DeviceBuffer buf;
+  std::size_t row_bytes = 0;
   int len = 0, capacity = 0;
+  std::uint16_t* k(int l) const { return row_at(2 * static_cast<std::size_t>(l) * static_cast<std::size_t>(capacity)); }
+  std::uint16_t* v(int l) const { return row_at((2 * static_cast<std::size_t>(l) + 1) * static_cast<std::size_t>(capacity)); }
+  KvLayout layout() const {
+    const auto base = reinterpret_cast<std::uintptr_t>(buf.get());
+    const std::uint64_t half = static_cast<std::uint64_t>(capacity) * row_bytes;
+    return {base, base + half, 2 * half};
+  }
+
+ private:
+  std::uint16_t* row_at(std::size_t r) const { return reinterpret_cast<std::uint16_t*>(buf.get<std::uint8_t>() + r * row_bytes); }
 };
 
 struct Prefix {
@@ -130,10 +147,6 @@ class CudaEngine final : public Engine {
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
   std::size_t kv_row_bytes() const { return cuda::kv_row_bytes(kv_, static_cast<std::size_t>(c_.kv_dim()), c_.head_dim); }
-  // Row r of a cache part's layer buffer (either format: rows of kv_row_bytes()).
-  std::uint16_t* kv_row(const DeviceBuffer& part, std::size_t r) const {
-    return reinterpret_cast<std::uint16_t*>(part.get<std::uint8_t>() + r * kv_row_bytes());
-  }
   // Runs f inside the finer split's kernel group `name` (PhaseTimer::Detail; nothing when off).
   template <class F>
   void timed(const char* name, F&& f) {
@@ -142,6 +155,9 @@ class CudaEngine final : public Engine {
   }
   void reserve(KvPart& part, int rows);
   void scratch(int T);
+  // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
+  // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
+  void grow_ahead(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
   void linear_quantized(const DevLinear& l, int T, float* y);
@@ -159,16 +175,20 @@ class CudaEngine final : public Engine {
     std::span<Sample> out;
   };
   // A decode step prepared on the host (prepare_step): its batch, its index arrays uploaded into
-  // arena_ (device addresses below), and the attention path it takes.
+  // arena_ (device addresses below), and the attention path it takes. With --cuda-graphs the batch
+  // is padded to its bucket (step_plan.h): every launch runs T rows, the first `real` of them the
+  // batch's, the rest padding rows that touch only the scratch rows of padding_.
   struct StepPlan {
-    int T = 0;
+    int T = 0;                                   // rows of every launch (padded)
+    int real = 0;                                // the batch's rows, first
     std::vector<Slot*> batch;
-    std::vector<std::size_t> offsets;            // the arrays' offsets in arena_, in upload order
+    StepLayout layout;                           // the arrays' offsets in arena_ (fixed per bucket)
     const int* tokens = nullptr;                 // (T)
     const int* pos = nullptr;                    // (T) each row's position
     const int* lens = nullptr;                   // (2 T) prefix lengths, then suffix lengths with this token
     const std::uint64_t* draws = nullptr;        // (3 T) --device-sampling: prompt, candidate, step indexes
     const int* map = nullptr;                    // (3 T) --cuda-prefix-gemm: the state-row map of `plan`
+    const StepRowDesc* desc = nullptr;           // (T) each row's KV parts, expanded by forward into:
     std::uint16_t* const* rows = nullptr;        // (layers, 2, T) the cache rows this step writes: k, then v
     const std::uint16_t* const* ptrs = nullptr;  // (layers, 4, T) k_prefix, v_prefix, k_suffix, v_suffix
     const int* starts = nullptr;                 // (T) --paged-kv: row t's block table at tables + starts[t]
@@ -231,6 +251,14 @@ class CudaEngine final : public Engine {
   DeviceBuffer fused_;     // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
   DeviceBuffer attn_work_; // --split-attention: the chunk states
   StepArena arena_;        // a step's index arrays, one upload
+  DeviceBuffer step_ptrs_; // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
+  std::unique_ptr<StepPlanner> planner_;
+  std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
+  // --cuda-graphs: what the padding rows read and write, nothing else: a 1-position prefix of
+  // zeros (row 0; its F32 copy with --cuda-prefix-gemm) and a scratch suffix row (row 1; with
+  // --paged-kv the pool's scratch block instead).
+  std::unique_ptr<Prefix> padding_;
+  int ahead_T_ = 0;        // grow_ahead's bucket
   KvFormat kv_ = KvFormat::BF16;  // --kv-cache
   int scratch_T_ = 0;
   int sm_count_ = 1;

@@ -4,7 +4,6 @@
 // replayed from a CUDA graph with --cuda-graphs; step then copies the logits or the samples back.
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,121 +17,88 @@
 
 namespace bestofn::cuda {
 
+// O(batch) host work: the rows' descriptors gathered, checked and grouped by the step planner
+// (src/cuda/step_plan.h: stamps, not searches), written straight into a pinned staging buffer and
+// uploaded in one copy; the per-layer pointers are expanded on the device by forward.
 CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
   StepPlan s;
-  const int T = s.T = static_cast<int>(slots.size());
-  std::vector<Slot*>& batch = s.batch;
-  std::vector<int> pos;
-  for (int i = 0; i < T; ++i) {
-    Slot& slot = slot_at(slots[static_cast<std::size_t>(i)]);
-    if (std::find(batch.begin(), batch.end(), &slot) != batch.end())
-      throw Error("decode: slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " appears twice in one step");
-    const int p = slot_length(slots[static_cast<std::size_t>(i)]);
-    if (p >= c_.max_position_embeddings)
-      throw Error("slot " + std::to_string(slots[static_cast<std::size_t>(i)]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
-    const int t = tokens[static_cast<std::size_t>(i)];
-    if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
-    if (!paged_) reserve(slot.kv, slot.kv.len + 1);
-    batch.push_back(&slot);
-    pos.push_back(p);
+  const int T = s.real = static_cast<int>(slots.size());
+  const auto n_real = static_cast<std::size_t>(T);
+  std::vector<StepRow>& rows = step_rows_;
+  rows.resize(n_real);
+  s.batch.resize(n_real);
+  for (std::size_t i = 0; i < n_real; ++i) {
+    Slot& slot = slot_at(slots[i]);
+    const Prefix& pre = prefix_at(slot.prefix);
+    StepRow& r = rows[i];
+    r.slot = slots[i], r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len, r.token = tokens[i];
+    r.prefix_kv = pre.kv.layout();
+    r.blocks = {};
+    s.batch[i] = &slot;
   }
-  std::vector<int> tables, starts;  // --paged-kv
+  planner_->check(rows);  // nothing below runs for a batch that fails its checks
+  // Each row's suffix: the slot's own part, grown first (part 1), or the block pools with a block
+  // taken where this step's row starts one (--paged-kv).
   if (paged_) {
-    std::vector<PagedSlot*> paged;
-    std::vector<int> lens;
-    for (Slot* slot : batch) paged.push_back(&slot->paged), lens.push_back(slot->kv.len);
-    paged_->take(paged, lens, tables, starts);
+    std::vector<PagedSlot*> paged(n_real);
+    std::vector<int> lens(n_real);
+    for (std::size_t i = 0; i < n_real; ++i) paged[i] = &s.batch[i]->paged, lens[i] = s.batch[i]->kv.len;
+    paged_->take(paged, lens);
+    const KvLayout pools = paged_->layout();
+    for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = pools, rows[i].blocks = s.batch[i]->paged.blocks;
+  } else {
+    for (std::size_t i = 0; i < n_real; ++i) {
+      reserve(s.batch[i]->kv, s.batch[i]->kv.len + 1);
+      rows[i].suffix_kv = s.batch[i]->kv.layout();
+    }
   }
-  const auto n = static_cast<std::size_t>(T), V = static_cast<std::size_t>(c_.vocab_size);
-  scratch(T);
-  logits_.resize(n * V * 4);
-  if (draws) samples_.resize(n * 8);
-
-  // The step's index arrays, laid out in the arena and copied in one go. Offsets, in order:
-  // tokens, positions, lengths, draw indexes, the state-row map, per-layer cache rows and
-  // attention pointers, then the paged tables (the one variable-size part, last).
-  arena_.clear();
-  std::vector<std::size_t>& off = s.offsets;
-  off.push_back(arena_.add(tokens.data(), n));
-  off.push_back(arena_.add(pos));
-  std::vector<int> lens(2 * n);  // prefix lengths, then suffix lengths (with this token)
-  for (std::size_t i = 0; i < n; ++i) lens[i] = prefixes_.at(batch[i]->prefix).kv.len, lens[n + i] = batch[i]->kv.len + 1;
-  off.push_back(arena_.add(lens));
-  if (draws) {
-    std::vector<std::uint64_t> ids(draws->prompt.begin(), draws->prompt.end());
-    ids.insert(ids.end(), draws->candidate.begin(), draws->candidate.end());
-    ids.insert(ids.end(), draws->step.begin(), draws->step.end());
-    off.push_back(arena_.add(ids));
-  }
-  // --cuda-prefix-gemm: the batch rows of each prefix, once per step (src/cuda/plan.h). A step in
-  // which no prefix has kMinPrefixGemmRows rows (one candidate left per prompt) gains nothing from
-  // matrix products and takes the decode kernel instead.
-  PrefixStateMap& plan = s.plan;
+  const int Tn = s.T = planner_->padded(T);
+  const auto n = static_cast<std::size_t>(Tn);
+  grow_ahead(Tn);
+  // --cuda-prefix-gemm: the batch rows of each prefix (the padding rows a group of their own,
+  // over padding_'s one position). A step in which no prefix has kMinPrefixGemmRows rows (one
+  // candidate left per prompt) gains nothing from matrix products and takes the decode kernel.
   std::vector<const Prefix*> group_prefix;
-  bool& use_prefix = s.use_prefix;
   if (prefix_gemm_) {
-    std::map<int, std::vector<int>> by_prefix;
-    for (int i = 0; i < T; ++i) by_prefix[batch[static_cast<std::size_t>(i)]->prefix].push_back(i);
-    std::vector<std::vector<int>> rows;
-    for (auto& [p, r] : by_prefix) {
-      use_prefix = use_prefix || static_cast<int>(r.size()) >= kMinPrefixGemmRows;
-      group_prefix.push_back(&prefixes_.at(p)), rows.push_back(std::move(r));
+    const StepGroups& g = planner_->group(rows);
+    std::vector<std::vector<int>> group_rows(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const std::span<const int> r = g.rows_of(i);
+      const bool padding = g.prefix[i] == kPaddingPrefix;
+      s.use_prefix = s.use_prefix || (!padding && static_cast<int>(r.size()) >= kMinPrefixGemmRows);
+      group_rows[i].assign(r.begin(), r.end());
+      group_prefix.push_back(padding ? padding_.get() : &prefix_at(g.prefix[i]));
     }
-    if (use_prefix) {
-      plan = prefix_state_map(rows, T, c_.n_heads, c_.n_kv_heads);
-      off.push_back(arena_.add(plan.map));
-    } else {
-      group_prefix.clear();
-    }
+    if (s.use_prefix) s.plan = prefix_state_map(group_rows, Tn, c_.n_heads, c_.n_kv_heads);
   }
-  // Per layer: the cache rows this step writes (k, then v), and k_prefix, v_prefix, k_suffix,
-  // v_suffix per row: the suffix is a slot's own rows (part 1) or the layer's block pools (--paged-kv).
+  const StepLayout& lay = s.layout = planner_->layout(T, draws != nullptr, s.use_prefix, planner_->table_entries(rows));
+  char* staged = arena_.stage(lay.capacity);
+  std::optional<StepDraws> d;
+  if (draws) d = StepDraws{draws->prompt, draws->candidate, draws->step};
+  planner_->write(rows, lay, d ? &*d : nullptr, s.use_prefix ? std::span<const int>(s.plan.map) : std::span<const int>(), staged);
+  arena_.upload(lay.bytes, stream_);
+  s.tokens = arena_.at<int>(lay.tokens);
+  s.pos = arena_.at<int>(lay.pos);
+  s.lens = arena_.at<int>(lay.lens);
+  s.draws = draws ? arena_.at<std::uint64_t>(lay.draws) : nullptr;
+  s.map = s.use_prefix ? arena_.at<int>(lay.map) : nullptr;
+  s.desc = arena_.at<StepRowDesc>(lay.desc);
   const auto L = static_cast<std::size_t>(c_.n_layers);
-  std::vector<std::uint16_t*> rows(2 * L * n);
-  std::vector<const std::uint16_t*> ptrs(4 * L * n);
-  for (std::size_t l = 0; l < L; ++l)
-    for (std::size_t i = 0; i < n; ++i) {
-      Slot& slot = *batch[i];
-      const Prefix& pre = prefixes_.at(slot.prefix);
-      std::uint16_t* ks = paged_ ? paged_->k(static_cast<int>(l)) : slot.kv.k[l].get<std::uint16_t>();
-      std::uint16_t* vs = paged_ ? paged_->v(static_cast<int>(l)) : slot.kv.v[l].get<std::uint16_t>();
-      const std::size_t row = (paged_ ? paged_->row(slot.paged, slot.kv.len) : static_cast<std::size_t>(slot.kv.len)) * kv_row_bytes();
-      rows[2 * l * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(ks) + row);
-      rows[(2 * l + 1) * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(vs) + row);
-      const std::size_t at = 4 * l * n;
-      ptrs[at + i] = pre.kv.k[l].get<std::uint16_t>();
-      ptrs[at + n + i] = pre.kv.v[l].get<std::uint16_t>();
-      ptrs[at + 2 * n + i] = ks;
-      ptrs[at + 3 * n + i] = vs;
-    }
-  off.push_back(arena_.add(rows));
-  off.push_back(arena_.add(ptrs));
-  if (paged_) {  // row t's block table at d_tables + d_starts[t]
-    starts.insert(starts.end(), tables.begin(), tables.end());
-    off.push_back(arena_.add(starts));
-  }
-  arena_.upload(stream_);
-  std::size_t next = 0;
-  s.tokens = arena_.at<int>(off[next++]);
-  s.pos = arena_.at<int>(off[next++]);
-  s.lens = arena_.at<int>(off[next++]);
-  s.draws = draws ? arena_.at<std::uint64_t>(off[next++]) : nullptr;
-  s.map = use_prefix ? arena_.at<int>(off[next++]) : nullptr;
-  s.rows = arena_.at<std::uint16_t*>(off[next++]);
-  s.ptrs = arena_.at<const std::uint16_t*>(off[next++]);
-  s.starts = paged_ ? arena_.at<int>(off[next++]) : nullptr;
-  s.tables = paged_ ? s.starts + T : nullptr;
+  s.rows = step_ptrs_.get<std::uint16_t*>();
+  s.ptrs = step_ptrs_.get<const std::uint16_t*>() + 2 * L * n;
+  s.starts = paged_ ? arena_.at<int>(lay.starts) : nullptr;
+  s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
   // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
   std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
-  groups.resize(use_prefix ? L : 0);
+  groups.resize(s.use_prefix ? L : 0);
   for (std::size_t l = 0; l < groups.size(); ++l)
     for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
-  if (use_prefix) prefix_attn_->reserve(plan, groups[0], c_.n_kv_heads, c_.head_dim);
+  if (s.use_prefix) prefix_attn_->reserve(s.plan, groups[0], c_.n_kv_heads, c_.head_dim);
   // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
   // part-1 kernel split over positions; chunks when few rows leave the GPU idle.
   s.tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);
-  s.splits = split_attention_ ? decode_attention_splits(T, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
+  s.splits = split_attention_ ? decode_attention_splits(Tn, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
   s.partial = s.splits > 1 ? attn_work_.get<float>() : nullptr;
   return s;
 }
@@ -142,6 +108,11 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
 void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
   const int T = s.T;
   const auto n = static_cast<std::size_t>(T);
+  // The per-layer cache rows and attention pointers from the rows' descriptors (into step_ptrs_).
+  timed("step_pointers", [&] {
+    expand_step_pointers_cuda(s.desc, T, c_.n_layers, const_cast<std::uint16_t**>(s.rows), const_cast<const std::uint16_t**>(s.ptrs),
+                              stream_);
+  });
   timed("embedding", [&] { embedding_cuda(embed_.buf.get(), embed_.dtype, s.tokens, T, c_.dim, x_.get<float>(), stream_); });
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
@@ -182,11 +153,31 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
                         att_.get<float>(), stream_, s.tables, s.starts, s.block, s.splits, s.partial, kv_);
 }
 
+// What may overlap. The Engine API returns from decode / decode_sample once the step's logits or
+// samples are back, and the next step's tokens are those samples, so the host can only prepare
+// step t+1 after step t has finished on the device: what this engine overlaps is the copy, not the
+// planning (the staging is double-buffered, so writing step t+1's arrays never waits for step t's
+// upload to leave pinned memory). The host's share of a step is therefore kept small instead:
+// O(batch), 41 us unpaged and 73 us paged at B = 2048 over 164 prompts (bench_step_plan).
+// Overlapping the planning itself needs the next step's tokens on the device (the sampler's output
+// read by the next step's embedding) and an API that enqueues step t+1 before step t's samples
+// are read.
+//
+// Allocation and synchronization inside a run (after the first step of a bucket): grow_ahead
+// sizes the activations, logits, samples, pointer arrays and arena per bucket, so a step within a
+// bucket allocates nothing on these paths. What remains: part 1's (unpaged) slot parts grow by
+// doubling (reserve: a cudaMalloc, a copy and a synchronization, log2 times per slot);
+// --cuda-prefix-gemm's scratch grows with its group sizes (PrefixAttention::reserve); a first step
+// in a larger bucket, and a prefill of a longer prompt than any before (scratch, and the arena,
+// which prefill shares), grow buffers and move graph keys; a graph's capture and instantiation;
+// and the one synchronization, the samples or logits coming back.
 void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws) {
   use_device();
   if (slots.empty()) return;
   const StepPlan s = prepare_step(slots, tokens, draws);
-  const auto n = static_cast<std::size_t>(s.T), V = static_cast<std::size_t>(c_.vocab_size);
+  // The batch's rows come back, not the padding's: n of them, first; the samples' logprobs sit
+  // after all T ids.
+  const auto n = static_cast<std::size_t>(s.real), padded = static_cast<std::size_t>(s.T), V = static_cast<std::size_t>(c_.vocab_size);
   timer_.begin_step();
   std::optional<PhaseTimer::Scope> total;
   total.emplace(&timer_, PhaseTimer::Total);
@@ -202,11 +193,10 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   total.reset();
   // The step's one synchronization: the logits, or (--device-sampling) only the samples, back.
   if (draws) {
-    pinned_.resize(n * 8);
-    CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), n * 8, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), padded * 8, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const auto* tok = pinned_.get<const int>();
-    const auto* lp = reinterpret_cast<const float*>(tok + n);
+    const auto* lp = reinterpret_cast<const float*>(tok + padded);
     for (std::size_t i = 0; i < n; ++i) draws->out[i] = {tok[i], lp[i]};
   } else {
     CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_.get(), n * V * 4, cudaMemcpyDeviceToHost, stream_));
@@ -222,9 +212,14 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
     std::memcpy(&u, &f, 4);
     return static_cast<std::uint64_t>(u);
   };
+  // The padded T (the bucket), not the batch: a graph replays while candidates finish. The
+  // arrays' offsets are fixed per bucket; the descriptors and tables are data the graph reads.
+  // --cuda-prefix-gemm's cuBLAS calls bake in each group's shape, so its key keeps the groups
+  // (below): on that path a graph still replays only while no group changes.
+  const StepLayout& lay = s.layout;
   GraphKey key{static_cast<std::uint64_t>(s.T), static_cast<std::uint64_t>(s.splits), s.use_prefix ? 1u : 0u, draws ? 1u : 0u,
-               addr(arena_.device_base())};
-  key.insert(key.end(), s.offsets.begin(), s.offsets.end());
+               addr(arena_.device_base()), addr(step_ptrs_.get())};
+  key.insert(key.end(), {lay.tokens, lay.pos, lay.lens, lay.draws, lay.map, lay.desc, lay.starts, lay.tables});
   for (const DeviceBuffer* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &gate_, &up_, &logits_, &act_q_, &act_s_, &act_bf16_, &fused_,
                                 &attn_work_, &samples_})
     key.push_back(addr(b->get()));

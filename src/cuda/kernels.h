@@ -11,6 +11,7 @@
 
 #include "bestofn/util/dtype.h"
 #include "bestofn/engine/sampler.h"
+#include "cuda/step_plan.h"
 
 namespace bestofn::cuda {
 
@@ -56,6 +57,15 @@ void residual_add_cuda(float* x, const float* y, std::size_t n, cudaStream_t str
 
 // out[t] = the first index of the maximum of logits row t (T, V). Twin: std::max_element.
 void argmax_cuda(const float* logits, int T, int V, int* out, cudaStream_t stream);
+
+// --- a decode step's index arrays (kernels/step_pointers.cu) ---
+
+// From desc (T) (StepRowDesc, src/cuda/step_plan.h), for n_layers layers: rows (n_layers, 2, T), the
+// cache rows the step writes (K then V per layer), and ptrs (n_layers, 4, T), k_prefix, v_prefix,
+// k_suffix, v_suffix per layer, as rope_kv_write_cuda and the decode attention kernels take them.
+// Twin: expand_step_pointers (bit for bit).
+void expand_step_pointers_cuda(const StepRowDesc* desc, int T, int n_layers, std::uint16_t** rows, const std::uint16_t** ptrs,
+                               cudaStream_t stream);
 
 // --- attention and sampling (kernels/rope_kv.cu, attention_decode.cu, attention_prefill.cu, sample.cu) ---
 

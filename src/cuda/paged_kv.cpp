@@ -22,12 +22,12 @@ int blocks_for_memory(int blocks, std::size_t per_block) {
 
 }  // namespace
 
-PagedKv::PagedKv(int n_layers, std::size_t row_bytes, int blocks)
+PagedKv::PagedKv(int n_layers, std::size_t row_bytes, int blocks, bool scratch_block)
     : pool_(blocks_for_memory(blocks, 2 * row_bytes * kBlockTokens * static_cast<std::size_t>(n_layers)), kBlockTokens) {
-  k_.resize(static_cast<std::size_t>(n_layers));
-  v_.resize(static_cast<std::size_t>(n_layers));
-  const std::size_t bytes = static_cast<std::size_t>(pool_.blocks()) * kBlockTokens * row_bytes;
-  for (std::size_t l = 0; l < k_.size(); ++l) k_[l].resize(bytes), v_[l].resize(bytes);
+  const std::size_t pool_blocks = static_cast<std::size_t>(pool_.blocks()) + (scratch_block ? 1 : 0);
+  pool_bytes_ = pool_blocks * kBlockTokens * row_bytes;
+  buf_.resize(2 * static_cast<std::size_t>(n_layers) * pool_bytes_);
+  if (scratch_block) scratch_ = pool_.blocks();  // past the pool's own blocks: never handed out
 }
 
 bool PagedKv::admit(PagedSlot& s, int max_tokens) {
@@ -43,7 +43,7 @@ void PagedKv::release(PagedSlot& s) {
   s.blocks.clear(), s.budget_left = 0;
 }
 
-void PagedKv::take(std::span<PagedSlot* const> slots, std::span<const int> lens, std::vector<int>& tables, std::vector<int>& starts) {
+void PagedKv::take(std::span<PagedSlot* const> slots, std::span<const int> lens) {
   auto needs = [&](std::size_t i) { return pool_.blocks_for(lens[i] + 1) > static_cast<int>(slots[i]->blocks.size()); };
   int outside = 0;  // blocks this step takes outside every promise
   for (std::size_t i = 0; i < slots.size(); ++i)
@@ -59,10 +59,6 @@ void PagedKv::take(std::span<PagedSlot* const> slots, std::span<const int> lens,
     pool_.taken(s.budget_left);
     s.budget_left = std::max(s.budget_left - 1, 0);
     s.blocks.push_back(b);
-  }
-  for (const PagedSlot* s : slots) {
-    starts.push_back(static_cast<int>(tables.size()));
-    tables.insert(tables.end(), s->blocks.begin(), s->blocks.end());
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "cuda/device_buffer.h"
 #include "cuda/plan.h"
+#include "cuda/step_plan.h"
 
 namespace bestofn::cuda {
 
@@ -21,26 +22,39 @@ class PagedKv {
  public:
   static constexpr int kBlockTokens = 16;
   // blocks 0: half the device memory free now. row_bytes: one cache row of one layer (K or V).
-  PagedKv(int n_layers, std::size_t row_bytes, int blocks);
+  // scratch_block: one more block, never admitted or taken, for padding rows to write into.
+  PagedKv(int n_layers, std::size_t row_bytes, int blocks, bool scratch_block = false);
 
   // Admission: promises blocks for max_tokens positions when the free blocks cover them on top of
   // every earlier promise not yet taken.
   bool admit(PagedSlot& s, int max_tokens);
   void release(PagedSlot& s);
   // A block for every slot whose next row (at lens[i]) starts a block, or an error with nothing
-  // taken when the pool cannot give them outside the promises; then the slots' block tables,
-  // flat, and each one's start in them.
-  void take(std::span<PagedSlot* const> slots, std::span<const int> lens, std::vector<int>& tables, std::vector<int>& starts);
+  // taken when the pool cannot give them outside the promises. The block tables are the slots' own
+  // (PagedSlot::blocks); the step planner stages them.
+  void take(std::span<PagedSlot* const> slots, std::span<const int> lens);
   std::size_t row(const PagedSlot& s, int j) const {
     return static_cast<std::size_t>(s.blocks[static_cast<std::size_t>(j / kBlockTokens)]) * kBlockTokens +
            static_cast<std::size_t>(j % kBlockTokens);
   }
-  std::uint16_t* k(int layer) const { return k_[static_cast<std::size_t>(layer)].get<std::uint16_t>(); }
-  std::uint16_t* v(int layer) const { return v_[static_cast<std::size_t>(layer)].get<std::uint16_t>(); }
+  // The pools, all layers in one allocation: layer l's K pool at k(0) + l x layer stride, its V
+  // pool right after it (layout(): what a step's row descriptors carry; see KvPart for why one
+  // allocation). Each pool holds blocks() x kBlockTokens rows (+ the scratch block).
+  std::uint16_t* k(int layer) const { return at(2 * static_cast<std::size_t>(layer) * pool_bytes_); }
+  std::uint16_t* v(int layer) const { return at((2 * static_cast<std::size_t>(layer) + 1) * pool_bytes_); }
+  KvLayout layout() const {
+    const auto base = reinterpret_cast<std::uintptr_t>(buf_.get());
+    return {base, base + pool_bytes_, 2 * pool_bytes_};
+  }
+  int blocks() const { return pool_.blocks(); }
+  int scratch_block() const { return scratch_; }  // -1 without one
 
  private:
+  std::uint16_t* at(std::size_t byte) const { return reinterpret_cast<std::uint16_t*>(buf_.get<std::uint8_t>() + byte); }
   KvBlockPool pool_;
-  std::vector<DeviceBuffer> k_, v_;
+  std::size_t pool_bytes_ = 0;
+  DeviceBuffer buf_;
+  int scratch_ = -1;
 };
 
 }  // namespace bestofn::cuda

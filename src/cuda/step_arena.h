@@ -1,10 +1,19 @@
 #pragma once
-// One host-to-device copy per step: a step's index arrays (token ids, positions, lengths, cache
-// row pointers of every layer, block tables, draw indexes) laid out back to back on the host,
-// staged through pinned memory and copied with one cudaMemcpyAsync into one device buffer. Before
-// this, each layer copied its own small arrays from pageable memory (three synchronous-ish copies
-// per layer); with CUDA graphs (--cuda-graphs) the arrays must also sit at addresses that stay the
-// same from step to step, which one buffer that only grows gives.
+// One host-to-device copy per step: a step's index arrays (token ids, positions, lengths, the
+// rows' KV descriptors, block tables, draw indexes) written by the step planner straight into
+// pinned memory (src/cuda/step_plan.h lays them out) and copied with one cudaMemcpyAsync into one
+// device buffer. With CUDA graphs (--cuda-graphs) the arrays must sit at addresses that stay the
+// same from step to step: the device buffer is reserved ahead for the step's bucket and only grows.
+//
+// Double-buffered staging: two pinned buffers used alternately, each with an event recorded after
+// the copy that reads it, and stage() waits on that event before handing the buffer out again, so
+// the host writes step t+1's arrays while step t's copy may still be in flight. One device buffer,
+// not two: a graph bakes in the device addresses, and two buffers used alternately would make two
+// graphs of every bucket; one is safe because the upload is ordered on the stream after the
+// previous step's kernels, which are the only readers.
+//
+// prefill uses the older interface (clear, add, upload(stream)): arrays gathered in a host vector,
+// then staged and copied the same way.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 
@@ -23,7 +33,32 @@ class StepArena {
   StepArena(const StepArena&) = delete;
   StepArena& operator=(const StepArena&) = delete;
   ~StepArena() {
-    if (copied_) cudaEventDestroy(copied_);
+    for (Staging& s : staging_)
+      if (s.copied) cudaEventDestroy(s.copied);
+  }
+
+  // The device buffer holds at least `bytes` (a cudaMalloc when it grows, and the buffer moves:
+  // call it ahead of a run).
+  void reserve(std::size_t bytes) {
+    if (bytes > dev_.size()) dev_.resize(std::max(bytes, std::size_t{4096}));
+  }
+  // The next pinned staging buffer, at least `bytes` long, once the copy that last read it is done.
+  char* stage(std::size_t bytes) {
+    current_ ^= 1;
+    Staging& s = staging_[current_];
+    if (!s.copied) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventSynchronize(s.copied));  // recorded by the upload before last: long done after a step's sync
+    if (bytes > s.pinned.size()) s.pinned.resize(std::max(bytes, 2 * s.pinned.size()));
+    reserve(bytes);
+    staged_ = bytes;
+    return s.pinned.get<char>();
+  }
+  // Copies the first `bytes` of the buffer stage() handed out last to the device, ordered on `stream`.
+  void upload(std::size_t bytes, cudaStream_t stream) {
+    Staging& s = staging_[current_];
+    if (bytes > staged_) throw Error("StepArena::upload: more bytes than were staged");
+    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), s.pinned.get(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(s.copied, stream));
   }
 
   void clear() { host_.clear(); }
@@ -39,21 +74,13 @@ class StepArena {
   std::size_t add(const std::vector<T>& v) {
     return add(v.data(), v.size());
   }
-  // Copies what was added to the device, ordered on `stream`; the device buffer only grows (by
-  // doubling), so its address changes rarely.
+  // Stages and copies what was added.
   void upload(cudaStream_t stream) {
     const std::size_t n = std::max<std::size_t>(host_.size(), 16);
-    if (!copied_) CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous copy has left the pinned buffer
-    if (n > pinned_.size()) pinned_.resize(std::max(n, 2 * pinned_.size()));
-    // Headroom: the paged block tables grow a little now and then, and each move of this buffer
-    // is a new key for the graph cache.
-    if (n > dev_.size()) dev_.resize(std::max({n + n / 2, 2 * dev_.size(), std::size_t{4096}}));
-    std::memcpy(pinned_.get(), host_.data(), host_.size());
-    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), pinned_.get(), host_.size(), cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaEventRecord(copied_, stream));
+    std::memcpy(stage(n), host_.data(), host_.size());
+    upload(host_.size(), stream);
   }
-  // The device address of the values added at byte offset `off`.
+  // The device address of the values at byte offset `off`.
   template <typename T>
   T* at(std::size_t off) const {
     return reinterpret_cast<T*>(dev_.get<char>() + off);
@@ -61,10 +88,15 @@ class StepArena {
   const void* device_base() const { return dev_.get(); }
 
  private:
+  struct Staging {
+    PinnedBuffer pinned;
+    cudaEvent_t copied = nullptr;
+  };
+  Staging staging_[2];
+  int current_ = 1;
+  std::size_t staged_ = 0;
   std::vector<char> host_;
-  PinnedBuffer pinned_;
   DeviceBuffer dev_;
-  cudaEvent_t copied_ = nullptr;
 };
 
 }  // namespace bestofn::cuda

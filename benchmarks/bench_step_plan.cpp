@@ -1,0 +1,255 @@
+// The host's work per CUDA decode step, without a GPU: B slots over P prompts (default 2048 over
+// 164, the HumanEval batch of issue 32), 32 layers, unpaged and paged (16-position blocks), every
+// slot decoding every step with its suffix growing (a slot past 200 tokens starts over, as a new
+// candidate would). Two ways, timed step by step in the same run:
+//   "planner":   what CudaEngine::prepare_step does on the host now (src/cuda/step_plan.h): each
+//                row's descriptors gathered, the batch checked (stamps), grouped by prefix (flat),
+//                the arrays written straight into the staging buffer;
+//   "reference": a copy of the loop prepare_step ran before (c6ba6a2): duplicates by std::find,
+//                6 x layers x B pointers built on the host, prefix groups in a std::map, the arrays
+//                appended to a host vector and copied into the staging buffer.
+// Both include the prefix grouping (--cuda-prefix-gemm; prefix_state_map itself, the same call
+// either way, is left out) and, paged, taking a block where a row starts one. The staging buffer
+// is plain memory here (pinned on the GPU). One JSON line per (way, paging): median, p90 and max
+// microseconds per step, and the bytes staged per step.
+//   bench_step_plan [--slots B] [--prompts P] [--layers L] [--steps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bestofn_version.h"
+#include "cuda/step_plan.h"
+
+namespace {
+
+using bestofn::cuda::KvLayout;
+constexpr std::size_t kRowBytes = 2048;  // Llama 3.1 8B: 8 KV heads x 128, BF16
+constexpr int kBlock = 16;
+constexpr int kMaxSuffix = 200;
+
+// A fake device allocation's layout (as CudaEngine lays out a KV part): per layer, cap K rows then
+// cap V rows. The reference reads its per-layer addresses from vectors, as the old engine read
+// them from its per-layer buffers.
+struct Part {
+  std::uint64_t base = 0;
+  int cap = 0, len = 0;
+  std::vector<std::uint16_t*> k, v;  // the reference's per-layer buffers
+};
+
+struct Slot {
+  int prefix = 0;
+  Part kv;
+  std::vector<int> blocks;
+};
+
+struct World {
+  int L;
+  bool paged;
+  std::vector<std::unique_ptr<Part>> prefixes;
+  std::vector<std::unique_ptr<Slot>> slots;
+  Part pool;
+  int next_block = 0;
+
+  World(int B, int P, int layers, bool paged_kv) : L(layers), paged(paged_kv) {
+    std::mt19937_64 rng(1);
+    std::uint64_t next = 0x7f0000000000ull;
+    auto make = [&](Part& p, int cap, int len) {
+      p.base = next, p.cap = cap, p.len = len;
+      next += 2 * static_cast<std::uint64_t>(L) * static_cast<std::uint64_t>(cap) * kRowBytes;
+      for (int l = 0; l < L; ++l) {
+        p.k.push_back(reinterpret_cast<std::uint16_t*>(p.base + 2 * static_cast<std::uint64_t>(l) * static_cast<std::uint64_t>(cap) * kRowBytes));
+        p.v.push_back(reinterpret_cast<std::uint16_t*>(p.base + (2 * static_cast<std::uint64_t>(l) + 1) * static_cast<std::uint64_t>(cap) * kRowBytes));
+      }
+    };
+    for (int p = 0; p < P; ++p) {
+      prefixes.push_back(std::make_unique<Part>());
+      const int len = 100 + static_cast<int>(rng() % 400);
+      make(*prefixes.back(), len, len);
+    }
+    make(pool, 1 << 20, 0);
+    for (int s = 0; s < B; ++s) {
+      slots.push_back(std::make_unique<Slot>());
+      Slot& slot = *slots.back();
+      slot.prefix = s % P;
+      make(slot.kv, 256, static_cast<int>(rng() % kMaxSuffix));
+      for (int b = 0; b <= slot.kv.len / kBlock; ++b) slot.blocks.push_back(next_block++ % (1 << 16));
+    }
+  }
+  // After a step: every row one longer; one past kMaxSuffix starts over.
+  void advance() {
+    for (auto& s : slots)
+      if (++s->kv.len >= kMaxSuffix) s->kv.len = 0, s->blocks.assign(1, next_block++ % (1 << 16));
+  }
+  // The block a row's next position needs (both ways take it the same way).
+  void take_blocks(const std::vector<Slot*>& batch) {
+    for (Slot* s : batch)
+      if (s->kv.len / kBlock >= static_cast<int>(s->blocks.size())) s->blocks.push_back(next_block++ % (1 << 16));
+  }
+  KvLayout layout(const Part& p) const {
+    const std::uint64_t half = static_cast<std::uint64_t>(p.cap) * kRowBytes;
+    return {p.base, p.base + half, 2 * half};
+  }
+};
+
+// The planner's way, as prepare_step runs it (the engine's handle lookups, reserve and take included).
+std::size_t planner_step(World& w, bestofn::cuda::StepPlanner& planner, std::vector<bestofn::cuda::StepRow>& rows,
+                         const std::vector<int>& slot_ids, const std::vector<int>& tokens, std::vector<char>& staging) {
+  const std::size_t n = slot_ids.size();
+  rows.resize(n);
+  std::vector<Slot*> batch(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    Slot& slot = *w.slots.at(static_cast<std::size_t>(slot_ids[i]));
+    const Part& pre = *w.prefixes.at(static_cast<std::size_t>(slot.prefix));
+    bestofn::cuda::StepRow& r = rows[i];
+    r.slot = slot_ids[i], r.prefix = slot.prefix, r.prefix_len = pre.len, r.suffix_len = slot.kv.len, r.token = tokens[i];
+    r.prefix_kv = w.layout(pre);
+    batch[i] = &slot;
+  }
+  planner.check(rows);
+  if (w.paged) {
+    w.take_blocks(batch);
+    const KvLayout pools = w.layout(w.pool);
+    for (std::size_t i = 0; i < n; ++i) rows[i].suffix_kv = pools, rows[i].blocks = batch[i]->blocks;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) rows[i].suffix_kv = w.layout(batch[i]->kv);
+  }
+  const bestofn::cuda::StepGroups& g = planner.group(rows);
+  std::vector<std::vector<int>> group_rows(g.size());
+  for (std::size_t i = 0; i < g.size(); ++i) group_rows[i].assign(g.rows_of(i).begin(), g.rows_of(i).end());
+  const bestofn::cuda::StepLayout lay = planner.layout(static_cast<int>(n), false, false, planner.table_entries(rows));
+  if (staging.size() < lay.capacity) staging.resize(lay.capacity);
+  planner.write(rows, lay, nullptr, {}, staging.data());
+  return lay.bytes;
+}
+
+// The reference: the host loop of prepare_step at c6ba6a2, over the same world.
+template <typename T>
+std::size_t add(std::vector<char>& host, const std::vector<T>& v) {
+  const std::size_t off = (host.size() + 15) / 16 * 16;
+  host.resize(off + v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(host.data() + off, v.data(), v.size() * sizeof(T));
+  return off;
+}
+std::size_t reference_step(World& w, const std::vector<int>& slot_ids, const std::vector<int>& tokens, std::vector<char>& host,
+                           std::vector<char>& staging) {
+  const int T = static_cast<int>(slot_ids.size());
+  std::vector<Slot*> batch;
+  std::vector<int> pos;
+  for (int i = 0; i < T; ++i) {
+    Slot& slot = *w.slots.at(static_cast<std::size_t>(slot_ids[static_cast<std::size_t>(i)]));
+    if (std::find(batch.begin(), batch.end(), &slot) != batch.end()) throw std::runtime_error("a slot twice");
+    const int p = w.prefixes.at(static_cast<std::size_t>(slot.prefix))->len + slot.kv.len;
+    if (p >= 131072) throw std::runtime_error("context");
+    if (tokens[static_cast<std::size_t>(i)] < 0) throw std::runtime_error("token");
+    batch.push_back(&slot);
+    pos.push_back(p);
+  }
+  std::vector<int> tables, starts;
+  if (w.paged) {
+    w.take_blocks(batch);
+    for (const Slot* s : batch) starts.push_back(static_cast<int>(tables.size())), tables.insert(tables.end(), s->blocks.begin(), s->blocks.end());
+  }
+  const auto n = static_cast<std::size_t>(T);
+  host.clear();
+  std::vector<std::size_t> off;
+  off.push_back(add(host, tokens));
+  off.push_back(add(host, pos));
+  std::vector<int> lens(2 * n);
+  for (std::size_t i = 0; i < n; ++i) lens[i] = w.prefixes.at(static_cast<std::size_t>(batch[i]->prefix))->len, lens[n + i] = batch[i]->kv.len + 1;
+  off.push_back(add(host, lens));
+  std::map<int, std::vector<int>> by_prefix;
+  for (int i = 0; i < T; ++i) by_prefix[batch[static_cast<std::size_t>(i)]->prefix].push_back(i);
+  std::vector<std::vector<int>> group_rows;
+  for (auto& [p, r] : by_prefix) group_rows.push_back(std::move(r));
+  const auto L = static_cast<std::size_t>(w.L);
+  std::vector<std::uint16_t*> rows(2 * L * n);
+  std::vector<const std::uint16_t*> ptrs(4 * L * n);
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t i = 0; i < n; ++i) {
+      Slot& slot = *batch[i];
+      const Part& pre = *w.prefixes.at(static_cast<std::size_t>(slot.prefix));
+      std::uint16_t* ks = w.paged ? w.pool.k[l] : slot.kv.k[l];
+      std::uint16_t* vs = w.paged ? w.pool.v[l] : slot.kv.v[l];
+      const std::size_t j = static_cast<std::size_t>(slot.kv.len);
+      const std::size_t row = (w.paged ? static_cast<std::size_t>(slot.blocks[j / kBlock]) * kBlock + j % kBlock : j) * kRowBytes;
+      rows[2 * l * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(ks) + row);
+      rows[(2 * l + 1) * n + i] = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(vs) + row);
+      const std::size_t at = 4 * l * n;
+      ptrs[at + i] = pre.k[l];
+      ptrs[at + n + i] = pre.v[l];
+      ptrs[at + 2 * n + i] = ks;
+      ptrs[at + 3 * n + i] = vs;
+    }
+  off.push_back(add(host, rows));
+  off.push_back(add(host, ptrs));
+  if (w.paged) {
+    starts.insert(starts.end(), tables.begin(), tables.end());
+    off.push_back(add(host, starts));
+  }
+  if (staging.size() < host.size()) staging.resize(host.size());
+  std::memcpy(staging.data(), host.data(), host.size());  // StepArena::upload's copy into pinned memory
+  return host.size();
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int B = 2048, P = 164, L = 32, steps = 400;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const int v = std::stoi(argv[i + 1]);
+    if (a == "--slots") B = v;
+    else if (a == "--prompts") P = v;
+    else if (a == "--layers") L = v;
+    else if (a == "--steps") steps = v;
+  }
+  std::string command;
+  for (int i = 0; i < argc; ++i) {
+    if (i) command += ' ';
+    command += argv[i];
+  }
+  using Clock = std::chrono::steady_clock;
+  for (const bool paged : {false, true})
+    for (const std::string way : {"planner", "reference"}) {
+      World w(B, P, L, paged);
+      bestofn::cuda::StepPlanConfig c;
+      c.n_layers = L, c.vocab = 128256, c.max_positions = 131072, c.row_bytes = kRowBytes;
+      c.block_tokens = paged ? kBlock : 0;
+      c.table_capacity = paged ? (1u << 16) + 1 : 0;
+      bestofn::cuda::StepPlanner planner(c);
+      std::vector<bestofn::cuda::StepRow> rows;
+      std::vector<char> host, staging;
+      // Slots in the order the scheduler feeds them (admission order), tokens arbitrary.
+      std::vector<int> slot_ids(static_cast<std::size_t>(B)), tokens(static_cast<std::size_t>(B));
+      for (int i = 0; i < B; ++i) slot_ids[static_cast<std::size_t>(i)] = i, tokens[static_cast<std::size_t>(i)] = (i * 7919) % 128256;
+      std::vector<double> us;
+      std::size_t bytes = 0;
+      for (int s = 0; s < steps + 20; ++s) {
+        const auto t0 = Clock::now();
+        bytes = way == "planner" ? planner_step(w, planner, rows, slot_ids, tokens, staging)
+                                 : reference_step(w, slot_ids, tokens, host, staging);
+        const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (s >= 20) us.push_back(t);  // the first steps grow the buffers
+        w.advance();
+      }
+      const nlohmann::json line = {{"bench", "step_plan"}, {"way", way}, {"paged", paged}, {"slots", B}, {"prompts", P},
+                                   {"layers", L}, {"steps", steps}, {"median_us", percentile(us, 0.5)},
+                                   {"p90_us", percentile(us, 0.9)}, {"max_us", *std::max_element(us.begin(), us.end())},
+                                   {"bytes_staged", bytes}, {"bound_us", 500}, {"commit", BESTOFN_COMMIT}, {"command", command}};
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
+    }
+  return 0;
+}

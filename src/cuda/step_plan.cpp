@@ -1,0 +1,194 @@
+#include "cuda/step_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "bestofn/util/error.h"
+
+namespace bestofn::cuda {
+namespace {
+
+std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+// Next epoch; at wrap-around every stamp is cleared first, so an old stamp never matches.
+std::uint32_t next_epoch(std::uint32_t& epoch, std::vector<std::uint32_t>& a, std::vector<std::uint32_t>& b) {
+  if (++epoch == 0) {
+    std::fill(a.begin(), a.end(), 0u), std::fill(b.begin(), b.end(), 0u);
+    epoch = 1;
+  }
+  return epoch;
+}
+
+// The stamp of handle h, the table grown to cover it (handles are small and dense: HandleTable).
+std::uint32_t& stamp_of(std::vector<std::uint32_t>& stamps, int h) {
+  const auto i = static_cast<std::size_t>(h);
+  if (i >= stamps.size()) stamps.resize(std::max(i + 1, 2 * stamps.size()), 0u);
+  return stamps[i];
+}
+
+template <typename T>
+T* at(char* out, std::size_t off) {
+  return reinterpret_cast<T*>(out + off);
+}
+
+}  // namespace
+
+int bucket_of(int T) {
+  if (T <= 0) throw Error("bucket_of: a batch of " + std::to_string(T) + " rows");
+  if (T > kBucketStep) return (T + kBucketStep - 1) / kBucketStep * kBucketStep;
+  int b = 1;
+  while (b < T) b *= 2;
+  return b;
+}
+
+void expand_step_pointers(std::span<const StepRowDesc> desc, int n_layers, std::uint64_t* rows, std::uint64_t* ptrs) {
+  const std::size_t T = desc.size();
+  for (std::size_t l = 0; l < static_cast<std::size_t>(n_layers); ++l)
+    for (std::size_t t = 0; t < T; ++t) {
+      const StepRowDesc& d = desc[t];
+      const std::uint64_t ps = l * d.prefix_stride, ss = l * d.suffix_stride;
+      rows[2 * l * T + t] = d.k_suffix + ss + d.write;
+      rows[(2 * l + 1) * T + t] = d.v_suffix + ss + d.write;
+      std::uint64_t* p = ptrs + 4 * l * T + t;
+      p[0] = d.k_prefix + ps, p[T] = d.v_prefix + ps, p[2 * T] = d.k_suffix + ss, p[3 * T] = d.v_suffix + ss;
+    }
+}
+
+StepPlanner::StepPlanner(const StepPlanConfig& c) : c_(c) {
+  if (c_.n_layers < 1 || c_.vocab < 1 || c_.max_positions < 1 || c_.row_bytes == 0)
+    throw Error("StepPlanner: layers, vocabulary, context and row bytes must be positive");
+  if (c_.pad && c_.block_tokens > 0 && c_.scratch_block < 0) throw Error("StepPlanner: padding paged rows needs a scratch block");
+}
+
+void StepPlanner::check(std::span<const StepRow> rows) {
+  if (rows.empty()) throw Error("decode: an empty batch");
+  const std::uint32_t e = next_epoch(epoch_, slot_seen_, prefix_seen_);
+  for (const StepRow& r : rows) {
+    std::uint32_t& seen = stamp_of(slot_seen_, r.slot);
+    if (seen == e) throw Error("decode: slot " + std::to_string(r.slot) + " appears twice in one step");
+    seen = e;
+    if (r.prefix_len + r.suffix_len >= c_.max_positions)
+      throw Error("slot " + std::to_string(r.slot) + " is at the context limit (" + std::to_string(c_.max_positions) + ")");
+    if (r.token < 0 || r.token >= c_.vocab) throw Error("token id " + std::to_string(r.token) + " is outside the vocabulary");
+  }
+}
+
+const StepGroups& StepPlanner::group(std::span<const StepRow> rows) {
+  const std::uint32_t e = next_epoch(epoch_, slot_seen_, prefix_seen_);
+  const int T = static_cast<int>(rows.size()), P = padded(T);
+  StepGroups& g = groups_;
+  g.prefix.clear(), g.first.clear(), g.rows.assign(static_cast<std::size_t>(P), 0);
+  counts_.clear();
+  std::vector<int> row_group(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    const int p = rows[static_cast<std::size_t>(t)].prefix;
+    std::uint32_t& seen = stamp_of(prefix_seen_, p);
+    if (static_cast<std::size_t>(p) >= prefix_group_.size()) prefix_group_.resize(prefix_seen_.size());
+    if (seen != e) {
+      seen = e;
+      prefix_group_[static_cast<std::size_t>(p)] = static_cast<int>(g.prefix.size());
+      g.prefix.push_back(p), counts_.push_back(0);
+    }
+    const int gi = prefix_group_[static_cast<std::size_t>(p)];
+    row_group[static_cast<std::size_t>(t)] = gi;
+    counts_[static_cast<std::size_t>(gi)]++;
+  }
+  if (P > T) g.prefix.push_back(kPaddingPrefix), counts_.push_back(P - T);
+  // Counting sort of the rows by group, batch order kept within a group.
+  g.first.assign(counts_.size() + 1, 0);
+  for (std::size_t i = 0; i < counts_.size(); ++i) g.first[i + 1] = g.first[i] + counts_[i];
+  std::vector<int> fill(g.first.begin(), g.first.end() - 1);
+  for (int t = 0; t < T; ++t) g.rows[static_cast<std::size_t>(fill[static_cast<std::size_t>(row_group[static_cast<std::size_t>(t)])]++)] = t;
+  for (int t = T; t < P; ++t) g.rows[static_cast<std::size_t>(fill.back()++)] = t;
+  return g;
+}
+
+StepLayout StepPlanner::layout(int T, bool with_draws, bool with_map, std::size_t table_entries) const {
+  StepLayout s;
+  s.T = T;
+  s.padded = padded(T);
+  const auto n = static_cast<std::size_t>(s.padded);
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t off = at;
+    at = align16(at + bytes);
+    return off;
+  };
+  s.tokens = take(n * 4);
+  s.pos = take(n * 4);
+  s.lens = take(2 * n * 4);
+  if (with_draws) s.draws = take(3 * n * 8);
+  if (with_map) s.map = take(3 * n * 4);
+  s.desc = take(n * sizeof(StepRowDesc));
+  const bool paged = c_.block_tokens > 0;
+  if (paged) s.starts = take(n * 4);
+  s.tables = paged ? at : StepLayout::kAbsent;
+  s.bytes = std::max<std::size_t>(paged ? at + table_entries * 4 : at, 16);
+  s.capacity = std::max<std::size_t>(paged ? at + std::max(c_.table_capacity, table_entries) * 4 : at, 16);
+  return s;
+}
+
+std::size_t StepPlanner::table_entries(std::span<const StepRow> rows) const {
+  if (c_.block_tokens <= 0) return 0;
+  std::size_t n = 0;
+  for (const StepRow& r : rows) n += r.blocks.size();
+  return n + (padded(static_cast<int>(rows.size())) > static_cast<int>(rows.size()) ? 1 : 0);
+}
+
+void StepPlanner::write(std::span<const StepRow> rows, const StepLayout& lay, const StepDraws* draws, std::span<const int> map,
+                        char* out) const {
+  const auto T = rows.size(), n = static_cast<std::size_t>(lay.padded);
+  if (static_cast<int>(T) != lay.T) throw Error("StepPlanner::write: the layout is for another batch");
+  if ((lay.draws != StepLayout::kAbsent) != (draws != nullptr) || (lay.map != StepLayout::kAbsent) != (map.size() == 3 * n))
+    throw Error("StepPlanner::write: the layout and the staged arrays disagree");
+  int* tokens = at<int>(out, lay.tokens);
+  int* pos = at<int>(out, lay.pos);
+  int* lens = at<int>(out, lay.lens);
+  auto* desc = at<StepRowDesc>(out, lay.desc);
+  const bool paged = c_.block_tokens > 0;
+  const auto rb = static_cast<std::uint64_t>(c_.row_bytes);
+  int* starts = paged ? at<int>(out, lay.starts) : nullptr;
+  int* tables = paged ? at<int>(out, lay.tables) : nullptr;
+  int next_table = 0;
+  for (std::size_t t = 0; t < T; ++t) {
+    const StepRow& r = rows[t];
+    tokens[t] = r.token;
+    pos[t] = r.prefix_len + r.suffix_len;
+    lens[t] = r.prefix_len, lens[n + t] = r.suffix_len + 1;
+    std::uint64_t row = static_cast<std::uint64_t>(r.suffix_len);
+    if (paged) {
+      const auto j = static_cast<std::size_t>(r.suffix_len), bt = static_cast<std::size_t>(c_.block_tokens);
+      if (j / bt >= r.blocks.size()) throw Error("StepPlanner::write: slot " + std::to_string(r.slot) + " has no block for its next row");
+      row = static_cast<std::uint64_t>(r.blocks[j / bt]) * bt + j % bt;
+      starts[t] = next_table;
+      if (!r.blocks.empty()) std::memcpy(tables + next_table, r.blocks.data(), r.blocks.size() * 4);
+      next_table += static_cast<int>(r.blocks.size());
+    }
+    desc[t] = {r.prefix_kv.k, r.prefix_kv.v, r.prefix_kv.layer_stride, r.suffix_kv.k, r.suffix_kv.v, r.suffix_kv.layer_stride, row * rb};
+  }
+  if (n > T) {  // the padding rows: the dummy prefix position and the scratch row, nothing else
+    const KvLayout& pp = c_.padding_prefix;
+    const KvLayout& ps = c_.padding_suffix;
+    std::uint64_t row = 0;
+    if (paged) {
+      row = static_cast<std::uint64_t>(c_.scratch_block) * static_cast<std::uint64_t>(c_.block_tokens);
+      tables[next_table] = c_.scratch_block;
+    }
+    for (std::size_t t = T; t < n; ++t) {
+      tokens[t] = 0, pos[t] = 1, lens[t] = 1, lens[n + t] = 1;
+      if (paged) starts[t] = next_table;
+      desc[t] = {pp.k, pp.v, pp.layer_stride, ps.k, ps.v, ps.layer_stride, row * rb};
+    }
+  }
+  if (draws) {
+    auto* d = at<std::uint64_t>(out, lay.draws);
+    for (const auto& [i, src] : {std::pair{0u, draws->prompt}, std::pair{1u, draws->candidate}, std::pair{2u, draws->step}}) {
+      if (src.size() != T) throw Error("StepPlanner::write: draw indexes for another batch");
+      std::memcpy(d + i * n, src.data(), T * 8);
+      std::memset(d + i * n + T, 0, (n - T) * 8);
+    }
+  }
+  if (!map.empty()) std::memcpy(at<int>(out, lay.map), map.data(), map.size() * 4);
+}
+
+}  // namespace bestofn::cuda
