@@ -17,6 +17,8 @@ inline constexpr std::string_view kGpuOpLaunchers[] = {
     "prefill_attention_cuda", "sample_token_cuda",
     // shared-prefix attention around the GEMMs (--cuda-prefix-gemm)
     "gather_prefix_queries_cuda", "prefix_softmax_cuda", "prefix_merge_cuda",
+    // shared-prefix attention on tensor cores (--cascade-attention)
+    "gather_queries_bf16_cuda", "cascade_prefix_attention_cuda", "cascade_merge_cuda",
 };
 
 }  // namespace bestofn::test

@@ -15,5 +15,9 @@ void sample_token();
 void gather_prefix_queries();
 void prefix_softmax();
 void prefix_merge();
+void cascade_merge();
+// tests/test_gpu_ops_cascade.cpp
+void gather_queries_bf16();
+void cascade_prefix_attention();
 
 }  // namespace bestofn::gpu_ops

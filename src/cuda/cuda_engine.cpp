@@ -60,6 +60,10 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
   if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks);
+  if (opt.cuda.cascade_attention) {
+    if (prefix_gemm_) throw Error("--cascade-attention and --cuda-prefix-gemm: two paths for the same shared-prefix attention, pick one");
+    cascade_ = std::make_unique<CascadeAttention>(stream_, c_.n_layers, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_);
+  }
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -242,6 +246,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   }
   p->kv.len = T;
   if (prefix_gemm_) widen_prefix(*p);
+  if (cascade_) p->cascade_page = cascade_->add_prefix(p->kv.k, p->kv.v, T);
   logits_rows(T - 1, 1);
   CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
