@@ -48,6 +48,7 @@ if(BESTOFN_HAVE_CUDA)
     kernels/attention_tiled.cu
     kernels/attention_prefill.cu
     kernels/prefix_attention.cu
+    kernels/cascade_gather.cu
     kernels/sample.cu
     kernels/step_pointers.cu
     src/cuda/cuda_device.cpp
@@ -55,6 +56,7 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/cuda_engine.cpp
     src/cuda/cuda_step.cpp
     src/cuda/prefix_attention.cpp
+    src/cuda/cascade_attention.cpp
     src/cuda/ceilings.cpp
     src/cuda/dev_weights.cpp
     src/cuda/paged_kv.cpp
@@ -76,4 +78,31 @@ if(BESTOFN_HAVE_CUDA)
   set_source_files_properties(src/cuda/cublas_loader.cpp PROPERTIES COMPILE_DEFINITIONS "BESTOFN_CUBLAS_DIR=\"${BESTOFN_CUBLAS_DIR}\"")
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)
+
+  # --cascade-attention: FlashInfer's header-only batch prefill (flashinfer-python 0.7.4), staged by
+  # scripts/fetch_flashinfer.sh (scripts/setup.sh runs it; scripts/stage_deps.sh stages it for the
+  # GPU machine). Without its headers the CUDA engine is built without that path and refuses the
+  # flag with a one-line error (src/cuda/cascade_unavailable.cpp).
+  set(BESTOFN_FLASHINFER_DIR "" CACHE PATH
+      "FlashInfer's staged headers (scripts/fetch_flashinfer.sh; empty: BESTOFN_STAGED_DEPS/flashinfer, else .flashinfer)")
+  set(_fi "${BESTOFN_FLASHINFER_DIR}")
+  if(NOT _fi)
+    if(BESTOFN_STAGED_DEPS)
+      set(_fi "${BESTOFN_STAGED_DEPS}/flashinfer")
+    else()
+      set(_fi "${PROJECT_SOURCE_DIR}/.flashinfer")
+    endif()
+  endif()
+  if(EXISTS "${_fi}/include/flashinfer/attention/prefill.cuh")
+    target_sources(bestofn_cuda PRIVATE kernels/cascade_attention.cu)
+    # The wheel's CCCL (libcudacxx: all this file needs of it) before the toolkit's (nvcc adds its
+    # own include/cccl as the last -isystem), as system headers: -Werror stays off FlashInfer's code.
+    set_source_files_properties(kernels/cascade_attention.cu PROPERTIES COMPILE_OPTIONS
+      "--system-include=${_fi}/cccl/libcudacxx/include;--system-include=${_fi}/include;--expt-relaxed-constexpr")
+    set(BESTOFN_CASCADE_CU_FLAGS "-isystem ${_fi}/cccl/libcudacxx/include -isystem ${_fi}/include --expt-relaxed-constexpr")  # kernel_resources
+    message(STATUS "bestofn: --cascade-attention with FlashInfer's headers from ${_fi}")
+  else()
+    target_sources(bestofn_cuda PRIVATE src/cuda/cascade_unavailable.cpp)
+    message(WARNING "bestofn: no FlashInfer headers in ${_fi}: built without --cascade-attention (scripts/fetch_flashinfer.sh stages them)")
+  endif()
 endif()

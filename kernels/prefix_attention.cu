@@ -1,7 +1,8 @@
 // The kernels around the shared-prefix GEMMs (--cuda-prefix-gemm; src/cuda/prefix_attention.cpp
 // runs S = Q K^T and O = P V as cuBLAS strided-batched GEMMs, Hydragen, arXiv 2402.05099):
 // gathering each prefix's queries into one matrix per KV head, the row softmax of S with its
-// statistics, and the suffix attention per slot merged with the prefix state by log-sum-exp.
+// statistics, and the suffix attention per slot merged with the prefix state by log-sum-exp (also
+// the merge of --cascade-attention, whose prefix state comes from kernels/cascade_attention.cu).
 //
 // State rows: the queries of prefix group g sit at rows base_g + kv * R_g + i * group + j (kv the
 // KV head, i the slot within the group, j the query head within the KV head's group, R_g = slots
@@ -59,14 +60,33 @@ __global__ void __launch_bounds__(kSoftmaxThreads) kernel_prefix_softmax(float* 
   if (tid == 0) m_out[blockIdx.x] = m, l_out[blockIdx.x] = red[0];
 }
 
-// The suffix of each (t, h) by attn::attend_run, merged with the prefix state (m, l, unnormalized
-// O) at state_row(t, h). grid (n_heads, T), block attn::kThreads.
-template <KvFormat F>
+// The prefix state at a state row: --cuda-prefix-gemm's (m, l, unnormalized O, F32), or
+// --cascade-attention's (FlashInfer's base-2 log-sum-exp and normalized BF16 output), read as
+// m = lse ln 2, l = 1, O the output: the same merge, since exp(lse ln 2 - M) = l' exp(m' - M) for
+// the state (m', l') that lse summarizes.
+struct GemmState {
+  const float *m, *l, *o;
+  __device__ float m_at(std::size_t sr) const { return m[sr]; }
+  __device__ float l_at(std::size_t sr) const { return l[sr]; }
+  __device__ float o_at(std::size_t sr, int hd, int i) const { return o[sr * static_cast<std::size_t>(hd) + static_cast<std::size_t>(i)]; }
+};
+struct CascadeState {
+  const float* lse2;
+  const std::uint16_t* o;
+  __device__ float m_at(std::size_t sr) const { return lse2[sr] * 0.693147180559945309f; }
+  __device__ float l_at(std::size_t) const { return 1.0f; }
+  __device__ float o_at(std::size_t sr, int hd, int i) const {
+    return attn::bf16_to_float(o[sr * static_cast<std::size_t>(hd) + static_cast<std::size_t>(i)]);
+  }
+};
+
+// The suffix of each (t, h) by attn::attend_run, merged with the prefix state at state_row(t, h).
+// grid (n_heads, T), block attn::kThreads.
+template <KvFormat F, typename State>
 __global__ void __launch_bounds__(attn::kThreads)
-    kernel_prefix_merge(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
-                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len,
-                        int T, int group, int hd, std::size_t kv_dim, float scale, float* out, const int* suffix_table,
-                        const int* suffix_table_start, int block) {
+    kernel_prefix_merge(const float* q, const int* map, State prefix, const std::uint16_t* const* k_suffix,
+                        const std::uint16_t* const* v_suffix, const int* suffix_len, int T, int group, int hd, std::size_t kv_dim,
+                        float scale, float* out, const int* suffix_table, const int* suffix_table_start, int block) {
   __shared__ attn::Shared sh;
   __shared__ float o_s[attn::kMaxHeadDim];
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
@@ -77,14 +97,13 @@ __global__ void __launch_bounds__(attn::kThreads)
                                              hd, scale, sh, o_s,
                                              suffix_table ? suffix_table + suffix_table_start[t] : nullptr, block);
   const std::size_t sr = attn::state_row(map, T, t, h, group);
-  const float mp = prefix_m[sr], lp = prefix_l[sr];
-  const float* o_p = prefix_o + sr * static_cast<std::size_t>(hd);
+  const float mp = prefix.m_at(sr), lp = prefix.l_at(sr);
   const float m = fmaxf(mp, ss.m);
   const float a = attn::merge_weight(mp, m), b = attn::merge_weight(ss.m, m);
   const float denom = lp * a + ss.l * b;
   float* o = out + row * static_cast<std::size_t>(hd);
   for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads)
-    o[i] = denom > 0.0f ? (o_p[i] * a + o_s[i] * b) / denom : 0.0f;
+    o[i] = denom > 0.0f ? (prefix.o_at(sr, hd, i) * a + o_s[i] * b) / denom : 0.0f;
 }
 
 namespace {
@@ -113,22 +132,40 @@ void prefix_softmax_cuda(float* s, int rows, int L, float* m, float* l, cudaStre
   CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+template <typename State>
+void launch_merge(const char* what, const float* q, const int* map, State prefix, const std::uint16_t* const* k_suffix,
+                  const std::uint16_t* const* v_suffix, const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out,
+                  cudaStream_t stream, const int* suffix_table, const int* suffix_table_start, int block_tokens, KvFormat kv) {
+  check_heads(what, T, n_heads, n_kv, hd);
+  if (kv == KvFormat::FP8 && (static_cast<long long>(n_kv) * hd) % 4 != 0)
+    throw Error(what, "FP8 rows need n_kv_heads x head_dim a multiple of 4, got " + std::to_string(n_kv * hd));
+  if (suffix_table && (!suffix_table_start || block_tokens < 1))
+    throw Error(what, "a suffix block table needs its row starts and block_tokens >= 1");
+  if (T == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU: each step rounded in fp32
+  const auto kernel = kv == KvFormat::FP8 ? kernel_prefix_merge<KvFormat::FP8, State> : kernel_prefix_merge<KvFormat::BF16, State>;
+  kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), attn::kThreads, 0, stream>>>(
+      q, map, prefix, k_suffix, v_suffix, suffix_len, T, n_heads / n_kv, hd, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd),
+      scale, out, suffix_table, suffix_table_start, block_tokens);
+  CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
 void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, const float* prefix_l, const float* prefix_o,
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table,
                        const int* suffix_table_start, int block_tokens, KvFormat kv) {
-  check_heads("prefix_merge_cuda", T, n_heads, n_kv, hd);
-  if (kv == KvFormat::FP8 && (static_cast<long long>(n_kv) * hd) % 4 != 0)
-    throw Error("prefix_merge_cuda", "FP8 rows need n_kv_heads x head_dim a multiple of 4, got " + std::to_string(n_kv * hd));
-  if (suffix_table && (!suffix_table_start || block_tokens < 1))
-    throw Error("prefix_merge_cuda", "a suffix block table needs its row starts and block_tokens >= 1");
-  if (T == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));  // as the CPU: each step rounded in fp32
-  const auto kernel = kv == KvFormat::FP8 ? kernel_prefix_merge<KvFormat::FP8> : kernel_prefix_merge<KvFormat::BF16>;
-  kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), attn::kThreads, 0, stream>>>(
-      q, map, prefix_m, prefix_l, prefix_o, k_suffix, v_suffix, suffix_len, T, n_heads / n_kv, hd,
-      static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out, suffix_table, suffix_table_start, block_tokens);
-  CUDA_CHECK(cudaGetLastError());
+  launch_merge("prefix_merge_cuda", q, map, GemmState{prefix_m, prefix_l, prefix_o}, k_suffix, v_suffix, suffix_len, T, n_heads, n_kv,
+               hd, out, stream, suffix_table, suffix_table_start, block_tokens, kv);
+}
+
+void cascade_merge_cuda(const float* q, const int* map, const float* prefix_lse2, const std::uint16_t* prefix_o,
+                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
+                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table,
+                        const int* suffix_table_start, int block_tokens, KvFormat kv) {
+  launch_merge("cascade_merge_cuda", q, map, CascadeState{prefix_lse2, prefix_o}, k_suffix, v_suffix, suffix_len, T, n_heads, n_kv,
+               hd, out, stream, suffix_table, suffix_table_start, block_tokens, kv);
 }
 
 }  // namespace bestofn::cuda

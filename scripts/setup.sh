@@ -47,6 +47,12 @@ if [ "${BESTOFN_SETUP_ASAN:-1}" != 0 ]; then
   asan=(-DBESTOFN_ASAN_BUILD="$PWD/build-asan")
 fi
 
+# --cascade-attention's FlashInfer headers (the pinned wheel from PyPI, its sha256 checked; only the
+# files kernels/cascade_attention.cu includes) into .flashinfer/, when the CUDA backend is built.
+if [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null; then
+  scripts/fetch_flashinfer.sh
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${asan[@]}" "$@"
 cmake --build build -j "$(nproc)"
 echo "setup: built build/bestofn${asan:+ and the sanitizer build build-asan/}"

@@ -5,7 +5,7 @@
 #   cmake -S . -B build-x -DBESTOFN_STAGED_DEPS=$PWD/.deps ...   (cmake/Dependencies.cmake)
 # Staged: nlohmann-json3-dev, libcli11-dev, libspdlog-dev + libfmt-dev (used header-only there:
 # SPDLOG_FMT_EXTERNAL, FMT_HEADER_ONLY) and the GoogleTest sources (googletest), built from source;
-# PCRE2, zlib and libcrypto as headers and shared objects.
+# PCRE2, zlib and libcrypto as headers and shared objects; FlashInfer's headers (flashinfer/).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,10 +66,19 @@ cp -a "$shared/tokenizers/llama3" "$dest/shared/tokenizers/"
 mkdir -p "$dest/shared/data"
 cp -a "$shared/data/humaneval" "$dest/shared/data/"
 
+# --cascade-attention's FlashInfer headers (cmake/Cuda.cmake looks in $dest/flashinfer): the set
+# scripts/setup.sh staged in .flashinfer/, or fetched now (scripts/fetch_flashinfer.sh).
+if [[ -f $root/.flashinfer/MANIFEST ]]; then
+  cp -a "$root/.flashinfer" "$dest/flashinfer"
+else
+  "$root/scripts/fetch_flashinfer.sh" "$dest/flashinfer"
+fi
+
 # What was staged, for the record.
 {
   echo "# staged by scripts/stage_deps.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(hostname)"
   dpkg-query -W -f '${Package} ${Version}\n' nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev googletest libpcre2-dev zlib1g-dev libssl-dev 2>/dev/null || true
+  cat "$dest/flashinfer/MANIFEST"
 } > "$dest/MANIFEST"
 echo "staged into $dest ($(du -sh "$dest" | cut -f1)):"
 cat "$dest/MANIFEST"

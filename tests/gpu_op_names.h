@@ -19,6 +19,8 @@ inline constexpr std::string_view kGpuOpLaunchers[] = {
     "gather_prefix_queries_cuda", "prefix_softmax_cuda", "prefix_merge_cuda",
     // a decode step's index arrays
     "expand_step_pointers_cuda",
+    // shared-prefix attention on tensor cores (--cascade-attention)
+    "gather_queries_bf16_cuda", "cascade_prefix_attention_cuda", "cascade_merge_cuda",
 };
 
 }  // namespace bestofn::test

@@ -16,5 +16,9 @@ void gather_prefix_queries();
 void prefix_softmax();
 void prefix_merge();
 void expand_step_pointers();
+void cascade_merge();
+// tests/test_gpu_ops_cascade.cpp
+void gather_queries_bf16();
+void cascade_prefix_attention();
 
 }  // namespace bestofn::gpu_ops

@@ -6,6 +6,8 @@
 #include <random>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/util/error.h"
@@ -533,4 +535,78 @@ TEST(GpuEngine, DeviceSamplingGivesTheHostDraws) {
   auto cpu_e = make_cpu_engine(w, {});
   std::vector<Sample> none(1);
   EXPECT_FALSE(cpu_e->decode_sample(std::vector<int>{}, std::vector<int>{}, SamplingParams{}, {}, {}, {}, none));
+}
+
+namespace {
+
+// A synthetic BF16 model of the 8B attention shape in small: head_dim 128 (the one FlashInfer
+// instantiation of --cascade-attention), 8 query heads over 2 KV heads, 2 layers.
+std::shared_ptr<const Weights> synthetic_hd128(const test::TempDir& dir) {
+  const std::filesystem::path config = dir / "hd128.json";
+  std::ofstream(config) << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "hidden_size": 1024, "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "head_dim": 128, "vocab_size": 512, "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 256,
+                     "rope_type": "llama3"},
+    "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"})";
+  SyntheticOptions o;
+  o.shape = config.string();
+  o.dtype = "bf16";
+  o.seed = 23;
+  o.out = dir / "hd128";
+  make_synthetic(o);
+  return std::make_shared<const Weights>(load_model(o.out));
+}
+
+}  // namespace
+
+// --cascade-attention against the CPU engine on a head_dim-128 BF16 model, alone and with the
+// paths it composes with (--paged-kv suffixes, --cuda-graphs over FlashInfer's graph-mode plan,
+// --fused-qkv, --split-attention, which it overrides for the decode attention), with BF16 and FP8
+// caches. The tolerance is SyntheticBf16ModelMatchesTheCpuEngine's: the cascade adds BF16
+// roundings of the prefix side's queries, softmax weights and output (2^-9 relative each, and the
+// FP8 pages' values once more), the size of the BF16 GEMMs' own input rounding that contract
+// already covers. Unverified on a device (benchmarks/GPU_TODO.md).
+TEST(GpuEngine, CascadeAttentionMatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto w = synthetic_hd128(dir);
+  for (const EngineOptions::Kv kv : {EngineOptions::Kv::BF16, EngineOptions::Kv::FP8}) {
+    EngineOptions cpu_o;
+    cpu_o.kv = kv;
+    const Trace cpu = trace(*make_cpu_engine(w, cpu_o), 4, 32, nullptr);
+    for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, false, false, true},
+                               Paths{false, true, true, true, true}}) {
+      EngineOptions o = paths.options();
+      o.kv = kv;
+      o.cuda.cascade_attention = true;
+      auto gpu_e = cuda::make_cuda_engine(w, o);
+      const std::string what = std::string(kv == EngineOptions::Kv::FP8 ? "fp8 kv" : "bf16 kv") + " --cascade-attention" + paths.name();
+      compare(trace(*gpu_e, 4, 32, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 0.08, 3e-2, 0.2f, what, 0.01);
+      if (paths.graphs) {
+        EXPECT_GT(gpu_e->graph_stats().replays, 0) << what << ": no step replayed from a graph";
+        EXPECT_EQ(gpu_e->graph_stats().disabled, "") << what;
+      }
+    }
+  }
+}
+
+// The shapes the FlashInfer instantiation does not take, and the other prefix path, are refused
+// when the engine is made, in one line.
+TEST(GpuEngine, CascadeAttentionRefusesOtherShapes) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));  // head_dim 8
+  EngineOptions o;
+  o.cuda.cascade_attention = true;
+  try {
+    cuda::make_cuda_engine(w, o);
+    FAIL() << "head_dim 8 accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("head_dim 8"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  test::TempDir dir;
+  o.cuda.prefix_gemm = true;
+  EXPECT_THROW(cuda::make_cuda_engine(synthetic_hd128(dir), o), Error);
 }

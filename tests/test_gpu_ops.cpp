@@ -546,6 +546,13 @@ const OpRow kRows[] = {
      "as decode_attention_cuda: the suffix's sums in another order", prefix_merge},
     {"expand_step_pointers_cuda", "cuda::expand_step_pointers (src/cuda/step_plan.h)", "bit for bit: integer adds and multiplies",
      expand_step_pointers},
+    {"gather_queries_bf16_cuda", "bf16_from_float of each row in the given order", "bit for bit: both round to nearest even",
+     gather_queries_bf16},
+    {"cascade_prefix_attention_cuda", "cpu::decode_attention on each side (prefix: BF16 queries), merged by log-sum-exp in double",
+     "lse 1e-4; prefix 2^-8 (max|v| + |ref|): BF16 softmax weights and output; FP8 rows = BF16 rows bit for bit",
+     cascade_prefix_attention},
+    {"cascade_merge_cuda", "the log-sum-exp merge of the cascade's state (base-2 lse, BF16 o) with the suffix's, in double",
+     "as decode_attention_cuda: the suffix's sums in another order", cascade_merge},
 };
 
 // Runs without a device: the compiled table against the launcher list.

@@ -27,6 +27,7 @@
 #include "bestofn/util/rng.h"
 #include "cpu/attention.h"
 #include "cpu/ops.h"
+#include "cuda/cascade_plan.h"
 #include "cuda/kernels.h"
 #include "cuda/plan.h"
 #include "cuda/step_plan.h"
@@ -487,6 +488,41 @@ void prefix_merge() {
           vs(DecodeBatch::at(static_cast<const std::uint16_t*>(v.get()), b.suffix_off));
       cuda::prefix_merge_cuda(q.get(), map.get(), dm.get(), dl.get(), dout.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads,
                               s.n_kv, s.hd, out.get(), nullptr);
+      sync();
+      EXPECT_EQ(compare(out.download(), merged_attention(b, plan, p), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+    }
+}
+
+// The suffix side of --cascade-attention: random cascade states (FlashInfer's base-2 log-sum-exp
+// and normalized BF16 output, rows in group order) merged with each row's BF16 suffix, against the
+// host merge above with m = lse ln 2, l = 1 and o the BF16 values; the state rows from
+// cascade_step (a permutation of the batch). The shapes, suffixes and bound of prefix_merge.
+void cascade_merge() {
+  std::uint64_t seed = 7500;
+  for (int T : {1, 6, 33})
+    for (const HeadShape& s : kHeadShapes) {
+      SCOPED_TRACE(shape_name(T, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+      DecodeBatch b(T, s, seed, 8, 40);
+      if (T > 1) b.suffix_len[1] = 0;
+      std::vector<cuda::CascadeRow> rows;
+      for (int t = 0; t < T; ++t) rows.push_back({t % 3, 16 * (t % 3), 20});  // three prompts, interleaved
+      cuda::PrefixStateMap plan;
+      plan.map = cuda::cascade_step(rows, s.n_heads, s.n_kv, 16, 48).map;
+      const auto n = static_cast<std::size_t>(T * s.n_heads);
+      std::vector<float> lse2 = test::random_floats(n, seed + 5, 2.0f);
+      if (n > 2) lse2[0] += 40.0f, lse2[1] -= 40.0f;
+      const std::vector<std::uint16_t> o = random_bf16(n * static_cast<std::size_t>(s.hd), seed + 6);
+      seed += 10;
+      PrefixState p{std::vector<float>(n), std::vector<float>(n, 1.0f), std::vector<float>(o.size())};
+      for (std::size_t i = 0; i < n; ++i) p.m[i] = lse2[i] * 0.693147180559945309f;  // the kernel's fp32 product
+      for (std::size_t i = 0; i < o.size(); ++i) p.o[i] = bf16_to_float(o[i]);
+      DeviceArray<int> map(plan.map), slen(b.suffix_len);
+      DeviceArray<float> q(b.q), dlse(lse2), out(b.q.size());
+      DeviceArray<std::uint16_t> k(b.k_pool), v(b.v_pool), dout(o);
+      DeviceArray<const std::uint16_t*> ks(DecodeBatch::at(static_cast<const std::uint16_t*>(k.get()), b.suffix_off)),
+          vs(DecodeBatch::at(static_cast<const std::uint16_t*>(v.get()), b.suffix_off));
+      cuda::cascade_merge_cuda(q.get(), map.get(), dlse.get(), dout.get(), ks.get(), vs.get(), slen.get(), T, s.n_heads, s.n_kv, s.hd,
+                               out.get(), nullptr);
       sync();
       EXPECT_EQ(compare(out.download(), merged_attention(b, plan, p), kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
     }

@@ -34,6 +34,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
   sub->add_flag("--split-attention", f.split_attention,
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
+  sub->add_flag("--cascade-attention", f.cascade_attention,
+                "CUDA: every prompt's shared-prefix attention in one tensor-core launch per layer (FlashInfer; head_dim 128)");
   add_kv_cache_flag(sub, f.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "auto");
 }
@@ -43,7 +45,7 @@ void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) 
     const CLI::Option* device = sub->get_option("--device");
     if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
     for (const char* flag : {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--kv-blocks", "--device-sampling",
-                             "--split-attention", "--cuda-graphs"})
+                             "--split-attention", "--cuda-graphs", "--cascade-attention"})
       if (sub->get_option_no_throw(flag) && sub->count(flag))
         throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
   });

@@ -12,7 +12,7 @@ namespace bestofn::cli {
 void add_kv_cache_flag(CLI::App* sub, std::string& value);
 
 // --model --tokenizer --quantize --device --threads --batch --cuda-prefix-gemm --fused-qkv
-// --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --kv-cache
+// --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --cascade-attention --kv-cache
 void add_model_flags(CLI::App* sub, ModelOptions& f);
 // The CUDA engine's flags (--cuda-prefix-gemm ... --cuda-graphs, --kv-blocks) with --device cpu
 // (given, or `default_device` when not) change nothing: a usage error, checked when sub's flags

@@ -62,6 +62,10 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   // --cuda-graphs pads batches to their bucket: the paged pool keeps one block aside for the
   // padding rows' writes (on top of the blocks asked for).
   if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks, opt.cuda.graphs);
+  if (opt.cuda.cascade_attention) {
+    if (prefix_gemm_) throw Error("--cascade-attention and --cuda-prefix-gemm: two paths for the same shared-prefix attention, pick one");
+    cascade_ = std::make_unique<CascadeAttention>(stream_, c_.n_layers, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_);
+  }
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -75,6 +79,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     CUDA_CHECK(cudaMemsetAsync(padding_->kv.buf.get(), 0, padding_->kv.buf.size(), stream_));
     padding_->kv.len = 1;
     if (prefix_gemm_) widen_prefix(*padding_);
+    if (cascade_) padding_->cascade_page = add_cascade_prefix(padding_->kv);
     plan.pad = true;
     plan.padding_prefix = padding_->kv.layout();
     const KvLayout one_row = {plan.padding_prefix.k + plan.row_bytes, plan.padding_prefix.v + plan.row_bytes, plan.padding_prefix.layer_stride};
@@ -296,6 +301,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   }
   p->kv.len = T;
   if (prefix_gemm_) widen_prefix(*p);
+  if (cascade_) p->cascade_page = add_cascade_prefix(p->kv);
   logits_rows(T - 1, 1);
   CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -14,6 +14,7 @@
 #include "bestofn/util/error.h"
 #include "bestofn/model/weights.h"
 #include "util/handle_table.h"
+#include "cuda/cascade_attention.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dev_weights.h"
 #include "cuda/device_buffer.h"
@@ -59,6 +60,7 @@ struct Prefix {
   KvPart kv;
   int slots = 0;
   std::vector<DeviceBuffer> kf, vf;  // --cuda-prefix-gemm: per layer, the K/V widened to F32 (len, kv_dim)
+  int cascade_page = -1;             // --cascade-attention: the first page of its run in the page pool
 };
 
 struct Slot {
@@ -83,6 +85,7 @@ class CudaEngine final : public Engine {
     use_device();
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
+    if (cascade_ && pre.cascade_page >= 0) cascade_->release_prefix(pre.cascade_page);
     prefixes_.erase(p);
   }
   int add_slot(int p) override {
@@ -153,6 +156,12 @@ class CudaEngine final : public Engine {
     const auto d = timer_.detail(name);
     f();
   }
+  // --cascade-attention: a prompt's rows copied into the page pool; its first page.
+  int add_cascade_prefix(const KvPart& part) {
+    std::vector<const std::uint16_t*> k(static_cast<std::size_t>(c_.n_layers)), v(k.size());
+    for (int l = 0; l < c_.n_layers; ++l) k[static_cast<std::size_t>(l)] = part.k(l), v[static_cast<std::size_t>(l)] = part.v(l);
+    return cascade_->add_prefix(k, v, part.len);
+  }
   void reserve(KvPart& part, int rows);
   void scratch(int T);
   // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
@@ -200,6 +209,7 @@ class CudaEngine final : public Engine {
     bool tiled = false;                          // --split-attention: the tiled kernel
     int splits = 1;                              // --split-attention: chunks per row
     float* partial = nullptr;                    // (splits > 1) the chunk states
+    std::optional<CascadeStepPlan> cascade;      // --cascade-attention: the step's groups and FlashInfer's schedule
   };
   // The host's part of a step: the batch checked, the index arrays laid out and uploaded.
   StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
@@ -267,6 +277,7 @@ class CudaEngine final : public Engine {
   bool prefix_gemm_ = false;
   std::unique_ptr<PrefixAttention> prefix_attn_;
   std::unique_ptr<PagedKv> paged_;  // --paged-kv
+  std::unique_ptr<CascadeAttention> cascade_;  // --cascade-attention
   // --device-sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
   // they come back to.
   bool device_sampling_ = false;

@@ -89,6 +89,15 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
   s.starts = paged_ ? arena_.at<int>(lay.starts) : nullptr;
   s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
+  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedule
+    std::vector<CascadeRow> by_row(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool pad = i >= n_real;
+      const Prefix& pre = pad ? *padding_ : prefix_at(s.batch[i]->prefix);
+      by_row[i] = {pad ? kPaddingPrefix : s.batch[i]->prefix, pre.cascade_page, pre.kv.len};
+    }
+    s.cascade = cascade_->plan(by_row, graphs_ != nullptr);
+  }
   // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
   std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
   groups.resize(s.use_prefix ? L : 0);
@@ -133,6 +142,10 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
   const int T = s.T;
   const auto n = static_cast<std::size_t>(T);
   const std::uint16_t* const* d = s.ptrs + 4 * static_cast<std::size_t>(l) * n;  // k_prefix, v_prefix, k_suffix, v_suffix
+  if (s.cascade) {
+    cascade_->run(l, *s.cascade, q_.get<float>(), d + 2 * n, d + 3 * n, s.lens + T, att_.get<float>(), s.tables, s.starts, s.block);
+    return;
+  }
   if (s.use_prefix) {
     prefix_attn_->run(q_.get<float>(), s.plan, s.map, s.groups[static_cast<std::size_t>(l)], d + 2 * n, d + 3 * n, s.lens + T, T,
                       c_.n_heads, c_.n_kv_heads, c_.head_dim, att_.get<float>(), s.tables, s.starts, s.block, s.tiled ? s.splits : 0,
@@ -227,6 +240,7 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
     const SamplingParams& p = draws->params;
     key.insert(key.end(), {bits(p.temperature), static_cast<std::uint64_t>(p.top_k), bits(p.top_p), bits(p.min_p), p.seed});
   }
+  if (s.cascade) cascade_->add_to_key(key, *s.cascade);
   if (s.use_prefix) {
     prefix_attn_->add_to_key(key);
     key.push_back(static_cast<std::uint64_t>(s.plan.rows));

@@ -6,8 +6,10 @@
 // launcher (a launcher not in tests/gpu_op_names.h, or without a row, fails test_gpu_op_names).
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "bestofn/util/dtype.h"
 #include "bestofn/engine/sampler.h"
@@ -176,6 +178,67 @@ void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, co
                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
                        const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
+
+// --- --cascade-attention (kernels/cascade_attention.cu: FlashInfer's paged batch prefill on tensor
+//     cores; kernels/cascade_gather.cu; plans in src/cuda/cascade_plan.h) ---
+// Every prefix group's query rows (all heads of all its candidates) against the group's prompt K/V
+// in pages of kCascadePageTokens positions of a per-layer BF16 page pool (pages, 16, n_kv, hd),
+// one launch per layer; the prefix state (normalized BF16 output, base-2 LSE) then merges with
+// each candidate's suffix in cascade_merge_cuda.
+constexpr int kCascadePageTokens = 16;
+// False when this build has no FlashInfer headers (cmake/Cuda.cmake says so when it configures).
+bool cascade_attention_built();
+// The shapes the one instantiation takes: head_dim 128, n_heads a multiple of n_kv.
+bool cascade_attention_supported(int n_heads, int n_kv, int hd);
+// FlashInfer's workspaces: float (split-KV partial outputs) and int (the plan's index arrays) on
+// the device, and a page-locked host copy of the int one the plan is written to before its upload.
+struct CascadeWorkspace {
+  void* float_buf = nullptr;
+  std::size_t float_bytes = 0;
+  void* int_buf = nullptr;
+  void* int_pinned = nullptr;
+  std::size_t int_bytes = 0;
+};
+// A step's schedule (FlashInfer's PrefillPlanInfo as its 15 ints: grid, tile size, split, the
+// offsets of its arrays in the workspaces), and the workspace bytes it needs.
+struct CascadeSchedule {
+  bool planned = false;  // false: the workspace was too small (float_bytes, int_bytes say what it needs)
+  std::array<std::int64_t, 15> info{};
+  std::size_t float_bytes = 0, int_bytes = 0;
+};
+// On the host (FlashInfer's PrefillPlan), outside any graph capture; uploads its arrays on `stream`
+// from ws.int_pinned, which must not be rewritten before that copy ran. qo_indptr: query rows per
+// group (prefix sums); page_indptr: pages per group (prefix sums). fixed_grid: FlashInfer's CUDA
+// graph mode (a grid that does not depend on the lengths, a valid-block mask instead).
+CascadeSchedule cascade_schedule(const CascadeWorkspace& ws, std::vector<int>& qo_indptr, std::vector<int>& page_indptr,
+                                 int n_heads, int n_kv, int hd, bool fixed_grid, cudaStream_t stream);
+struct CascadePrefixArgs {
+  const std::uint16_t* q = nullptr;  // (rows, n_heads, hd) BF16, the rows in group order
+  const std::uint16_t* k_pages = nullptr;
+  const std::uint16_t* v_pages = nullptr;
+  const int* qo_indptr = nullptr;      // (groups + 1), device
+  const int* page_indptr = nullptr;    // (groups + 1)
+  const int* page_indices = nullptr;   // (page_indptr[groups])
+  const int* last_page_len = nullptr;  // (groups): positions in each group's last page, 1..16
+  int groups = 0, rows = 0, n_heads = 0, n_kv = 0, hd = 0;
+  float sm_scale = 0.0f;  // 1 / sqrt(hd)
+  std::uint16_t* out = nullptr;  // (rows, n_heads, hd) BF16, normalized
+  float* lse = nullptr;          // (rows, n_heads), base 2
+  const CascadeSchedule* schedule = nullptr;
+  CascadeWorkspace ws;
+};
+// Twin: cpu::decode_attention over the prefix alone (and its log-sum-exp), on BF16-rounded queries.
+void cascade_prefix_attention_cuda(const CascadePrefixArgs& args, cudaStream_t stream);
+// prefix_merge_cuda with the cascade's prefix state at state_row(t, h) (map from cascade_step,
+// src/cuda/cascade_plan.h): the base-2 log-sum-exp prefix_lse2 (rows) and the normalized BF16
+// output prefix_o (rows, hd), read as m = lse ln 2, l = 1. Twin: cpu::decode_attention.
+void cascade_merge_cuda(const float* q, const int* map, const float* prefix_lse2, const std::uint16_t* prefix_o,
+                        const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
+                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
+                        const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
+// out (rows, n_heads, hd) BF16 = bf16(q[order[r]]) for q (T, n_heads, hd) F32, round to nearest
+// even: the queries gathered into group order. Twin: bf16_from_float.
+void gather_queries_bf16_cuda(const float* q, const int* order, int rows, int n_heads, int hd, std::uint16_t* out, cudaStream_t stream);
 
 // Causal attention over a prompt: q (T, n_heads, hd), k/v T cache rows of format kv (the prefix's);
 // row t sees positions 0..t. out (T, n_heads, hd). Twin: cpu::prefill_attention.

@@ -32,6 +32,7 @@ EngineOptions engine_options(const ModelOptions& f) {
   eo.cuda.device_sampling = f.device_sampling;
   eo.cuda.split_attention = f.split_attention;
   eo.cuda.graphs = f.cuda_graphs;
+  eo.cuda.cascade_attention = f.cascade_attention;
   eo.kv = kv_cache_kind(f.kv_cache);
   return eo;
 }

@@ -32,6 +32,7 @@ struct CudaOptions {
   bool device_sampling = false;   // decode_sample samples on the device: only ids and logprobs come back
   bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
   bool graphs = false;            // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
+  bool cascade_attention = false; // every prefix group's attention in one tensor-core launch per layer (FlashInfer), merged with each suffix
 };
 
 struct EngineOptions {

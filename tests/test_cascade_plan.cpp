@@ -1,0 +1,339 @@
+// Host-side planning of --cascade-attention, without a GPU (src/cuda/cascade_plan.h): the page
+// runs of the prefix page pool, each step's grouping of batch rows by prefix (the permutation,
+// FlashInfer's qo_indptr and page tables, the merge's state rows), and the whole indexing emulated
+// on the host against cpu::decode_attention.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "bestofn/util/error.h"
+#include "bestofn/util/numeric.h"
+#include "cpu/attention.h"
+#include "cuda/cascade_plan.h"
+#include "test_util.h"
+
+namespace bestofn::cuda {
+namespace {
+
+constexpr int kPage = 16;
+
+std::vector<std::uint16_t> bf16_values(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint16_t> out;
+  for (float f : test::random_floats(n, seed)) out.push_back(bf16_from_float(f));
+  return out;
+}
+
+TEST(PageRuns, TakesFirstFitRunsAndCoalescesWhatIsGivenBack) {
+  PageRuns runs(10);
+  EXPECT_EQ(runs.take(3), 0);
+  EXPECT_EQ(runs.take(4), 3);
+  EXPECT_EQ(runs.take(3), 7);
+  EXPECT_EQ(runs.take(1), -1);  // full: the caller grows the pool
+  EXPECT_EQ(runs.free_pages(), 0);
+  runs.give(3);
+  EXPECT_EQ(runs.run_pages(0), 3);
+  EXPECT_EQ(runs.take(5), -1);  // 4 free pages in one run
+  EXPECT_EQ(runs.take(2), 3);   // reused, first fit
+  runs.give(0);
+  runs.give(7);
+  EXPECT_EQ(runs.free_pages(), 8);
+  runs.give(3);  // 0..2, 3..4, 5..6 and 7..9 coalesce into one run
+  EXPECT_EQ(runs.take(10), 0);
+}
+
+TEST(PageRuns, GrowsAtTheEndKeepingTakenRuns) {
+  PageRuns runs(4);
+  EXPECT_EQ(runs.take(3), 0);
+  EXPECT_EQ(runs.take(5), -1);
+  const int size = runs.grown_size(5);  // one free page at the end counts: 4 + 4, doubled to 8
+  EXPECT_EQ(size, 8);
+  runs.grow(size);
+  EXPECT_EQ(runs.take(5), 3);  // the old free tail and the new pages as one run
+  EXPECT_EQ(runs.run_pages(0), 3);
+  EXPECT_EQ(PageRuns(0).grown_size(7), 7);
+}
+
+TEST(PageRuns, RefusesBadInput) {
+  PageRuns runs(4);
+  EXPECT_THROW(runs.take(0), Error);
+  EXPECT_THROW(runs.give(1), Error);  // no run starts there
+  const int first = runs.take(2);
+  runs.give(first);
+  EXPECT_THROW(runs.give(first), Error);  // given twice
+  EXPECT_THROW(runs.grow(3), Error);      // shrinking
+}
+
+TEST(PageRuns, ManyRunsTakenAndFreedStayDisjoint) {
+  std::mt19937_64 rng(11);
+  PageRuns runs(0);
+  std::map<int, int> held;  // first -> pages
+  for (int i = 0; i < 2000; ++i) {
+    if (!held.empty() && rng() % 3 == 0) {
+      auto it = held.begin();
+      std::advance(it, static_cast<long>(rng() % held.size()));
+      runs.give(it->first);
+      held.erase(it);
+      continue;
+    }
+    const int n = 1 + static_cast<int>(rng() % 40);
+    int first = runs.take(n);
+    if (first < 0) {
+      runs.grow(runs.grown_size(n));
+      first = runs.take(n);
+    }
+    ASSERT_GE(first, 0);
+    held[first] = n;
+  }
+  int used = 0, end = 0;
+  for (const auto& [first, n] : held) {
+    EXPECT_GE(first, end) << "runs overlap";
+    end = first + n, used += n;
+    EXPECT_EQ(runs.run_pages(first), n);
+  }
+  EXPECT_LE(end, runs.pages());
+  EXPECT_EQ(runs.free_pages(), runs.pages() - used);
+}
+
+// A batch over `group_sizes.size()` prefixes of random lengths, rows shuffled; each prefix in its
+// own run of a PageRuns pool.
+struct Batch {
+  std::vector<CascadeRow> rows;
+  std::vector<int> prefix_of_row;
+  int pool_pages = 0;
+};
+Batch make_batch(const std::vector<int>& group_sizes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  PageRuns runs(0);
+  Batch b;
+  std::vector<CascadeRow> prefixes;
+  for (std::size_t p = 0; p < group_sizes.size(); ++p) {
+    const int len = 1 + static_cast<int>(rng() % 300);  // mostly not multiples of 16
+    const int n = pages_for(len, kPage);
+    int first = runs.take(n);
+    if (first < 0) {
+      runs.grow(runs.grown_size(n));
+      first = runs.take(n);
+    }
+    prefixes.push_back({static_cast<int>(1000 + 7 * p), first, len});
+    for (int i = 0; i < group_sizes[p]; ++i) b.prefix_of_row.push_back(static_cast<int>(p));
+  }
+  std::shuffle(b.prefix_of_row.begin(), b.prefix_of_row.end(), rng);
+  for (int p : b.prefix_of_row) b.rows.push_back(prefixes[static_cast<std::size_t>(p)]);
+  b.pool_pages = runs.pages();
+  return b;
+}
+
+// The invariants of a step plan: every batch row once in the permutation, in a group of its own
+// prefix, groups in order of first appearance and rows in batch order within them; every position
+// of every group's prefix covered once by its pages (the run's pages in order, the last one
+// holding 1..16 positions); the merge map pointing at the row's place.
+void expect_valid(const Batch& b, const CascadeStep& s, int n_heads, int n_kv) {
+  const int T = static_cast<int>(b.rows.size());
+  const auto Ts = static_cast<std::size_t>(T);
+  ASSERT_EQ(s.order.size(), Ts);
+  std::vector<int> seen(Ts, 0);
+  for (int t : s.order) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, T);
+    seen[static_cast<std::size_t>(t)]++;
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), T) << "a batch row is missing or repeated";
+  const int G = s.groups();
+  ASSERT_EQ(s.page_indptr.size(), static_cast<std::size_t>(G) + 1);
+  ASSERT_EQ(s.last_page_len.size(), static_cast<std::size_t>(G));
+  EXPECT_EQ(s.qo_indptr.front(), 0);
+  EXPECT_EQ(s.qo_indptr.back(), T);
+  std::set<int> prefixes_seen, pages_seen;
+  int last_first_row = -1;
+  for (int g = 0; g < G; ++g) {
+    const auto gs = static_cast<std::size_t>(g);
+    ASSERT_LT(s.qo_indptr[gs], s.qo_indptr[gs + 1]) << "an empty group";
+    const CascadeRow& head = b.rows[static_cast<std::size_t>(s.order[static_cast<std::size_t>(s.qo_indptr[gs])])];
+    EXPECT_TRUE(prefixes_seen.insert(head.prefix).second) << "prefix " << head.prefix << " in two groups";
+    EXPECT_GT(s.order[static_cast<std::size_t>(s.qo_indptr[gs])], last_first_row) << "groups not in order of first appearance";
+    last_first_row = s.order[static_cast<std::size_t>(s.qo_indptr[gs])];
+    for (int r = s.qo_indptr[gs]; r < s.qo_indptr[gs + 1]; ++r) {
+      const int t = s.order[static_cast<std::size_t>(r)];
+      EXPECT_EQ(b.rows[static_cast<std::size_t>(t)].prefix, head.prefix);
+      if (r > s.qo_indptr[gs]) {
+        EXPECT_GT(t, s.order[static_cast<std::size_t>(r) - 1]) << "rows not in batch order";
+      }
+      EXPECT_EQ(s.map[static_cast<std::size_t>(t)], r * n_heads);
+      EXPECT_EQ(s.map[Ts + static_cast<std::size_t>(t)], n_heads / n_kv);
+      EXPECT_EQ(s.map[2 * Ts + static_cast<std::size_t>(t)], 0);
+    }
+    // Pages: the run's, in order; positions (pages - 1) * 16 + last = len, each once.
+    const int n = s.page_indptr[gs + 1] - s.page_indptr[gs];
+    ASSERT_GE(n, 1);
+    for (int i = 0; i < n; ++i) {
+      const int page = s.page_indices[static_cast<std::size_t>(s.page_indptr[gs] + i)];
+      EXPECT_EQ(page, head.first_page + i);
+      EXPECT_TRUE(pages_seen.insert(page).second) << "page " << page << " in two groups";
+      EXPECT_LT(page, b.pool_pages);
+    }
+    const int last = s.last_page_len[gs];
+    EXPECT_GE(last, 1);
+    EXPECT_LE(last, kPage);
+    EXPECT_EQ((n - 1) * kPage + last, head.len) << "group " << g << "'s pages do not cover its prefix exactly";
+  }
+  EXPECT_EQ(s.page_indices.size(), static_cast<std::size_t>(s.page_indptr.back()));
+  EXPECT_EQ(prefixes_seen.size(), std::set<int>(b.prefix_of_row.begin(), b.prefix_of_row.end()).size());
+}
+
+TEST(CascadeStep, GroupsOfOneRow) {
+  const Batch b = make_batch(std::vector<int>(37, 1), 1);
+  const CascadeStep s = cascade_step(b.rows, 32, 8, kPage, b.pool_pages);
+  EXPECT_EQ(s.groups(), 37);
+  expect_valid(b, s, 32, 8);
+}
+
+TEST(CascadeStep, OneGroupForTheWholeBatch) {
+  const Batch b = make_batch({256}, 2);
+  const CascadeStep s = cascade_step(b.rows, 32, 8, kPage, b.pool_pages);
+  EXPECT_EQ(s.groups(), 1);
+  for (std::size_t r = 0; r < s.order.size(); ++r) EXPECT_EQ(s.order[r], static_cast<int>(r));  // batch order kept
+  expect_valid(b, s, 32, 8);
+}
+
+TEST(CascadeStep, HumanEvalShapedBatches) {
+  // 164 prompts of uneven sizes (1..20 candidates left each), and best-of-8 / best-of-100 shapes.
+  std::mt19937_64 rng(3);
+  std::vector<int> uneven(164);
+  for (int& n : uneven) n = 1 + static_cast<int>(rng() % 20);
+  for (const auto& sizes : {uneven, std::vector<int>(164, 8), std::vector<int>(164, 100)}) {
+    const Batch b = make_batch(sizes, rng());
+    const CascadeStep s = cascade_step(b.rows, 32, 8, kPage, b.pool_pages);
+    EXPECT_EQ(s.groups(), 164);
+    expect_valid(b, s, 32, 8);
+  }
+}
+
+TEST(CascadeStep, RefusesBadInput) {
+  const std::vector<CascadeRow> ok = {{5, 0, 20}, {5, 0, 20}};
+  EXPECT_NO_THROW(cascade_step(ok, 32, 8, kPage, 2));
+  EXPECT_THROW(cascade_step({}, 32, 8, kPage, 2), Error);                                        // no rows
+  EXPECT_THROW(cascade_step(ok, 32, 8, kPage, 1), Error);                                        // pages past the pool
+  EXPECT_THROW(cascade_step(ok, 30, 8, kPage, 2), Error);                                        // heads do not divide
+  EXPECT_THROW(cascade_step(std::vector<CascadeRow>{{5, 0, 0}}, 32, 8, kPage, 2), Error);        // an empty prefix
+  EXPECT_THROW(cascade_step(std::vector<CascadeRow>{{5, -1, 3}}, 32, 8, kPage, 2), Error);       // a negative page
+  EXPECT_THROW(cascade_step(std::vector<CascadeRow>{{5, 0, 20}, {5, 1, 20}}, 32, 8, kPage, 4), Error);  // one prefix, two runs
+  try {
+    cascade_step(std::vector<CascadeRow>{{5, 0, 20}, {5, 0, 21}}, 32, 8, kPage, 4);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+  }
+}
+
+// The plan's whole indexing emulated on the host: the prompts copied into a page pool at their
+// runs (zeros past each prompt); per group, the prefix state (log-sum-exp in natural units and
+// the normalized output, in double) of each of its rows read through page_indices and
+// last_page_len at place r of the group order; per batch row, the state at map[t] + h merged with
+// the row's suffix by log-sum-exp. Against cpu::decode_attention over the original rows: only
+// summation order and exp differ (the twin's exp_poly), so 1e-5 + 1e-4 relative.
+TEST(CascadeStep, HostEmulationOfTheIndexingMatchesDecodeAttention) {
+  const int n_heads = 8, n_kv = 2, hd = 16, group = n_heads / n_kv;
+  const auto kvd = static_cast<std::size_t>(n_kv * hd), HD = static_cast<std::size_t>(hd);
+  const Batch b = make_batch({1, 3, 5, 1, 2}, 4);
+  const int T = static_cast<int>(b.rows.size());
+  const auto Ts = static_cast<std::size_t>(T);
+  std::mt19937_64 rng(5);
+  // Each prefix's rows (contiguous), and each row's suffix.
+  std::map<int, std::vector<std::uint16_t>> pk, pv;
+  for (const CascadeRow& r : b.rows)
+    if (!pk.count(r.prefix)) {
+      pk[r.prefix] = bf16_values(static_cast<std::size_t>(r.len) * kvd, rng());
+      pv[r.prefix] = bf16_values(static_cast<std::size_t>(r.len) * kvd, rng());
+    }
+  std::vector<std::vector<std::uint16_t>> sk, sv;
+  std::vector<int> slen;
+  for (int t = 0; t < T; ++t) {
+    slen.push_back(static_cast<int>(rng() % 20));  // empty suffixes too
+    sk.push_back(bf16_values(static_cast<std::size_t>(slen.back()) * kvd + 1, rng()));
+    sv.push_back(bf16_values(static_cast<std::size_t>(slen.back()) * kvd + 1, rng()));
+  }
+  const std::vector<float> q = test::random_floats(Ts * static_cast<std::size_t>(n_heads) * HD, 6, 2.0f);
+  // The pools: page p holds positions [16 p', 16 p' + 16) of the prompt whose run it is in.
+  const std::size_t page_elems = static_cast<std::size_t>(kPage) * kvd;
+  std::vector<std::uint16_t> kpool(static_cast<std::size_t>(b.pool_pages) * page_elems), vpool(kpool.size());
+  for (const CascadeRow& r : b.rows) {
+    std::copy(pk[r.prefix].begin(), pk[r.prefix].end(), kpool.begin() + static_cast<long>(static_cast<std::size_t>(r.first_page) * page_elems));
+    std::copy(pv[r.prefix].begin(), pv[r.prefix].end(), vpool.begin() + static_cast<long>(static_cast<std::size_t>(r.first_page) * page_elems));
+  }
+  const CascadeStep s = cascade_step(b.rows, n_heads, n_kv, kPage, b.pool_pages);
+  // Prefix states at rows r * n_heads + h of the group order, read through the page tables only.
+  const double scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<double> lse(Ts * static_cast<std::size_t>(n_heads)), out_p(lse.size() * HD);
+  for (int g = 0; g < s.groups(); ++g)
+    for (int r = s.qo_indptr[static_cast<std::size_t>(g)]; r < s.qo_indptr[static_cast<std::size_t>(g) + 1]; ++r)
+      for (int h = 0; h < n_heads; ++h) {
+        const float* qr = q.data() + (static_cast<std::size_t>(s.order[static_cast<std::size_t>(r)]) * static_cast<std::size_t>(n_heads) +
+                                      static_cast<std::size_t>(h)) * HD;
+        std::vector<double> scores, acc(HD, 0.0);
+        const int first = s.page_indptr[static_cast<std::size_t>(g)], pages = s.page_indptr[static_cast<std::size_t>(g) + 1] - first;
+        for (int i = 0; i < pages; ++i) {
+          const int in_page = i + 1 < pages ? kPage : s.last_page_len[static_cast<std::size_t>(g)];
+          for (int j = 0; j < in_page; ++j) {
+            const std::size_t at = (static_cast<std::size_t>(s.page_indices[static_cast<std::size_t>(first + i)]) * kPage +
+                                    static_cast<std::size_t>(j)) * kvd + static_cast<std::size_t>(h / group) * HD;
+            double dot = 0;
+            for (std::size_t e = 0; e < HD; ++e) dot += static_cast<double>(qr[e]) * bf16_to_float(kpool[at + e]);
+            scores.push_back(dot * scale);
+            const double w = std::exp(scores.back());
+            for (std::size_t e = 0; e < HD; ++e) acc[e] += w * bf16_to_float(vpool[at + e]);
+          }
+        }
+        double l = 0;
+        for (double sc : scores) l += std::exp(sc);
+        const std::size_t row = static_cast<std::size_t>(r) * static_cast<std::size_t>(n_heads) + static_cast<std::size_t>(h);
+        lse[row] = std::log(l);
+        for (std::size_t e = 0; e < HD; ++e) out_p[row * HD + e] = acc[e] / l;
+      }
+  // The merge, by map, and the reference.
+  std::vector<float> got(q.size()), ref(q.size());
+  std::vector<const std::uint16_t*> kp, vp, ks, vs;
+  std::vector<int> plen;
+  for (int t = 0; t < T; ++t) {
+    const CascadeRow& r = b.rows[static_cast<std::size_t>(t)];
+    kp.push_back(pk[r.prefix].data()), vp.push_back(pv[r.prefix].data()), plen.push_back(r.len);
+    ks.push_back(sk[static_cast<std::size_t>(t)].data()), vs.push_back(sv[static_cast<std::size_t>(t)].data());
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qr = q.data() + (static_cast<std::size_t>(t) * static_cast<std::size_t>(n_heads) + static_cast<std::size_t>(h)) * HD;
+      const std::size_t sr = static_cast<std::size_t>(s.map[static_cast<std::size_t>(t)] + (h / group) * s.map[Ts + static_cast<std::size_t>(t)] +
+                                                      s.map[2 * Ts + static_cast<std::size_t>(t)] * group + h % group);
+      double M = lse[sr], denom = 0;
+      std::vector<double> sc;
+      for (int j = 0; j < slen[static_cast<std::size_t>(t)]; ++j) {
+        double dot = 0;
+        for (std::size_t e = 0; e < HD; ++e)
+          dot += static_cast<double>(qr[e]) * bf16_to_float(sk[static_cast<std::size_t>(t)][static_cast<std::size_t>(j) * kvd + static_cast<std::size_t>(h / group) * HD + e]);
+        sc.push_back(dot * scale);
+        M = std::max(M, sc.back());
+      }
+      std::vector<double> acc(HD);
+      const double a = std::exp(lse[sr] - M);
+      denom = a;
+      for (std::size_t e = 0; e < HD; ++e) acc[e] = a * out_p[sr * HD + e];
+      for (int j = 0; j < slen[static_cast<std::size_t>(t)]; ++j) {
+        const double w = std::exp(sc[static_cast<std::size_t>(j)] - M);
+        denom += w;
+        for (std::size_t e = 0; e < HD; ++e)
+          acc[e] += w * bf16_to_float(sv[static_cast<std::size_t>(t)][static_cast<std::size_t>(j) * kvd + static_cast<std::size_t>(h / group) * HD + e]);
+      }
+      for (std::size_t e = 0; e < HD; ++e)
+        got[(static_cast<std::size_t>(t) * static_cast<std::size_t>(n_heads) + static_cast<std::size_t>(h)) * HD + e] = static_cast<float>(acc[e] / denom);
+    }
+  }
+  cpu::decode_attention(q.data(), kp.data(), vp.data(), plen.data(), ks.data(), vs.data(), slen.data(), T, n_heads, n_kv, hd, ref.data());
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-5 + 1e-4 * std::fabs(ref[i])) << "element " << i;
+}
+
+}  // namespace
+}  // namespace bestofn::cuda
