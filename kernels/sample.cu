@@ -521,7 +521,12 @@ __device__ void run_walk(const RowView& row, const Shape& s, const Work& w, int 
   u64 bound = ~0ull;
   for (int j = 0;; ++j) {
     load_tile(row, s, w, t, a, j, bound, seen, sm);
-    if (tid == 0) sp::walk_tile(sm.rule, sm.walk, sm.u.tile.w, sm.u.tile.id, sm.tile_n);
+    if (tid == 0) {  // in registers, not through shared memory, while it walks
+      const sp::Rule rule = sm.rule;
+      sp::Walk walk = sm.walk;
+      sp::walk_tile(rule, walk, sm.u.tile.w, sm.u.tile.id, sm.tile_n);
+      sm.walk = walk;
+    }
     __syncthreads();
     seen += sm.tile_n;
     if (sm.walk.done || seen >= sm.count || sm.tile_n == 0) break;

@@ -182,9 +182,12 @@ inline float min_p_stop(float min_p) {
 }
 
 // The top-p total's bound when the finish sums it in chunk order (chunk masses, then the chunks
-// in order) and the host in id order over the row: each is within n_adds * 2^-53 (relative) of
-// the exact sum of the n nonnegative weights; their distance is within twice the larger, widened
-// once more for the roundings of the bound itself.
+// in order) and the host in id order over the row. Summing n nonnegative terms, each term passing
+// through at most m rounded adds, lands within m 2^-53 (1 + O(m 2^-53)) of the exact sum,
+// relative: the host's m is n - 1, the chunks' 64 + 8 + 1 + chunks, so the two lie within
+// (n + chunks + 73) 2^-53 of each other; delta is four times that, which also covers the
+// roundings of the bound itself. The host's need = top_p * total (one rounding, monotone in
+// total) then lies in [lo, hi].
 BESTOFN_HD void top_p_need_bounds(double total, long long candidates, int chunks, float top_p, double& lo, double& hi) {
   const double adds = static_cast<double>(candidates) + static_cast<double>(chunks) + 128.0;
   const double delta = adds * 0x1p-51 * total;
@@ -229,7 +232,7 @@ BESTOFN_HD void walk_start(Walk& s, int phase) {
   if (phase == kDraw) s.token = -1, s.last_id = -1;
 }
 
-// Whether an item is in the kept set of min-p alone, and whether min-p alone's walk may stop.
+// Whether min-p keeps an item: the host's w >= min_p, in float.
 BESTOFN_HD bool min_p_keeps(const Rule& rule, float w) { return w >= rule.min_p_value; }
 
 // One tile: n items of the order, weights w[0..n) and ids id[0..n). Returns s.done. A prefix
