@@ -247,7 +247,22 @@ void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::u
 
 // Sampling per row of logits (T, V) with the rule and RNG of bestofn::sample_token (the twin):
 // row t draws with (params.seed, prompt[t], candidate[t], step[t]). tokens (T), logprobs (T).
+// The multi-block sampler (kernels/sample.cu, src/cuda/sample_passes.h): the token is
+// sample_token's exactly, the logprob within a few float ulps of its log-sum-exp; V <= 2^21,
+// T <= 65535. It needs sample_token_workspace_bytes(T, V, params) of device memory: pass it in
+// options (what a CUDA graph should capture), else each call takes it with cudaMallocAsync and
+// gives it back with cudaFreeAsync on `stream`.
+struct SampleOptions {
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  int blocks_per_row = 0;    // 0: enough that the T rows fill the SMs twice; the draws do not depend on it
+  int tile_cap = 0;          // 0: 4096 keys sorted at once; smaller makes more tiles (tests)
+  bool exact_total = false;  // top-p without top-k: always the host-order total, not the certified chunk sum (tests)
+  bool legacy = false;       // the one-block-per-row bisection kernel (near-ties may differ), until timed against
+};
+std::size_t sample_token_workspace_bytes(int T, int V, const SamplingParams& params);
 void sample_token_cuda(const float* logits, int T, int V, const SamplingParams& params, const std::uint64_t* prompt,
-                 const std::uint64_t* candidate, const std::uint64_t* step, int* tokens, float* logprobs, cudaStream_t stream);
+                       const std::uint64_t* candidate, const std::uint64_t* step, int* tokens, float* logprobs,
+                       cudaStream_t stream, const SampleOptions& options = {});
 
 }  // namespace bestofn::cuda
