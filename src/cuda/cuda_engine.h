@@ -282,6 +282,7 @@ class CudaEngine final : public Engine {
   // they come back to.
   bool device_sampling_ = false;
   DeviceBuffer samples_;
+  DeviceBuffer sample_ws_;  // the sampler's passes (sample_token_workspace_bytes), grown before a step, never inside one
   PinnedBuffer pinned_;
   PhaseTimer timer_;
 };

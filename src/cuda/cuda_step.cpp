@@ -55,6 +55,9 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
   const int Tn = s.T = planner_->padded(T);
   const auto n = static_cast<std::size_t>(Tn);
   grow_ahead(Tn);
+  // --device-sampling: the sampler's workspace for these rows and parameters, grown here (outside
+  // any capture) so that the sampler allocates nothing inside the step.
+  if (draws) sample_ws_.resize(sample_token_workspace_bytes(Tn, c_.vocab_size, draws->params));
   // --cuda-prefix-gemm: the batch rows of each prefix (the padding rows a group of their own,
   // over padding_'s one position). A step in which no prefix has kMinPrefixGemmRows rows (one
   // candidate left per prompt) gains nothing from matrix products and takes the decode kernel.
@@ -131,8 +134,10 @@ void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
   if (draws) {  // --device-sampling: sample_token's draws, on the device
     int* d_out = samples_.get<int>();
     const auto d = timer_.detail("sample");
+    SampleOptions so;
+    so.workspace = sample_ws_.get(), so.workspace_bytes = sample_ws_.size();
     sample_token_cuda(logits_.get<float>(), T, c_.vocab_size, draws->params, s.draws, s.draws + n, s.draws + 2 * n, d_out,
-                      reinterpret_cast<float*>(d_out + n), stream_);
+                      reinterpret_cast<float*>(d_out + n), stream_, so);
   }
 }
 
@@ -234,7 +239,7 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
                addr(arena_.device_base()), addr(step_ptrs_.get())};
   key.insert(key.end(), {lay.tokens, lay.pos, lay.lens, lay.draws, lay.map, lay.desc, lay.starts, lay.tables});
   for (const DeviceBuffer* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &gate_, &up_, &logits_, &act_q_, &act_s_, &act_bf16_, &fused_,
-                                &attn_work_, &samples_})
+                                &attn_work_, &samples_, &sample_ws_})
     key.push_back(addr(b->get()));
   if (draws) {
     const SamplingParams& p = draws->params;

@@ -39,8 +39,10 @@ struct SamplerScratch {
 // most probable; when top-k, top-p or min-p is on, tokens are ordered by probability descending
 // (ties: lower id first), else by id; top-p keeps the shortest prefix whose mass reaches p; min-p
 // keeps p >= min_p * p_max; the token drawn is the first whose cumulative mass exceeds
-// u * kept_mass, u = uniform01(seed, prompt, candidate, step). The CUDA sampler follows the same
-// rule, so a seed gives the same candidates on both apart from near-ties.
+// u * kept_mass, u = uniform01(seed, prompt, candidate, step). The CUDA sampler (kernels/sample.cu)
+// follows the same rule with the same sums in the same order (its host emulation,
+// test_sampler_passes, draws these tokens exactly; the device itself is yet to confirm it:
+// benchmarks/GPU_TODO.md), so a seed gives the same candidates on both.
 Sample sample_token(std::span<const float> logits, const SamplingParams& p, std::uint64_t prompt,
                     std::uint64_t candidate, std::uint64_t step, SamplerScratch& scratch);
 
