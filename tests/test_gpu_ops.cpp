@@ -536,6 +536,8 @@ const OpRow kRows[] = {
     {"decode_attention_tiled_cuda", "cpu::decode_attention", "as decode_attention_cuda: positions summed in tiles",
      decode_attention_tiled},
     {"prefill_attention_cuda", "cpu::prefill_attention", "as decode_attention_cuda: softmax sums in another order", prefill_attention},
+    {"prefill_attention_segments_cuda", "cpu::prefill_attention over each segment, q_offset its first position",
+     "as prefill_attention_cuda: the same online softmax", prefill_attention_segments},
     {"sample_token_cuda", "bestofn::sample_token", "greedy exact; 99% of sampled tokens equal, logprobs 1e-4: sums in another order",
      sample_token},
     {"gather_prefix_queries_cuda", "a copy of each (t, h) query row to state_row(t, h)", "bit for bit: a copy",
