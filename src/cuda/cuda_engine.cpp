@@ -254,8 +254,9 @@ void CudaEngine::finish_prefix(Prefix& p, int len) {
 }
 
 // Batched, chunked prefill. Each pass's rows are laid out with the last rows of the prompts that
-// end in it first (in prompt order), then the other rows: the logits are then those of the pass's
-// first m rows, with no gather, written straight into those prompts' rows of prefill_logits_.
+// end in it first (in prompt order), then the other rows (prefill_pass_rows): the logits are then
+// those of the pass's first m rows, with no gather, written straight into those prompts' rows of
+// prefill_logits_.
 // Row order does not matter to the rest of the forward: the GEMMs and the row ops treat rows
 // alike, rope_kv_write_cuda writes each row to the cache row it is given, and the attention finds
 // each row's prompt and position in its own tables. The index arrays of every pass go up in one
@@ -285,28 +286,20 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
   arena_.clear();
   // At most 65535 rows a pass: the attention's grid (a longer prompt goes in chunks).
   for (const auto& plan : plan_prefill_passes(lengths, std::min(max_pass_tokens, kMaxPrefillPassRows))) {
+    const PrefillPassRows layout = prefill_pass_rows(plan, lengths);
     Pass pass;
-    std::vector<std::pair<std::size_t, int>> order;  // (segment, position) of each row
-    for (std::size_t k = 0; k < plan.size(); ++k)
-      if (plan[k].end == lengths[plan[k].prompt]) {
-        if (pass.m++ == 0) pass.first = plan[k].prompt;
-        order.emplace_back(k, plan[k].end - 1);
-      }
-    for (std::size_t k = 0; k < plan.size(); ++k)
-      for (int j = plan[k].begin; j < plan[k].end; ++j)
-        if (j != lengths[plan[k].prompt] - 1) order.emplace_back(k, j);
-    pass.T = static_cast<int>(order.size()), pass.S = static_cast<int>(plan.size());
-    const auto T = order.size(), S = plan.size();
-    std::vector<int> tokens(T), pos(T), seg(T);
+    pass.T = static_cast<int>(layout.segment.size()), pass.S = static_cast<int>(plan.size());
+    pass.m = layout.ending, pass.first = layout.first_ending;
+    const auto T = layout.segment.size(), S = plan.size();
+    std::vector<int> tokens(T);
     std::vector<std::uint16_t*> rows(2 * layers * T);   // layer l: k rows at 2 l T, v rows after
     std::vector<std::uint16_t*> bases(2 * layers * S);  // layer l: k bases at 2 l S, v bases after
     for (std::size_t t = 0; t < T; ++t) {
-      const auto [k, j] = order[t];
-      const std::size_t p = plan[k].prompt;
-      tokens[t] = prompts[p][static_cast<std::size_t>(j)], pos[t] = j, seg[t] = static_cast<int>(k);
+      const std::size_t p = plan[static_cast<std::size_t>(layout.segment[t])].prompt, j = static_cast<std::size_t>(layout.position[t]);
+      tokens[t] = prompts[p][j];
       for (std::size_t l = 0; l < layers; ++l) {
-        rows[2 * l * T + t] = kv_row(made[p]->kv.k[l], static_cast<std::size_t>(j));
-        rows[(2 * l + 1) * T + t] = kv_row(made[p]->kv.v[l], static_cast<std::size_t>(j));
+        rows[2 * l * T + t] = kv_row(made[p]->kv.k[l], j);
+        rows[(2 * l + 1) * T + t] = kv_row(made[p]->kv.v[l], j);
       }
     }
     for (std::size_t k = 0; k < S; ++k)
@@ -314,7 +307,7 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
         bases[2 * l * S + k] = made[plan[k].prompt]->kv.k[l].get<std::uint16_t>();
         bases[(2 * l + 1) * S + k] = made[plan[k].prompt]->kv.v[l].get<std::uint16_t>();
       }
-    pass.tokens = arena_.add(tokens), pass.pos = arena_.add(pos), pass.seg = arena_.add(seg);
+    pass.tokens = arena_.add(tokens), pass.pos = arena_.add(layout.position), pass.seg = arena_.add(layout.segment);
     pass.rows = arena_.add(rows), pass.bases = arena_.add(bases);
     passes.push_back(pass);
     most = std::max(most, pass.T);
