@@ -1,8 +1,8 @@
 // Prefill of many prompts, one by one (Engine::prefill per prompt, as the scheduler did before
 // prefill_many) against batched (Engine::prefill_many with --tokens rows per pass), side by side in
 // one run on one engine: by default the 164 HumanEval prompts encoded with the model's tokenizer.
-// Each repetition runs every mode once, in turn, and frees its prefixes; each mode's time is the
-// median over the repetitions. The last-row logits of every mode are compared with the one-by-one
+// Each repetition runs every mode once, in turn, and frees its prefixes; each mode's wall and
+// process CPU times are medians over the repetitions. The last-row logits of every mode are compared with the one-by-one
 // ones (max |difference|: 0 on the CPU engine). One JSON line per mode:
 //   bench_prefill --model DIR [--tokenizer DIR] [--dataset humaneval] [--data-dir DIR]
 //                 [--device cpu|cuda|auto] [--threads N] [--tokens 512,2048,8192] [--repeat 3] [--limit K]
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,6 +43,14 @@ std::vector<int> int_list(const std::string& s) {
     at = comma + 1;
   }
   return out;
+}
+
+// CPU time of the whole process (every thread, spinning pool workers included): less moved than
+// the wall time by other processes on a shared machine.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -93,13 +102,14 @@ int main(int argc, char** argv) try {
   // Mode 0: one by one; mode k > 0: prefill_many with budgets[k - 1] rows per pass.
   const std::vector<int> budgets = int_list(tokens_list);
   const std::size_t modes = budgets.size() + 1;
-  std::vector<std::vector<double>> secs(modes);
+  std::vector<std::vector<double>> secs(modes), cpu_secs(modes);
   std::vector<std::vector<float>> logits(modes, std::vector<float>(prompts.size() * V));
   using Clock = std::chrono::steady_clock;
   for (int r = 0; r < repeat; ++r)
     for (std::size_t m = 0; m < modes; ++m) {
       std::vector<int> ids;
       const auto t0 = Clock::now();
+      const double c0 = process_cpu_seconds();
       if (m == 0) {
         for (std::size_t p = 0; p < prompts.size(); ++p)
           ids.push_back(engine->prefill(prompts[p], std::span<float>(logits[0]).subspan(p * V, V)));
@@ -107,6 +117,7 @@ int main(int argc, char** argv) try {
         ids = engine->prefill_many(spans, logits[m], budgets[m - 1]);
       }
       secs[m].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      cpu_secs[m].push_back(process_cpu_seconds() - c0);
       for (int id : ids) engine->release_prefix(id);
     }
   const double base = median(secs[0]);
@@ -123,6 +134,8 @@ int main(int argc, char** argv) try {
                            {"longest_prompt", longest},
                            {"seconds_median", s},
                            {"seconds", secs[m]},
+                           {"cpu_seconds_median", median(cpu_secs[m])},
+                           {"cpu_seconds", cpu_secs[m]},
                            {"prompt_tok_per_s", static_cast<double>(prompt_tokens) / s},
                            {"speedup_vs_one_by_one", base / s},
                            {"max_abs_logit_diff_vs_one_by_one", diff},
