@@ -14,7 +14,7 @@ inline constexpr std::string_view kGpuOpLaunchers[] = {
     "scale_output_cuda", "swiglu_cuda", "swiglu_quant_fp8_cuda", "residual_add_cuda", "argmax_cuda",
     // attention, the KV cache and sampling
     "fp8_rows_to_f32_cuda", "rope_kv_write_cuda", "decode_attention_cuda", "decode_merge_cuda", "decode_attention_tiled_cuda",
-    "prefill_attention_cuda", "sample_token_cuda",
+    "prefill_attention_cuda", "prefill_attention_segments_cuda", "sample_token_cuda",
     // shared-prefix attention around the GEMMs (--cuda-prefix-gemm)
     "gather_prefix_queries_cuda", "prefix_softmax_cuda", "prefix_merge_cuda",
     // a decode step's index arrays

@@ -11,6 +11,7 @@ void decode_attention();
 void decode_merge();
 void decode_attention_tiled();
 void prefill_attention();
+void prefill_attention_segments();
 void sample_token();
 void gather_prefix_queries();
 void prefix_softmax();

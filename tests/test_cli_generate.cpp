@@ -30,6 +30,27 @@ TEST(CliGenerate, DoneWhenCommandIsReproducibleWhateverBatchAndThreads) {
   EXPECT_EQ(with({"--kv-cache", "fp8", "--batch", "3", "--threads", "1"}), fp8);
 }
 
+// --prefill-tokens packs prompts into shared prefill passes (or, at 1, one row a pass): the same
+// JSONL, byte for byte, on four prompts of different lengths and two candidates in flight.
+TEST(CliGenerate, PrefillTokensDoNotChangeTheRows) {
+  bestofn::test::TempDir dir;
+  const std::string m = synth_with_tokenizer(dir);
+  bestofn::test::write_text(dir / "p.jsonl",
+                            "{\"prompt\": \"def f():\", \"n\": 3}\n{\"prompt\": \"x\"}\n{\"prompt\": \"import os\\nimport sys\\n\"}\n"
+                            "{\"prompt\": \"class A:\\n    def g(self):\"}\n");
+  auto with = [&](const std::string& tokens) {
+    const auto r = run_cli({"generate", "--model", m, "--prompts", (dir / "p.jsonl").string(), "-n", "2", "--max-new-tokens", "6",
+                            "--temperature", "0.8", "--batch", "2", "--ids", "--prefill-tokens", tokens});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  const std::string all = with("8192");
+  EXPECT_EQ(jsonl(all).size(), 9u);
+  EXPECT_EQ(with("1"), all);
+  EXPECT_EQ(with("7"), all);
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--prefill-tokens", "0"}, 2, {"--prefill-tokens"});
+}
+
 TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {
   bestofn::test::TempDir dir;
   const std::string m = synth_with_tokenizer(dir);

@@ -202,6 +202,25 @@ TEST(CpuAttention, PrefillMatchesNaiveCausalSoftmax) {
       }
 }
 
+// A chunk of a prompt (rows at positions a..b-1, q_offset = a, the cache holding positions 0..b-1)
+// gets the rows a..b-1 of the whole prompt's prefill, bit for bit: each row's sums are the same
+// (the twin of a prefill pass that continues a prompt, prefill_attention_segments_cuda).
+TEST(CpuAttention, PrefillChunkAtAnOffsetIsTheWholePromptsRows) {
+  const int T = 70, heads = 8, kv = 2, hd = 64;
+  const auto kv_dim = static_cast<std::size_t>(kv * hd), per_row = static_cast<std::size_t>(heads * hd);
+  const std::vector<float> q = test::random_floats(static_cast<std::size_t>(T) * per_row, 9101, 2.0f);
+  const std::vector<std::uint16_t> k = random_bf16(static_cast<std::size_t>(T) * kv_dim, 9102);
+  const std::vector<std::uint16_t> v = random_bf16(static_cast<std::size_t>(T) * kv_dim, 9103);
+  std::vector<float> full(q.size());
+  cpu::prefill_attention(q.data(), k.data(), v.data(), T, heads, kv, hd, full.data());
+  for (const auto& [a, b] : {std::pair{0, 1}, std::pair{0, 70}, std::pair{1, 2}, std::pair{17, 48}, std::pair{48, 70}, std::pair{69, 70}}) {
+    SCOPED_TRACE("rows " + std::to_string(a) + ".." + std::to_string(b));
+    std::vector<float> out(static_cast<std::size_t>(b - a) * per_row, NAN);
+    cpu::prefill_attention(q.data() + static_cast<std::size_t>(a) * per_row, k.data(), v.data(), b - a, heads, kv, hd, out.data(), a);
+    EXPECT_EQ(std::memcmp(out.data(), full.data() + static_cast<std::size_t>(a) * per_row, out.size() * sizeof(float)), 0);
+  }
+}
+
 // The two twins agree: decode with prefix = positions 0..t-1 and suffix = position t is prefill's
 // row t (the split the engine makes when a slot continues a prompt).
 TEST(CpuAttention, DecodeSplitAgreesWithPrefillRow) {

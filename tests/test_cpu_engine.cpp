@@ -4,9 +4,13 @@
 // shared prefixes.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/util/error.h"
@@ -421,4 +425,245 @@ TEST(CpuEngine, ContextLimitAndBadIdsAreErrorsNotOverruns) {
   const int s = e->add_slot(p);
   e->decode(std::vector<int>{s}, std::vector<int>{3}, logits);  // fills the last position
   EXPECT_THROW(e->decode(std::vector<int>{s}, std::vector<int>{3}, logits), Error);
+}
+
+// --- batched, chunked prefill (Engine::prefill_many) ---
+
+namespace {
+
+// Positions 0..n of a prompt cover every position once, in order; the passes' bounds.
+void expect_plan_covers(const std::vector<int>& lengths, int budget) {
+  const auto passes = plan_prefill_passes(lengths, budget);
+  std::vector<int> next(lengths.size(), 0);  // each prompt's next position
+  std::vector<std::size_t> last_pass(lengths.size(), SIZE_MAX);
+  long long total = 0;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    int rows = 0;
+    std::size_t prev_prompt = SIZE_MAX;
+    for (const PrefillSegment& s : passes[i]) {
+      ASSERT_LT(s.prompt, lengths.size());
+      EXPECT_TRUE(prev_prompt == SIZE_MAX || s.prompt > prev_prompt) << "pass " << i << ": prompts out of order or twice";
+      prev_prompt = s.prompt;
+      EXPECT_EQ(s.begin, next[s.prompt]) << "prompt " << s.prompt << " pass " << i;
+      EXPECT_LT(s.begin, s.end);
+      EXPECT_LE(s.end, lengths[s.prompt]);
+      if (last_pass[s.prompt] != SIZE_MAX) {
+        EXPECT_EQ(last_pass[s.prompt] + 1, i) << "prompt " << s.prompt << ": passes not consecutive";
+      }
+      last_pass[s.prompt] = i;
+      next[s.prompt] = s.end;
+      rows += s.end - s.begin;
+    }
+    EXPECT_LE(rows, budget);
+    if (i + 1 < passes.size()) {
+      EXPECT_EQ(rows, budget) << "pass " << i << " is not full and is not the last";
+    }
+    total += rows;
+  }
+  for (std::size_t p = 0; p < lengths.size(); ++p) EXPECT_EQ(next[p], lengths[p]) << "prompt " << p;
+  EXPECT_EQ(passes.size(), static_cast<std::size_t>((total + budget - 1) / budget));
+}
+
+// BOS then the first n - 1 of llama2.c's greedy ids: its last row must choose greedy id n - 1.
+std::vector<int> golden_prompt(const json& golden, std::size_t n) {
+  std::vector<int> prompt = golden["prompt_ids"];
+  const auto ids = golden["greedy_ids"].get<std::vector<int>>();
+  prompt.insert(prompt.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n - 1));
+  return prompt;
+}
+
+std::vector<std::span<const int>> spans_of(const std::vector<std::vector<int>>& prompts) {
+  return {prompts.begin(), prompts.end()};
+}
+
+}  // namespace
+
+TEST(PrefillPlan, EveryPositionOnceInOrderAndPassesFull) {
+  expect_plan_covers({5}, 1);
+  expect_plan_covers({5}, 5);
+  expect_plan_covers({5}, 100);
+  expect_plan_covers({1, 1, 1}, 2);
+  expect_plan_covers({130, 1, 7, 48, 49}, 48);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int> lengths(1 + rng() % 12);
+    for (int& n : lengths) n = 1 + static_cast<int>(rng() % 90);
+    expect_plan_covers(lengths, 1 + static_cast<int>(rng() % 200));
+  }
+  // Two short prompts and a long one in 48-row passes: packed, then chunked.
+  const std::vector<std::vector<PrefillSegment>> want = {{{0, 0, 10}, {1, 0, 20}, {2, 0, 18}}, {{2, 18, 66}}, {{2, 66, 70}}};
+  EXPECT_EQ(plan_prefill_passes(std::vector<int>{10, 20, 70}, 48), want);
+  EXPECT_TRUE(plan_prefill_passes(std::vector<int>{}, 4).empty());
+  EXPECT_THROW(plan_prefill_passes(std::vector<int>{3}, 0), Error);
+  EXPECT_THROW(plan_prefill_passes(std::vector<int>{3, 0}, 8), Error);
+}
+
+// prefill_many against prefill (the reference, which llama2.c's goldens above check): prompts of
+// 1 to 130 tokens packed several to a pass and split into chunks (budgets of 1 row, smaller than
+// every prompt but one, 48 = the attention's query chunk, and one pass for all), with an F32, BF16
+// and FP8 KV cache. Each row's arithmetic is the same whichever pass and chunk it is in (the GEMMs
+// are batch invariant, the attention sums each row in the same order), so the last-row logits are
+// equal bit for bit, and so are 6 greedy decode steps of a slot on each prefix (the cache rows
+// equal too).
+TEST(CpuEngine, PrefillManyGivesPrefillsNumbersBitForBit) {
+  const auto golden = json::parse(test::read_text(test::require_shared("models/llama-260k/golden.json")));
+  auto w = load(test::require_shared("models/llama-260k"));
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  std::vector<std::vector<int>> prompts = {golden_prompt(golden, 49), {1}, golden_prompt(golden, 7), {1, 300, 12}, golden_prompt(golden, 97)};
+  std::vector<int> long_prompt(130);
+  for (std::size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int>((i * 37 + 5) % V);
+  prompts.push_back(long_prompt);
+  for (const auto kv : {EngineOptions::Kv::F32, EngineOptions::Kv::BF16, EngineOptions::Kv::FP8}) {
+    EngineOptions o;
+    o.kv = kv;
+    auto ref = make_cpu_engine(w, o);
+    std::vector<float> want(prompts.size() * V);
+    std::vector<int> ref_ids;
+    for (std::size_t p = 0; p < prompts.size(); ++p) ref_ids.push_back(ref->prefill(prompts[p], std::span<float>(want).subspan(p * V, V)));
+    for (int budget : {1, 5, 48, 1000}) {
+      SCOPED_TRACE("kv " + std::to_string(static_cast<int>(kv)) + ", " + std::to_string(budget) + " rows per pass");
+      auto e = make_cpu_engine(w, o);
+      std::vector<float> got(prompts.size() * V);
+      const std::vector<int> ids = e->prefill_many(spans_of(prompts), got, budget);
+      ASSERT_EQ(ids.size(), prompts.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      // One slot per prefix, all in one batch: greedy steps from each prompt's own logits.
+      std::vector<int> slots, ref_slots, tokens;
+      for (std::size_t p = 0; p < prompts.size(); ++p) {
+        EXPECT_EQ(e->slot_length(slots.emplace_back(e->add_slot(ids[p]))), static_cast<int>(prompts[p].size()));
+        ref_slots.push_back(ref->add_slot(ref_ids[p]));
+        tokens.push_back(argmax(std::span<const float>(want).subspan(p * V, V)));
+      }
+      std::vector<float> a(slots.size() * V), b(slots.size() * V);
+      for (int step = 0; step < 6; ++step) {
+        e->decode(slots, tokens, a);
+        ref->decode(ref_slots, tokens, b);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "decode step " << step;
+        for (std::size_t s = 0; s < slots.size(); ++s) tokens[s] = argmax(std::span<const float>(a).subspan(s * V, V));
+      }
+      for (std::size_t s = 0; s < slots.size(); ++s) ref->release_slot(ref_slots[s]), e->release_slot(slots[s]);
+    }
+  }
+}
+
+// Against llama2.c directly: chunked and packed prefills of BOS + its first n - 1 greedy ids pick
+// its id n - 1 from their last row and greedy decoding continues its path to the end; the prompts
+// of 1, 2 and 3 tokens give its logits at positions 0-2 (1e-4, as above).
+TEST(CpuEngine, Llama260kChunkedPrefillContinuesTheGoldenGreedyPath) {
+  const auto golden = json::parse(test::read_text(test::require_shared("models/llama-260k/golden.json")));
+  auto w = load(test::require_shared("models/llama-260k"));
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  const auto want = golden["greedy_ids"].get<std::vector<int>>();
+  const std::vector<std::size_t> lengths = {1, 2, 3, 49, 97};
+  std::vector<std::vector<int>> prompts;
+  for (std::size_t n : lengths) prompts.push_back(golden_prompt(golden, n));
+  for (int budget : {7, 48}) {
+    SCOPED_TRACE(std::to_string(budget) + " rows per pass");
+    auto e = make_cpu_engine(w, {});
+    std::vector<float> logits(prompts.size() * V);
+    const std::vector<int> ids = e->prefill_many(spans_of(prompts), logits, budget);
+    for (std::size_t pos = 0; pos < 3; ++pos) {
+      const auto key = "logits_pos" + std::to_string(pos);
+      for (std::size_t i = 0; i < V; ++i) ASSERT_NEAR(logits[pos * V + i], golden[key][i].get<double>(), 1e-4) << key << "[" << i << "]";
+    }
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      const std::size_t n = lengths[p];
+      SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens");
+      std::vector<float> row(logits.begin() + static_cast<std::ptrdiff_t>(p * V), logits.begin() + static_cast<std::ptrdiff_t>((p + 1) * V));
+      const int slot = e->add_slot(ids[p]);
+      std::vector<int> got;
+      for (std::size_t step = n - 1; step < want.size(); ++step) {
+        got.push_back(argmax(row));
+        if (step + 1 < want.size()) e->decode(std::vector<int>{slot}, std::vector<int>{got.back()}, row);
+      }
+      EXPECT_EQ(got, std::vector<int>(want.begin() + static_cast<std::ptrdiff_t>(n - 1), want.end()));
+      e->release_slot(slot);
+    }
+  }
+}
+
+// Bad input is a one-line error before anything is prefilled: the next prefill_many gets the ids a
+// fresh engine gives. An empty list prefills nothing.
+TEST(CpuEngine, PrefillManyRefusesBadInputAndLeavesNothingBehind) {
+  test::TempDir dir;
+  auto w = synthetic(dir, "bf16");
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  const int ctx = w->config.max_position_embeddings;
+  const std::vector<int> ok = {1, 2, 3};
+  auto attempt = [&](Engine& e, std::vector<std::vector<int>> prompts, std::size_t logits_rows, int budget) {
+    std::vector<float> logits(logits_rows * V);
+    return e.prefill_many(spans_of(prompts), logits, budget);
+  };
+  auto e = make_cpu_engine(w, {});
+  const std::pair<const char*, std::function<void()>> bad[] = {
+      {"an empty prompt", [&] { attempt(*e, {ok, {}}, 2, 8); }},
+      {"a prompt past the context", [&] { attempt(*e, {ok, std::vector<int>(static_cast<std::size_t>(ctx) + 1, 5)}, 2, 8); }},
+      {"an id outside the vocabulary", [&] { attempt(*e, {ok, {1, static_cast<int>(V)}}, 2, 8); }},
+      {"a negative id", [&] { attempt(*e, {ok, {-1}}, 2, 8); }},
+      {"logits for too few prompts", [&] { attempt(*e, {ok, ok}, 1, 8); }},
+      {"no rows per pass", [&] { attempt(*e, {ok}, 1, 0); }},
+  };
+  for (const auto& [what, call] : bad) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": no error";
+    } catch (const Error& err) {
+      EXPECT_EQ(std::string(err.what()).find('\n'), std::string::npos) << what << ": " << err.what();
+      EXPECT_NE(std::string(err.what()).find("prefill"), std::string::npos) << what << ": " << err.what();
+    }
+  }
+  EXPECT_TRUE(attempt(*e, {}, 0, 8).empty());
+  auto fresh = make_cpu_engine(w, {});
+  EXPECT_EQ(attempt(*e, {ok, ok}, 2, 2), attempt(*fresh, {ok, ok}, 2, 2));
+}
+
+namespace {
+
+// An engine with only prefill of its own (Engine::prefill_many's default), whose prefill throws at
+// the `fail_at`-th call.
+class OnePromptEngine final : public Engine {
+ public:
+  OnePromptEngine(std::unique_ptr<Engine> e, int fail_at) : e_(std::move(e)), fail_at_(fail_at) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "one-prompt"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
+  int prefill(std::span<const int> t, std::span<float> l) override {
+    if (++calls_ == fail_at_) throw Error("prefill: fails on purpose");
+    const int p = e_->prefill(t, l);
+    live_++;
+    return p;
+  }
+  void release_prefix(int p) override { e_->release_prefix(p), live_--; }
+  int add_slot(int p) override { return e_->add_slot(p); }
+  void release_slot(int s) override { e_->release_slot(s); }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
+  int calls() const { return calls_; }
+  int live() const { return live_; }
+
+ private:
+  std::unique_ptr<Engine> e_;
+  int fail_at_, calls_ = 0, live_ = 0;
+};
+
+}  // namespace
+
+// The default prefill_many is one prefill per prompt, in order, into the rows of the logits; a
+// prefill that throws releases the prefixes made before it.
+TEST(CpuEngine, DefaultPrefillManyIsOnePrefillPerPromptAndRollsBack) {
+  test::TempDir dir;
+  auto w = synthetic(dir, "fp8");
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  const std::vector<std::vector<int>> prompts = {{1, 2, 3, 4}, {1}, {1, 9, 9}};
+  OnePromptEngine plain(make_cpu_engine(w, {}), 0);
+  std::vector<float> got(3 * V), want(3 * V);
+  const std::vector<int> ids = plain.prefill_many(spans_of(prompts), got, 1);
+  EXPECT_EQ(plain.calls(), 3);
+  EXPECT_EQ(plain.live(), 3);
+  auto ref = make_cpu_engine(w, {});
+  for (std::size_t p = 0; p < 3; ++p) ref->prefill(prompts[p], std::span<float>(want).subspan(p * V, V));
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  OnePromptEngine failing(make_cpu_engine(w, {}), 3);
+  EXPECT_THROW(failing.prefill_many(spans_of(prompts), got, 8), Error);
+  EXPECT_EQ(failing.live(), 0);
 }

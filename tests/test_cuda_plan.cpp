@@ -324,3 +324,61 @@ TEST(CudaPlan, KvBlockPoolAdmitsByFreeBlocksAndBudgets) {
 
 }  // namespace
 }  // namespace bestofn::cuda
+
+namespace bestofn::cuda {
+namespace {
+
+// The CUDA engine's layout of prefill passes, pass after pass as prefill_many runs them: every
+// (segment, position) of a pass is one row; the first `ending` rows are the last rows of the
+// prompts that end in the pass, in prompt order (the logits the lm_head computes over those rows);
+// and when a row's attention runs, positions 0..its own of its prompt are in the cache (written by
+// an earlier pass, or by this one: rope_kv_write_cuda writes all the pass's rows first), so a chunk
+// sees its prompt's earlier rows.
+void expect_layout(const std::vector<int>& lengths, int budget) {
+  std::vector<int> written(lengths.size(), 0);  // each prompt's cache rows so far
+  std::vector<int> logits_rows(lengths.size(), 0);
+  for (const auto& pass : plan_prefill_passes(lengths, budget)) {
+    const PrefillPassRows r = prefill_pass_rows(pass, lengths);
+    ASSERT_EQ(r.segment.size(), r.position.size());
+    std::set<std::pair<int, int>> rows;
+    for (std::size_t t = 0; t < r.segment.size(); ++t) EXPECT_TRUE(rows.emplace(r.segment[t], r.position[t]).second) << "row " << t << " twice";
+    std::size_t want = 0;
+    for (std::size_t k = 0; k < pass.size(); ++k)
+      for (int j = pass[k].begin; j < pass[k].end; ++j) EXPECT_TRUE(rows.count({static_cast<int>(k), j})) << "segment " << k << " position " << j;
+    for (const auto& s : pass) want += static_cast<std::size_t>(s.end - s.begin);
+    EXPECT_EQ(rows.size(), want);
+    for (int e = 0; e < r.ending; ++e) {
+      const PrefillSegment& s = pass[static_cast<std::size_t>(r.segment[static_cast<std::size_t>(e)])];
+      EXPECT_EQ(s.prompt, r.first_ending + static_cast<std::size_t>(e));
+      EXPECT_EQ(r.position[static_cast<std::size_t>(e)], lengths[s.prompt] - 1);
+      logits_rows[s.prompt]++;
+    }
+    for (std::size_t t = static_cast<std::size_t>(r.ending); t < r.segment.size(); ++t)
+      EXPECT_NE(r.position[t], lengths[pass[static_cast<std::size_t>(r.segment[t])].prompt] - 1) << "a last row after the logits rows";
+    for (const auto& s : pass) {
+      EXPECT_EQ(written[s.prompt], s.begin) << "prompt " << s.prompt << ": positions before the chunk missing from the cache";
+      written[s.prompt] = s.end;
+    }
+  }
+  EXPECT_EQ(written, lengths);
+  EXPECT_EQ(logits_rows, std::vector<int>(lengths.size(), 1));
+}
+
+TEST(CudaPlan, PrefillPassRowsPutTheEndingPromptsFirst) {
+  expect_layout({1}, 1);
+  expect_layout({10, 20, 70}, 48);
+  expect_layout({130, 1, 7, 48, 49}, 5);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<int> lengths(1 + rng() % 10);
+    for (int& n : lengths) n = 1 + static_cast<int>(rng() % 70);
+    expect_layout(lengths, 1 + static_cast<int>(rng() % 150));
+  }
+  // A pass where the prompts that end are not consecutive is no pass of plan_prefill_passes.
+  const std::vector<int> lengths = {3, 5, 2};
+  const std::vector<PrefillSegment> bad = {{0, 0, 3}, {1, 0, 2}, {2, 0, 2}};
+  EXPECT_THROW(prefill_pass_rows(bad, lengths), Error);
+}
+
+}  // namespace
+}  // namespace bestofn::cuda

@@ -1,11 +1,14 @@
 // The CUDA engine against the CPU engine (the oracle), both with a BF16 KV cache, on llama-260k and
 // on synthetic FP8 models (per-channel dynamic and per-tensor static schemes), over 32 steps of a
 // batch that mixes prefixes; the part-1 path and every combination of the part-2 flags.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
 #include <cstdio>
 #include <cstring>
+#include <span>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 
@@ -609,4 +612,76 @@ TEST(GpuEngine, CascadeAttentionRefusesOtherShapes) {
   test::TempDir dir;
   o.cuda.prefix_gemm = true;
   EXPECT_THROW(cuda::make_cuda_engine(synthetic_hd128(dir), o), Error);
+}
+
+// prefill_many against prefill, one prompt at a time (the reference), on llama-260k: prompts of 1
+// to 130 tokens packed several to a pass and split into chunks (passes of 1, 5, 48 and 1000 rows),
+// BF16 and FP8 KV caches, the part-1 path and every part-2 flag at once (--cuda-prefix-gemm widens
+// each prefix after prefill_many too). The last-row logits, then 8 decode steps of one slot per
+// prefix in one batch (teacher-forced with the CPU's greedy ids). Both paths run the same
+// attention (each row over the same positions, in the same order) and row ops; what may differ is
+// the GEMMs' algorithm for another row count (cuBLASLt's choice: F32 sums in another order), and
+// then a K/V value rounding to the neighbouring BF16 or E4M3 code. BF16 KV: the part-1 tolerance of
+// Llama260kMatchesTheCpuEngine (its split-attention bound with --split-attention), against
+// prefill and against the CPU engine. FP8 KV, against prefill only: a neighbouring E4M3 code is 2^-3
+// relative, so 1e-2 + 1e-2 relative with a mean under 1e-3 (a row that saw a wrong position is
+// off by 1e-1 or more on most of its logits from the first row on).
+TEST(GpuEngine, PrefillManyMatchesPrefillPerPrompt) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  std::vector<std::vector<int>> prompts;
+  for (std::size_t n : {49, 1, 7, 3, 97, 130}) {
+    std::vector<int> p(n);
+    for (std::size_t i = 0; i < n; ++i) p[i] = i == 0 ? 1 : static_cast<int>((i * 37 + n) % V);
+    prompts.push_back(p);
+  }
+  const std::vector<std::span<const int>> spans(prompts.begin(), prompts.end());
+  // The logits of each prompt's last row (step 0), then 8 decode steps of one slot per prefix.
+  auto run = [&](Engine& e, int budget, const Trace* forced) {
+    Trace r;
+    std::vector<float> last(prompts.size() * V);
+    std::vector<int> ids;
+    if (budget > 0) {
+      ids = e.prefill_many(spans, last, budget);
+    } else {
+      for (std::size_t p = 0; p < prompts.size(); ++p) ids.push_back(e.prefill(prompts[p], std::span<float>(last).subspan(p * V, V)));
+    }
+    std::vector<int> slots, tokens(prompts.size());
+    for (int id : ids) slots.push_back(e.add_slot(id));
+    for (std::size_t step = 0; step <= 8; ++step) {
+      if (step > 0) {
+        r.fed.push_back(forced ? forced->next[step - 1] : tokens);
+        e.decode(slots, r.fed.back(), last);
+      }
+      r.logits.push_back(last);
+      for (std::size_t s = 0; s < slots.size(); ++s) {
+        const auto row = last.begin() + static_cast<std::ptrdiff_t>(s * V);
+        tokens[s] = static_cast<int>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
+      }
+      r.next.push_back(tokens);
+    }
+    return r;
+  };
+  for (const auto kv : {EngineOptions::Kv::BF16, EngineOptions::Kv::FP8}) {
+    const bool fp8 = kv == EngineOptions::Kv::FP8;
+    EngineOptions cpu_o;
+    cpu_o.kv = kv;
+    const Trace cpu = run(*make_cpu_engine(w, cpu_o), 0, nullptr);
+    for (const Paths& paths : {kAllPaths[0], kAllPaths[std::size(kAllPaths) - 1]}) {
+      EngineOptions o = paths.options();
+      o.kv = kv;
+      const std::string name = paths.name() + (fp8 ? " --kv-cache fp8" : "");
+      const double atol = fp8 || paths.split ? 1e-2 : 2e-3, rtol = fp8 ? 1e-2 : 2e-3, mean = fp8 || paths.split ? 1e-3 : -1;
+      const float tie = fp8 || paths.split ? 0.03f : 0.01f;
+      const Trace ref = run(*cuda::make_cuda_engine(w, o), 0, &cpu);
+      if (!fp8) compare(ref, cpu, V, atol, rtol, tie, "prefill per prompt" + name, mean);
+      for (int budget : {1, 5, 48, 1000}) {
+        const std::string what = "prefill_many, " + std::to_string(budget) + " rows a pass" + name;
+        const Trace got = run(*cuda::make_cuda_engine(w, o), budget, &cpu);
+        compare(got, ref, V, atol, rtol, tie, what + ", against prefill", mean);
+        if (!fp8) compare(got, cpu, V, atol, rtol, tie, what + ", against the CPU", mean);
+      }
+    }
+  }
 }

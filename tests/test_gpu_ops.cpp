@@ -536,6 +536,8 @@ const OpRow kRows[] = {
     {"decode_attention_tiled_cuda", "cpu::decode_attention", "as decode_attention_cuda: positions summed in tiles",
      decode_attention_tiled},
     {"prefill_attention_cuda", "cpu::prefill_attention", "as decode_attention_cuda: softmax sums in another order", prefill_attention},
+    {"prefill_attention_segments_cuda", "cpu::prefill_attention over each segment, q_offset its first position",
+     "as prefill_attention_cuda: the same online softmax", prefill_attention_segments},
     {"sample_token_cuda", "bestofn::sample_token",
      "tokens exact at any launch shape and tile size; logprobs 2^-22 (|L| + |lse| + |logprob|): the log-sum-exp summed per chunk",
      sample_token},

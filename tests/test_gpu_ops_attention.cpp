@@ -13,6 +13,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <random>
 #include <span>
 #include <sstream>
@@ -306,6 +307,61 @@ void prefill_attention() {
   }
 }
 
+// A pass of several prompts in one launch: whole prompts, first chunks (a prompt that goes on in
+// the next pass), later chunks (rows that also see the prompt's earlier rows), one-row segments; the
+// pass's rows shuffled (the kernel must follow its row tables). Each segment's rows against the
+// twin over that segment with its offset; the tolerance of prefill_attention_cuda (the same
+// online softmax).
+void prefill_attention_segments() {
+  struct Chunk {
+    int begin, end;  // rows of the prompt in this pass; the cache holds positions 0..end-1
+  };
+  const std::vector<Chunk> chunks = {{0, 1}, {17, 40}, {0, 33}, {257, 300}, {0, 3}, {5, 6}};
+  std::uint64_t seed = 4500;
+  for (const HeadShape& s : kHeadShapes) {
+    SCOPED_TRACE(shape_name(0, s.n_heads, s.n_kv, s.hd) + ", seed " + std::to_string(seed));
+    const auto kvd = static_cast<std::size_t>(s.n_kv * s.hd), per_row = static_cast<std::size_t>(s.n_heads * s.hd);
+    std::vector<std::vector<std::uint16_t>> k, v;
+    std::vector<std::vector<float>> q, ref;
+    std::vector<std::pair<int, int>> rows;  // (segment, row in it) of each pass row
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const auto n = static_cast<std::size_t>(chunks[c].end - chunks[c].begin);
+      k.push_back(random_bf16(static_cast<std::size_t>(chunks[c].end) * kvd, seed + 1));
+      v.push_back(random_bf16(static_cast<std::size_t>(chunks[c].end) * kvd, seed + 2));
+      q.push_back(test::random_floats(n * per_row, seed + 3, 2.0f));
+      seed += 10;
+      ref.emplace_back(q.back().size());
+      cpu::prefill_attention(q.back().data(), k.back().data(), v.back().data(), static_cast<int>(n), s.n_heads, s.n_kv, s.hd,
+                             ref.back().data(), chunks[c].begin);
+      for (std::size_t r = 0; r < n; ++r) rows.emplace_back(static_cast<int>(c), static_cast<int>(r));
+    }
+    std::shuffle(rows.begin(), rows.end(), std::mt19937_64(seed));
+    const std::size_t T = rows.size();
+    std::vector<float> q_pass(T * per_row), want(T * per_row);
+    std::vector<int> seg(T), pos(T);
+    for (std::size_t t = 0; t < T; ++t) {
+      const auto [c, r] = rows[t];
+      const auto cs = static_cast<std::size_t>(c), rs = static_cast<std::size_t>(r);
+      std::copy_n(q[cs].begin() + static_cast<std::ptrdiff_t>(rs * per_row), per_row, q_pass.begin() + static_cast<std::ptrdiff_t>(t * per_row));
+      std::copy_n(ref[cs].begin() + static_cast<std::ptrdiff_t>(rs * per_row), per_row, want.begin() + static_cast<std::ptrdiff_t>(t * per_row));
+      seg[t] = c, pos[t] = chunks[cs].begin + r;
+    }
+    std::vector<std::unique_ptr<DeviceArray<std::uint16_t>>> d_k, d_v;
+    std::vector<const std::uint16_t*> k_ptr, v_ptr;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      d_k.push_back(std::make_unique<DeviceArray<std::uint16_t>>(k[c]));
+      d_v.push_back(std::make_unique<DeviceArray<std::uint16_t>>(v[c]));
+      k_ptr.push_back(d_k.back()->get()), v_ptr.push_back(d_v.back()->get());
+    }
+    DeviceArray<const std::uint16_t*> d_kp(k_ptr), d_vp(v_ptr);
+    DeviceArray<int> d_seg(seg), d_pos(pos);
+    DeviceArray<float> d_q(q_pass), d_out(q_pass.size());
+    cuda::prefill_attention_segments_cuda(d_q.get(), d_kp.get(), d_vp.get(), d_seg.get(), d_pos.get(), static_cast<int>(T), s.n_heads,
+                                          s.n_kv, s.hd, d_out.get(), nullptr);
+    sync();
+    EXPECT_EQ(compare(d_out.download(), want, kAttnAtol, kAttnRtol, head_index(s.n_heads, s.hd)), "");
+  }
+}
 
 // --cuda-prefix-gemm's prefix K/V from FP8 rows: each value exactly fp8(code) * scale, the BF16
 // twin's value (fp8_rows: both formats hold it exactly).

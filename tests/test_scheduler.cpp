@@ -354,3 +354,126 @@ TEST(Scheduler, OverlappedStopChecksGiveTheSameCandidates) {
   EXPECT_GE(by_eos, 1);
   EXPECT_GE(by_length, 1);
 }
+
+namespace {
+
+// The CPU engine, recording each prefill_many call: the prompts it was given (as their ids) and
+// its budget, and every release of a prefix.
+class PrefillRecordingEngine final : public Engine {
+ public:
+  explicit PrefillRecordingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "recording"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
+  int prefill(std::span<const int> t, std::span<float> l) override {
+    ADD_FAILURE() << "the scheduler prefilled one prompt alone, not through prefill_many";
+    return e_->prefill(t, l);
+  }
+  std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int budget) override {
+    auto& call = calls_.emplace_back();
+    for (const auto& p : prompts) call.emplace_back(p.begin(), p.end());
+    budgets_.push_back(budget);
+    return e_->prefill_many(prompts, l, budget);
+  }
+  void release_prefix(int p) override { e_->release_prefix(p); }
+  int add_slot(int p) override { return e_->add_slot(p); }
+  void release_slot(int s) override { e_->release_slot(s); }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
+  // The prompts of each call, as indexes into reqs.
+  std::vector<std::vector<std::size_t>> calls(const std::vector<GenerationRequest>& reqs) const {
+    std::vector<std::vector<std::size_t>> out;
+    for (const auto& call : calls_) {
+      auto& o = out.emplace_back();
+      for (const auto& ids : call)
+        o.push_back(static_cast<std::size_t>(
+            std::find_if(reqs.begin(), reqs.end(), [&](const GenerationRequest& r) { return r.prompt_ids == ids; }) - reqs.begin()));
+    }
+    return out;
+  }
+  const std::vector<int>& budgets() const { return budgets_; }
+
+ private:
+  std::unique_ptr<Engine> e_;
+  std::vector<std::vector<std::vector<int>>> calls_;
+  std::vector<int> budgets_;
+};
+
+}  // namespace
+
+// Prompts are prefilled together up to --prefill-tokens: the first admission takes the prompts in
+// pending order while their tokens fit (at least one), later admissions the next ones; the
+// candidates are the ones of one prompt per prefill, field by field, whatever the budget (1 token:
+// every prompt alone, in 1-row passes), and the prompt tokens are counted once each.
+TEST(Scheduler, PromptsArePrefilledTogetherWithTheSameCandidates) {
+  GenerationOptions o = sampled(6, 10);
+  o.batch = 4;
+  const std::vector<GenerationRequest> reqs = {req("def add(a, b):", 3), req("print(", 2), req("import os\nimport sys\n", 3),
+                                               req("x", 1), req("class Stack:\n    def push(self, x):", 2)};
+  std::size_t all_tokens = 0;
+  std::vector<std::size_t> sizes;
+  for (const auto& r : reqs) all_tokens += r.prompt_ids.size(), sizes.push_back(r.prompt_ids.size());
+  std::vector<Candidate> base;
+  for (int budget : {1, static_cast<int>(sizes[0] + sizes[1]), static_cast<int>(sizes[0] + sizes[1] + sizes[2] + sizes[3]), 8192}) {
+    SCOPED_TRACE("--prefill-tokens " + std::to_string(budget));
+    o.prefill_tokens = budget;
+    PrefillRecordingEngine e(make_cpu_engine(fx().w, {}));
+    GenerationStats stats;
+    const auto out = run_on(e, reqs, o, &stats);
+    EXPECT_EQ(stats.prompt_tokens, all_tokens);
+    // Every prompt once, in admission order, each call within the budget or a single prompt.
+    std::vector<std::size_t> order;
+    for (const auto& call : e.calls(reqs)) {
+      std::size_t tokens = 0;
+      for (std::size_t p : call) order.push_back(p), tokens += sizes[p];
+      EXPECT_TRUE(call.size() == 1 || tokens <= static_cast<std::size_t>(budget));
+    }
+    EXPECT_EQ(order, (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+    for (int b : e.budgets()) EXPECT_EQ(b, budget);
+    const auto calls = e.calls(reqs);
+    if (budget == 1) {
+      EXPECT_EQ(calls.size(), 5u);
+    } else if (budget == 8192) {
+      EXPECT_EQ(calls, (std::vector<std::vector<std::size_t>>{{0, 1, 2, 3, 4}}));
+    } else if (budget == static_cast<int>(sizes[0] + sizes[1])) {
+      EXPECT_EQ(calls.front(), (std::vector<std::size_t>{0, 1}));
+    }
+    if (base.empty()) {
+      base = out;
+      ASSERT_EQ(base.size(), 11u);
+      continue;
+    }
+    ASSERT_EQ(out.size(), base.size());
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      EXPECT_EQ(out[i].token_ids, base[i].token_ids) << "candidate " << i;
+      EXPECT_EQ(out[i].text, base[i].text);
+      EXPECT_EQ(out[i].cumulative_logprob, base[i].cumulative_logprob);
+    }
+  }
+  o.prefill_tokens = 0;
+  EXPECT_THROW(run(reqs, o), Error);
+}
+
+// A prompt cancelled before its candidates are admitted is not prefilled, neither when it comes up
+// nor along with an earlier prompt; the others are, and come out as in a run without it.
+TEST(Scheduler, CancelledPromptsAreNotPrefilled) {
+  GenerationOptions o = sampled(7, 6);
+  o.batch = 2;
+  const std::vector<GenerationRequest> reqs = {req("def add(a, b):", 2), req("print(", 3), req("import", 2)};
+  const auto base = run(reqs, o);
+  o.cancelled = [](std::size_t p) { return p == 1; };
+  for (int budget : {1, 8192}) {
+    o.prefill_tokens = budget;
+    PrefillRecordingEngine e(make_cpu_engine(fx().w, {}));
+    GenerationStats stats;
+    const auto out = run_on(e, reqs, o, &stats);
+    std::vector<std::size_t> order;
+    for (const auto& call : e.calls(reqs)) order.insert(order.end(), call.begin(), call.end());
+    EXPECT_EQ(order, (std::vector<std::size_t>{0, 2})) << "budget " << budget;
+    EXPECT_EQ(stats.cancelled, 3u);
+    EXPECT_EQ(stats.prompt_tokens, reqs[0].prompt_ids.size() + reqs[2].prompt_ids.size());
+    ASSERT_EQ(out.size(), 4u);
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(out[i].token_ids, base[i].token_ids);
+    for (std::size_t i = 2; i < 4; ++i) EXPECT_EQ(out[i].token_ids, base[i + 3].token_ids);
+  }
+}

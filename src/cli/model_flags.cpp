@@ -22,6 +22,13 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
   sub->add_option("--device", f.device, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}))->default_str("auto");
   sub->add_option("--threads", f.threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_option("--batch", f.batch, "Candidates decoded together at most")->check(CLI::Range(1, 100000))->default_str("64");
+  sub->add_option("--prefill-tokens", f.prefill_tokens,
+                  "Prompt tokens prefilled together at most: the next prompts are prefilled with the one that needs it, packed into "
+                  "forward passes of this many rows (a longer prompt in chunks). Larger: fewer, fuller passes (faster prefill); more "
+                  "activation memory, and more prompts' KV held before their candidates run. The CPU engine's candidates do not depend on it "
+                  "(on CUDA a GEMM over more rows may move the logits' low bits, as --batch can)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->default_str(std::to_string(kDefaultPrefillTokens));
   sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (Hydragen), for prompts with 2+ candidates in a step");
   sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs; on FP8 also RMSNorm and SwiGLU fused with the activation quantization");
   sub->add_flag("--gemm-autotune", f.gemm_autotune,

@@ -81,15 +81,17 @@ void decode_attention(const float* q, const std::uint16_t* const* k_prefix, cons
 }
 
 void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv,
-                       int hd, float* out) {
+                       int hd, float* out, int q_offset) {
   const auto H = static_cast<std::size_t>(n_heads), D = static_cast<std::size_t>(hd), N = static_cast<std::size_t>(T);
+  const auto first = static_cast<std::size_t>(q_offset);
   const std::size_t group = H / static_cast<std::size_t>(n_kv), width = static_cast<std::size_t>(n_kv) * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> kv(D), scores(N);
+  std::vector<float> kv(D), scores(first + N);
   for (std::size_t h = 0; h < H; ++h) {
     const std::size_t off = (h / group) * D;
-    for (std::size_t t = 0; t < N; ++t) {
-      const float* qh = q + (t * H + h) * D;
+    for (std::size_t r = 0; r < N; ++r) {
+      const float* qh = q + (r * H + h) * D;
+      const std::size_t t = first + r;  // the row's position
       float m = -INFINITY;
       for (std::size_t j = 0; j <= t; ++j) {
         read_row(k, width, j, off, D, kv.data());
@@ -98,7 +100,7 @@ void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16
       }
       float sum = 0.0f;
       for (std::size_t j = 0; j <= t; ++j) sum += scores[j] = exp_poly(scores[j] - m);
-      float* o = out + (t * H + h) * D;
+      float* o = out + (r * H + h) * D;
       std::fill_n(o, D, 0.0f);
       for (std::size_t j = 0; j <= t; ++j) {
         read_row(v, width, j, off, D, kv.data());

@@ -19,10 +19,12 @@ void decode_attention(const float* q, const std::uint16_t* const* k_prefix, cons
                       const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                       const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out);
 
-// Causal attention over a prompt: q (T, n_heads, hd), k / v (T, n_kv * hd) BF16; row t sees
-// positions 0..t: m = max s_j, e_j = exp_poly(s_j - m), l = sum of e_j in order, out = sum_j
-// (e_j / l) v_j in order. out (T, n_heads, hd).
+// Causal attention over a prompt, or over a chunk of it that starts at position q_offset: q (T,
+// n_heads, hd), the rows at positions q_offset .. q_offset + T - 1; k / v (q_offset + T, n_kv *
+// hd) BF16, the prompt's rows from position 0; row t sees positions 0..q_offset + t: m = max s_j,
+// e_j = exp_poly(s_j - m), l = sum of e_j in order, out = sum_j (e_j / l) v_j in order. out (T,
+// n_heads, hd).
 void prefill_attention(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv,
-                       int hd, float* out);
+                       int hd, float* out, int q_offset = 0);
 
 }  // namespace bestofn::cpu

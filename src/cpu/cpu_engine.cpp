@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -153,21 +154,60 @@ void CpuEngine::logits_rows(std::size_t first, std::size_t T, float* out) {
 }
 
 int CpuEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
+  // One pass over the whole prompt.
+  const std::span<const int> one[] = {tokens};
+  return prefill_many(one, last_logits, static_cast<int>(std::clamp<std::size_t>(tokens.size(), 1, INT_MAX)))[0];
+}
+
+std::vector<int> CpuEngine::prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
+                                         int max_pass_tokens) {
+  check_prefill_many(c_, prompts, last_logits.size(), max_pass_tokens);
+  std::vector<int> lengths;
+  std::vector<std::unique_ptr<Prefix>> made;  // registered once every pass has run: nothing is left behind by a throw
+  for (const auto& tokens : prompts) {
+    lengths.push_back(static_cast<int>(tokens.size()));
+    made.push_back(std::make_unique<Prefix>(
+        Prefix{lengths.back(), 0, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))}));
+  }
+  for (const auto& pass : plan_prefill_passes(lengths, max_pass_tokens)) prefill_pass(pass, prompts, made, last_logits);
+  std::vector<int> ids;
+  for (auto& p : made) ids.push_back(prefixes_.put(std::move(p)));
+  return ids;
+}
+
+void CpuEngine::prefill_pass(std::span<const PrefillSegment> pass, std::span<const std::span<const int>> prompts,
+                             const std::vector<std::unique_ptr<Prefix>>& made, std::span<float> last_logits) {
+  std::vector<int> tokens, pos;
+  std::vector<PassSegment> segments;
+  std::vector<Cache*> cache;  // per row
+  for (const PrefillSegment& s : pass) {
+    segments.push_back({made[s.prompt].get(), tokens.size(), s.begin, s.end});
+    for (int j = s.begin; j < s.end; ++j) {
+      tokens.push_back(prompts[s.prompt][static_cast<std::size_t>(j)]);
+      pos.push_back(j);
+      cache.push_back(&made[s.prompt]->kv);
+    }
+  }
   const std::size_t T = tokens.size();
-  if (T == 0) throw Error("prefill: empty prompt");
-  if (T > static_cast<std::size_t>(c_.max_position_embeddings))
-    throw Error("prompt of " + std::to_string(T) + " tokens is longer than the context (" + std::to_string(c_.max_position_embeddings) + ")");
-  if (last_logits.size() != static_cast<std::size_t>(c_.vocab_size)) throw Error("prefill: logits buffer has the wrong size");
-  auto p = std::make_unique<Prefix>(Prefix{static_cast<int>(T), 0, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))});
   resize(T);
   embed(tokens);
-  std::vector<int> pos(T);
-  for (std::size_t t = 0; t < T; ++t) pos[t] = static_cast<int>(t);
   rope_angles(pos);
+  // Each prompt's rows append to its own cache in order (the rows of a segment are consecutive).
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t) -> Cache& { return p->kv; }, false, [&] { attend_prefill(l, *p, T); });
-  logits_rows(T - 1, 1, last_logits.data());
-  return prefixes_.put(std::move(p));
+    layer(l, pos, [&](std::size_t t) -> Cache& { return *cache[t]; }, false, [&] { attend_prefill(l, segments); });
+  // The last rows of the prompts that end in this pass (consecutive prompts: every segment but
+  // perhaps the last) gathered to the first rows of x_ (row k moves to row m <= k), then their logits.
+  const auto d = static_cast<std::size_t>(c_.dim), V = static_cast<std::size_t>(c_.vocab_size);
+  std::size_t m = 0, first = 0;
+  for (std::size_t k = 0; k < pass.size(); ++k) {
+    if (pass[k].end != made[pass[k].prompt]->len) continue;
+    if (m == 0) first = pass[k].prompt;
+    if (pass[k].prompt != first + m) throw Error("prefill: the prompts ending in a pass are not consecutive");
+    const std::size_t row = segments[k].row + static_cast<std::size_t>(pass[k].end - pass[k].begin) - 1;
+    if (row != m) std::copy_n(x_.data() + row * d, d, x_.data() + m * d);
+    ++m;
+  }
+  if (m > 0) logits_rows(0, m, last_logits.data() + first * V);
 }
 
 void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) {

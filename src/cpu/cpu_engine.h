@@ -46,6 +46,8 @@ class CpuEngine final : public Engine {
   EngineOptions::Kv kv_cache() const override { return kv_; }
 
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
+  std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
+                                int max_pass_tokens) override;
   void release_prefix(int p) override {
     if (prefixes_.at(p).slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
     prefixes_.erase(p);
@@ -108,7 +110,19 @@ class CpuEngine final : public Engine {
   void embed(std::span<const int> tokens);
   // rope_cs_ = every token's rotation angles (cpu::rope_angles), once per forward pass.
   void rope_angles(const std::vector<int>& pos);
-  void attend_prefill(int layer, const Prefix& p, std::size_t T);
+  // One prompt's rows in a prefill pass: pass rows [row, row + end - begin) sit at positions
+  // [begin, end) of `prefix`, whose cache holds the positions before begin from earlier passes.
+  struct PassSegment {
+    Prefix* prefix;
+    std::size_t row;
+    int begin, end;
+  };
+  // A forward pass of prefill_many over the segments of `pass`: the prompts' K/V appended to
+  // their prefixes (made[prompt]), the logits of the prompts that end in it to their rows of
+  // last_logits.
+  void prefill_pass(std::span<const PrefillSegment> pass, std::span<const std::span<const int>> prompts,
+                    const std::vector<std::unique_ptr<Prefix>>& made, std::span<float> last_logits);
+  void attend_prefill(int layer, std::span<const PassSegment> segments);
   // The batch rows of each prefix in a decode step: attention shares the prefix's K/V among them.
   struct PrefixGroup {
     const Prefix* prefix;

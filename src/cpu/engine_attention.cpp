@@ -72,41 +72,54 @@ void softmax_rows(float* scores, std::size_t R, std::size_t L, Softmax* st, std:
 
 }  // namespace
 
-// Causal attention over the prompt: row t sees positions 0..t of the prefix (from the cache, so
-// that prefill and decode read K and V at the same precision). Queries go in chunks of 48 (eight
-// register blocks of 6 rows) through the two blocked products of src/cpu/prefix_attention.h, over
-// positions 0 .. the chunk's last: S = Q K^T * scale; per row t, m = max_{j<=t} s_j, e_j =
-// exp_poly(s_j - m), l = sum_{j<=t} e_j in order, p_j = e_j / l and 0 past t; out = sum_j p_j v_j
-// in order (the zeros past t add nothing). cpu::prefill_attention is the scalar twin.
-void CpuEngine::attend_prefill(int layer, const Prefix& p, std::size_t T) {
+// Causal attention over the prompts of a prefill pass: a segment's row at position t sees
+// positions 0..t of its prefix (from the cache, so that prefill and decode read K and V at the
+// same precision; positions before the segment's first come from the prompt's earlier passes).
+// Queries go in chunks of 48 (eight register blocks of 6 rows) through the two blocked products of
+// src/cpu/prefix_attention.h, over positions 0 .. the chunk's last: S = Q K^T * scale; per row t,
+// m = max_{j<=t} s_j, e_j = exp_poly(s_j - m), l = sum_{j<=t} e_j in order, p_j = e_j / l and 0
+// past t; out = sum_j p_j v_j in order (the zeros past t add nothing). Each row's sums are the same
+// whichever chunk, segment or pass it is in: a prompt gets the same numbers alone in one pass or
+// split across passes among others. cpu::prefill_attention is the scalar twin.
+// The work items, (segment, query head, chunk), are split over the pool.
+void CpuEngine::attend_prefill(int layer, std::span<const PassSegment> segments) {
   const auto hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
   const auto group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const KvRows& K = p.kv.k[static_cast<std::size_t>(layer)];
-  const KvRows& V = p.kv.v[static_cast<std::size_t>(layer)];
   constexpr std::size_t kChunk = 48;
-  pool_.run(static_cast<std::size_t>(c_.n_heads), [&](std::size_t h0, std::size_t h1) {
+  struct Item {
+    std::size_t segment, head, c0;  // c0: the chunk's first row in the segment
+  };
+  std::vector<Item> items;
+  for (std::size_t s = 0; s < segments.size(); ++s)
+    for (std::size_t h = 0; h < static_cast<std::size_t>(c_.n_heads); ++h)
+      for (std::size_t c0 = 0; c0 < static_cast<std::size_t>(segments[s].end - segments[s].begin); c0 += kChunk) items.push_back({s, h, c0});
+  pool_.run(items.size(), [&](std::size_t i0, std::size_t i1) {
     std::vector<float> scores, qt, acc;
     std::vector<Softmax> sm(kChunk);
-    for (std::size_t h = h0; h < h1; ++h) {
-      const std::size_t off = (h / group) * hd;
-      for (std::size_t t0 = 0; t0 < T; t0 += kChunk) {
-        const std::size_t t1 = std::min(T, t0 + kChunk), R = t1 - t0;
-        qt.resize(hd * R);
-        for (std::size_t r = 0; r < R; ++r)
-          for (std::size_t i = 0; i < hd; ++i) qt[i * R + r] = q_[(t0 + r) * qd + h * hd + i];
-        cpu::prefix_scores([&](std::size_t j0, float* out) { K.read_tile(j0, off, hd, out); }, t1, hd, qt.data(), R, scale, scores);
-        softmax_rows(scores.data(), R, t1, sm.data(), t0 + 1);
-        for (std::size_t r = 0; r < R; ++r) {
-          float* e = scores.data() + r * t1;
-          const float l = sm[r].l;
-          for (std::size_t j = 0; j <= t0 + r; ++j) e[j] = e[j] / l;
-        }
-        cpu::prefix_values([&](std::size_t j0, float* out) { V.read_value_tile(j0, off, hd, hdp, out); }, t1, hd, scores.data(), R,
-                           acc);
-        for (std::size_t r = 0; r < R; ++r) std::copy_n(acc.data() + r * hdp, hd, att_.data() + (t0 + r) * qd + h * hd);
+    for (std::size_t i = i0; i < i1; ++i) {
+      const PassSegment& seg = segments[items[i].segment];
+      const std::size_t h = items[i].head, c0 = items[i].c0, off = (h / group) * hd;
+      const KvRows& K = seg.prefix->kv.k[static_cast<std::size_t>(layer)];
+      const KvRows& V = seg.prefix->kv.v[static_cast<std::size_t>(layer)];
+      const auto n = static_cast<std::size_t>(seg.end - seg.begin);
+      const std::size_t R = std::min(n, c0 + kChunk) - c0;
+      const std::size_t t0 = static_cast<std::size_t>(seg.begin) + c0;  // the chunk's first position
+      const std::size_t L = t0 + R;                                      // positions 0 .. its last
+      const std::size_t row0 = seg.row + c0;                             // its first row in the pass
+      qt.resize(hd * R);
+      for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t e = 0; e < hd; ++e) qt[e * R + r] = q_[(row0 + r) * qd + h * hd + e];
+      cpu::prefix_scores([&](std::size_t j0, float* out) { K.read_tile(j0, off, hd, out); }, L, hd, qt.data(), R, scale, scores);
+      softmax_rows(scores.data(), R, L, sm.data(), t0 + 1);
+      for (std::size_t r = 0; r < R; ++r) {
+        float* e = scores.data() + r * L;
+        const float l = sm[r].l;
+        for (std::size_t j = 0; j <= t0 + r; ++j) e[j] = e[j] / l;
       }
+      cpu::prefix_values([&](std::size_t j0, float* out) { V.read_value_tile(j0, off, hd, hdp, out); }, L, hd, scores.data(), R, acc);
+      for (std::size_t r = 0; r < R; ++r) std::copy_n(acc.data() + r * hdp, hd, att_.data() + (row0 + r) * qd + h * hd);
     }
   });
 }

@@ -5,6 +5,7 @@
 // The class is in cuda_engine.h; a decode step is in cuda_step.cpp.
 #include "cuda/cuda_engine.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -248,15 +249,15 @@ void CudaEngine::ffn(int l, int T) {
   timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
 }
 
-// Rows [first, first + T), left in logits_ (sized by the caller).
-void CudaEngine::logits_rows(int first, int T) {
+// Rows [first, first + T), left in out, or logits_ (sized by the caller).
+void CudaEngine::logits_rows(int first, int T, float* out) {
   // logits = lm_head(rmsnorm(x))
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   timer_.set_detail_prefix("lm_head.");
   timed("norm", [&] {
     rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
   });
-  linear(lm_head_, xn_.get<float>(), T, logits_.get<float>());
+  linear(lm_head_, xn_.get<float>(), T, out ? out : logits_.get<float>());
   timer_.set_detail_prefix("");
 }
 
@@ -277,14 +278,11 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   const auto n = static_cast<std::size_t>(T);
   std::vector<int> pos(n);
   for (int t = 0; t < T; ++t) pos[static_cast<std::size_t>(t)] = t;
-  auto row_of = [&](std::uint16_t* layer, std::size_t t) {
-    return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + t * kv_row_bytes());
-  };
   std::vector<std::uint16_t*> rows(2 * n * static_cast<std::size_t>(c_.n_layers));  // layer l: k rows at 2 l T, v rows after
   for (std::size_t l = 0; l < static_cast<std::size_t>(c_.n_layers); ++l)
     for (std::size_t t = 0; t < n; ++t) {
-      rows[2 * l * n + t] = row_of(p->kv.k(static_cast<int>(l)), t);
-      rows[(2 * l + 1) * n + t] = row_of(p->kv.v(static_cast<int>(l)), t);
+      rows[2 * l * n + t] = kv_row_at(p->kv.k(static_cast<int>(l)), t);
+      rows[(2 * l + 1) * n + t] = kv_row_at(p->kv.v(static_cast<int>(l)), t);
     }
   arena_.clear();
   const std::size_t o_tokens = arena_.add(tokens.data(), n), o_pos = arena_.add(pos), o_rows = arena_.add(rows);
@@ -299,13 +297,104 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
                              c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
     });
   }
-  p->kv.len = T;
-  if (prefix_gemm_) widen_prefix(*p);
-  if (cascade_) p->cascade_page = add_cascade_prefix(p->kv);
+  finish_prefix(*p, T);
   logits_rows(T - 1, 1);
   CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return prefixes_.put(std::move(p));
+}
+
+void CudaEngine::finish_prefix(Prefix& p, int len) {
+  p.kv.len = len;
+  if (prefix_gemm_) widen_prefix(p);
+  if (cascade_) p.cascade_page = add_cascade_prefix(p.kv);
+}
+
+// Batched, chunked prefill. Each pass's rows are laid out with the last rows of the prompts that
+// end in it first (in prompt order), then the other rows (prefill_pass_rows): the logits are then
+// those of the pass's first m rows, with no gather, written straight into those prompts' rows of
+// prefill_logits_.
+// Row order does not matter to the rest of the forward: the GEMMs and the row ops treat rows
+// alike, rope_kv_write_cuda writes each row to the cache row it is given, and the attention finds
+// each row's prompt and position in its own tables. The index arrays of every pass go up in one
+// copy before the first pass; nothing waits on the device until the logits come back.
+std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
+                                          int max_pass_tokens) {
+  use_device();
+  check_prefill_many(c_, prompts, last_logits.size(), max_pass_tokens);
+  if (prompts.empty()) return {};
+  const auto layers = static_cast<std::size_t>(c_.n_layers), V = static_cast<std::size_t>(c_.vocab_size);
+  std::vector<int> lengths;
+  std::vector<std::unique_ptr<Prefix>> made;  // registered once every pass has run: nothing is left behind by a throw
+  for (const auto& tokens : prompts) {
+    lengths.push_back(static_cast<int>(tokens.size()));
+    made.push_back(std::make_unique<Prefix>());
+    reserve(made.back()->kv, lengths.back());
+  }
+  // Per pass: ids, positions, segment of each row, then per layer the cache rows of each row (k,
+  // then v) and the cache base of each segment (k, then v).
+  struct Pass {
+    int T = 0, S = 0, m = 0;  // rows, segments, prompts ending in it
+    std::size_t first = 0;    // the first of those prompts
+    std::size_t tokens = 0, pos = 0, seg = 0, rows = 0, bases = 0;  // offsets in arena_
+  };
+  std::vector<Pass> passes;
+  int most = 0;
+  arena_.clear();
+  // At most 65535 rows a pass: the attention's grid (a longer prompt goes in chunks).
+  for (const auto& plan : plan_prefill_passes(lengths, std::min(max_pass_tokens, kMaxPrefillPassRows))) {
+    const PrefillPassRows layout = prefill_pass_rows(plan, lengths);
+    Pass pass;
+    pass.T = static_cast<int>(layout.segment.size()), pass.S = static_cast<int>(plan.size());
+    pass.m = layout.ending, pass.first = layout.first_ending;
+    const auto T = layout.segment.size(), S = plan.size();
+    std::vector<int> tokens(T);
+    std::vector<std::uint16_t*> rows(2 * layers * T);   // layer l: k rows at 2 l T, v rows after
+    std::vector<std::uint16_t*> bases(2 * layers * S);  // layer l: k bases at 2 l S, v bases after
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t p = plan[static_cast<std::size_t>(layout.segment[t])].prompt, j = static_cast<std::size_t>(layout.position[t]);
+      tokens[t] = prompts[p][j];
+      for (std::size_t l = 0; l < layers; ++l) {
+        const KvPart& kv = made[p]->kv;
+        rows[2 * l * T + t] = kv_row_at(kv.k(static_cast<int>(l)), j);
+        rows[(2 * l + 1) * T + t] = kv_row_at(kv.v(static_cast<int>(l)), j);
+      }
+    }
+    for (std::size_t k = 0; k < S; ++k)
+      for (std::size_t l = 0; l < layers; ++l) {
+        bases[2 * l * S + k] = made[plan[k].prompt]->kv.k(static_cast<int>(l));
+        bases[(2 * l + 1) * S + k] = made[plan[k].prompt]->kv.v(static_cast<int>(l));
+      }
+    pass.tokens = arena_.add(tokens), pass.pos = arena_.add(layout.position), pass.seg = arena_.add(layout.segment);
+    pass.rows = arena_.add(rows), pass.bases = arena_.add(bases);
+    passes.push_back(pass);
+    most = std::max(most, pass.T);
+  }
+  arena_.upload(stream_);
+  scratch(most);
+  prefill_logits_.resize(prompts.size() * V * 4);
+  for (const Pass& pass : passes) {
+    const auto T = static_cast<std::size_t>(pass.T), S = static_cast<std::size_t>(pass.S);
+    const int* d_pos = arena_.at<int>(pass.pos);
+    const int* d_seg = arena_.at<int>(pass.seg);
+    std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(pass.rows);
+    const std::uint16_t* const* d_bases = arena_.at<const std::uint16_t*>(pass.bases);
+    embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.at<int>(pass.tokens), pass.T, c_.dim, x_.get<float>(), stream_);
+    for (int l = 0; l < c_.n_layers; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      layer(l, pass.T, d_pos, d_rows + 2 * li * T, d_rows + (2 * li + 1) * T, [&] {
+        prefill_attention_segments_cuda(q_.get<float>(), d_bases + 2 * li * S, d_bases + (2 * li + 1) * S, d_seg, d_pos, pass.T,
+                                        c_.n_heads, c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
+      });
+    }
+    if (pass.m > 0) logits_rows(0, pass.m, prefill_logits_.get<float>() + pass.first * V);
+  }
+  for (std::size_t p = 0; p < made.size(); ++p) finish_prefix(*made[p], lengths[p]);
+  CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), prefill_logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<int> ids;
+  for (auto& p : made) ids.push_back(prefixes_.put(std::move(p)));
+  return ids;
 }
 
 // The cache rows of a prompt widened to F32 once, for the prefix GEMMs (BF16: exact; FP8: the

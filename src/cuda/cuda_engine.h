@@ -81,6 +81,10 @@ class CudaEngine final : public Engine {
   EngineDescription describe() const override;
   EngineOptions::Kv kv_cache() const override { return kv_ == KvFormat::FP8 ? EngineOptions::Kv::FP8 : EngineOptions::Kv::BF16; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
+  // One forward per pass of plan_prefill_passes (the GEMMs over all its rows), one attention
+  // launch per layer for all its segments, every prompt's last-row logits copied back once.
+  std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
+                                int max_pass_tokens) override;
   void release_prefix(int p) override {
     use_device();
     Prefix& pre = prefix_at(p);
@@ -156,6 +160,10 @@ class CudaEngine final : public Engine {
     const auto d = timer_.detail(name);
     f();
   }
+  // Row r of a cache part's layer (layer: KvPart::k(l) or v(l); rows of kv_row_bytes()).
+  std::uint16_t* kv_row_at(std::uint16_t* layer, std::size_t r) const {
+    return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + r * kv_row_bytes());
+  }
   // --cascade-attention: a prompt's rows copied into the page pool; its first page.
   int add_cascade_prefix(const KvPart& part) {
     std::vector<const std::uint16_t*> k(static_cast<std::size_t>(c_.n_layers)), v(k.size());
@@ -175,8 +183,12 @@ class CudaEngine final : public Engine {
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
              const std::function<void()>& attend);
   void ffn(int l, int T);
-  // logits_ (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device.
-  void logits_rows(int first, int T);
+  // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
+  // when null.
+  void logits_rows(int first, int T, float* out = nullptr);
+  // What follows a prompt's forward, in prefill and prefill_many: its length, and (--cuda-prefix-gemm)
+  // its K/V widened.
+  void finish_prefix(Prefix& p, int len);
   // --device-sampling: what decode_sample asks for.
   struct Draws {
     const SamplingParams& params;
@@ -255,6 +267,7 @@ class CudaEngine final : public Engine {
   DeviceBuffer gate_;      // (T, hidden_dim)
   DeviceBuffer up_;        // (T, hidden_dim)
   DeviceBuffer logits_;    // (T, vocab_size)
+  DeviceBuffer prefill_logits_;  // (prompts, vocab_size): prefill_many's last-row logits, copied back once
   DeviceBuffer act_q_;     // (T, widest input) E4M3 codes: an FP8 GEMM's input
   DeviceBuffer act_s_;     // (T) their scales
   DeviceBuffer act_bf16_;  // (T, widest input) BF16: a BF16 GEMM's input

@@ -245,6 +245,17 @@ void gather_queries_bf16_cuda(const float* q, const int* order, int rows, int n_
 void prefill_attention_cuda(const float* q, const std::uint16_t* k, const std::uint16_t* v, int T, int n_heads, int n_kv, int hd,
                             float* out, cudaStream_t stream, KvFormat kv = KvFormat::BF16);
 
+// Causal attention over one forward pass of several prompts (batched, chunked prefill), one launch:
+// q (T, n_heads, hd), the pass's rows in any order; row t belongs to segment seg[t] (one prompt's
+// rows in this pass) and sits at position pos[t] of its prompt; it sees positions 0..pos[t] of
+// the segment's cache rows, seg_k[seg[t]] / seg_v[seg[t]] (format kv): the rows of the prompt's
+// earlier passes and this pass's, written before (rope_kv_write_cuda). out (T, n_heads, hd).
+// Twin: cpu::prefill_attention over each segment's rows, q_offset = the segment's first position.
+constexpr int kMaxPrefillPassRows = 65535;  // T of both prefill launchers: the grid's y dimension
+void prefill_attention_segments_cuda(const float* q, const std::uint16_t* const* seg_k, const std::uint16_t* const* seg_v,
+                                     const int* seg, const int* pos, int T, int n_heads, int n_kv, int hd, float* out,
+                                     cudaStream_t stream, KvFormat kv = KvFormat::BF16);
+
 // Sampling per row of logits (T, V) with the rule and RNG of bestofn::sample_token (the twin):
 // row t draws with (params.seed, prompt[t], candidate[t], step[t]). tokens (T), logprobs (T).
 // The multi-block sampler (kernels/sample.cu, src/cuda/sample_passes.h): the token is

@@ -113,4 +113,20 @@ std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
   return f;
 }
 
+PrefillPassRows prefill_pass_rows(std::span<const PrefillSegment> pass, std::span<const int> lengths) {
+  PrefillPassRows r;
+  auto ends = [&](const PrefillSegment& s) { return s.end == lengths[s.prompt]; };
+  for (std::size_t k = 0; k < pass.size(); ++k) {
+    if (!ends(pass[k])) continue;
+    if (r.ending == 0) r.first_ending = pass[k].prompt;
+    if (pass[k].prompt != r.first_ending + static_cast<std::size_t>(r.ending))
+      throw Error("prefill pass: the prompts ending in it are not consecutive");
+    r.ending++;
+    r.segment.push_back(static_cast<int>(k)), r.position.push_back(pass[k].end - 1);
+  }
+  for (std::size_t k = 0; k < pass.size(); ++k)
+    for (int j = pass[k].begin; j < pass[k].end - (ends(pass[k]) ? 1 : 0); ++j) r.segment.push_back(static_cast<int>(k)), r.position.push_back(j);
+  return r;
+}
+
 }  // namespace bestofn::cuda

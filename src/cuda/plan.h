@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "bestofn/engine/engine.h"
 #include "bestofn/model/weights.h"
 
 namespace bestofn::cuda {
@@ -95,5 +96,19 @@ struct FusedLinear {
 // Empty when the shards cannot share one GEMM: different dtypes, input widths, or FP8 input
 // schemes (static scales that differ, or static and dynamic mixed) — the caller keeps them apart.
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards);
+
+// The rows of one prefill pass (a plan_prefill_passes entry) as CudaEngine::prefill_many lays them
+// out: first the last row of each prompt that ends in the pass (consecutive prompts, in order), so
+// that their logits are the lm_head over the pass's first `ending` rows; then every other row,
+// segment by segment, in position order. Each (segment, position) of the pass is one row.
+struct PrefillPassRows {
+  std::vector<int> segment;   // per row: its segment (index into the pass)
+  std::vector<int> position;  // per row: its position in its prompt
+  int ending = 0;             // prompts that end in the pass
+  std::size_t first_ending = 0;  // the first of them (their logits rows follow in prompt order)
+};
+// lengths: every prompt's length (the pass's segments index it). Throws bestofn::Error when the
+// prompts ending in the pass are not consecutive (not a pass of plan_prefill_passes).
+PrefillPassRows prefill_pass_rows(std::span<const PrefillSegment> pass, std::span<const int> lengths);
 
 }  // namespace bestofn::cuda

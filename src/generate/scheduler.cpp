@@ -7,8 +7,10 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/util/error.h"
@@ -157,13 +159,7 @@ class Run {
         retire(ps);
         continue;
       }
-      if (ps.prefix < 0) {
-        ps.logits.resize(vocab_);
-        const auto t0 = Clock::now();
-        ps.prefix = engine_.prefill(reqs_[p].prompt_ids, ps.logits);
-        stats_.prefill_seconds += since(t0);
-        stats_.prompt_tokens += reqs_[p].prompt_ids.size();
-      }
+      if (ps.prefix < 0) prefill_from(p);
       // Admission by the engine's room (paged KV blocks): wait for a finish when there is none.
       const std::optional<int> slot = engine_.try_add_slot(ps.prefix, opt_.max_new_tokens);
       if (!slot) {
@@ -182,6 +178,33 @@ class Run {
       check_text(*a);
       active_.push_back(std::move(a));
       sweep();
+    }
+  }
+
+  // Prefills prompt p and, with it, the next prompts in pending order that have no prefix yet and
+  // are not cancelled, while their tokens fit in opt_.prefill_tokens: one prefill_many.
+  void prefill_from(std::size_t p) {
+    std::vector<std::size_t> batch = {p};
+    std::size_t tokens = reqs_[p].prompt_ids.size();
+    const auto budget = static_cast<std::size_t>(opt_.prefill_tokens);
+    for (const auto& [q, i] : pending_) {
+      if (q == batch.back() || prompts_[q].prefix >= 0 || std::find(batch.begin(), batch.end(), q) != batch.end()) continue;
+      if (opt_.cancelled && opt_.cancelled(q)) continue;
+      if (tokens + reqs_[q].prompt_ids.size() > budget) break;
+      batch.push_back(q);
+      tokens += reqs_[q].prompt_ids.size();
+    }
+    std::vector<std::span<const int>> prompts;
+    for (std::size_t q : batch) prompts.emplace_back(reqs_[q].prompt_ids);
+    std::vector<float> logits(batch.size() * vocab_);
+    const auto t0 = Clock::now();
+    const std::vector<int> ids = engine_.prefill_many(prompts, logits, opt_.prefill_tokens);
+    stats_.prefill_seconds += since(t0);
+    stats_.prompt_tokens += tokens;
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      PromptState& ps = prompts_[batch[k]];
+      ps.prefix = ids[k];
+      ps.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(k * vocab_), logits.begin() + static_cast<std::ptrdiff_t>((k + 1) * vocab_));
     }
   }
 
@@ -300,6 +323,7 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::
                          const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
   if (options.batch < 1) throw Error("--batch must be at least 1");
   if (options.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
+  if (options.prefill_tokens < 1) throw Error("--prefill-tokens must be at least 1");
   return Run(engine, tokenizer, requests, options, on_done).go(on_step);
 }
 

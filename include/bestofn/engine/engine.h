@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "bestofn/model/model_config.h"
 #include "bestofn/engine/sampler.h"
@@ -88,6 +89,19 @@ class Engine {
   // Prefills `tokens` (1 <= size <= context) as a new prefix and writes the logits of its last
   // position into last_logits (vocab_size floats). Returns the prefix id.
   virtual int prefill(std::span<const int> tokens, std::span<float> last_logits) = 0;
+  // Prefills several prompts, each as prefill does, and returns their prefix ids in order; row i
+  // of last_logits (prompts.size() x vocab_size) gets prompt i's last-position logits. The rows of
+  // all prompts go through the model in forward passes of at most max_pass_tokens (>= 1) rows
+  // each (plan_prefill_passes): short prompts packed together, so that each linear layer is one
+  // GEMM over all their rows; a prompt longer than what is left of a pass continues in the next
+  // pass, as a chunk whose rows attend to themselves causally and to the prompt's earlier rows,
+  // already in its cache. Bad input (an empty prompt, one past the context, an id outside the
+  // vocabulary, a wrong logits size) throws before anything is prefilled; no prefix is left
+  // behind by a throw. The default prefills one prompt after another (one pass each, whatever
+  // max_pass_tokens); the CPU engine gives prefill's numbers bit for bit, the CUDA engine within
+  // its parity tolerances (a GEMM over more rows may take another algorithm).
+  virtual std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
+                                        int max_pass_tokens);
   // Frees a prefix; its slots must have been released first.
   virtual void release_prefix(int prefix) = 0;
   // A new candidate on `prefix`, with an empty suffix.
@@ -145,6 +159,24 @@ inline std::size_t kv_bytes_per_position(const ModelConfig& c, EngineOptions::Kv
   const std::size_t row = kind == EngineOptions::Kv::FP8 ? kv_dim + 4 * heads : kv_dim * (kind == EngineOptions::Kv::F32 ? 4 : 2);
   return 2 * static_cast<std::size_t>(c.n_layers) * row;
 }
+
+// The rows of one prompt in one forward pass of prefill_many: positions [begin, end) of
+// prompts[prompt].
+struct PrefillSegment {
+  std::size_t prompt = 0;
+  int begin = 0, end = 0;
+  bool operator==(const PrefillSegment&) const = default;
+};
+// The forward passes of prefill_many for prompts of these lengths (each >= 1): the prompts' rows
+// in order, max_tokens (>= 1) to a pass, the last pass holding what is left. Every position of
+// every prompt is in exactly one segment; a prompt's segments come in position order, in
+// consecutive passes; a pass holds at most one segment per prompt.
+std::vector<std::vector<PrefillSegment>> plan_prefill_passes(std::span<const int> lengths, int max_tokens);
+// prefill_many's checks of its arguments (the message names the prompt): throws bestofn::Error.
+void check_prefill_many(const ModelConfig& c, std::span<const std::span<const int>> prompts, std::size_t logits_size,
+                        int max_pass_tokens);
+// Prompt rows per prefill pass when nothing says otherwise (--prefill-tokens).
+constexpr int kDefaultPrefillTokens = 8192;
 
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options);
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bestofn/engine/engine.h"
 #include "bestofn/engine/sampler.h"
 
 namespace bestofn {
@@ -36,6 +37,13 @@ struct GenerationOptions {
   std::vector<int> eos_ids;
   std::vector<std::string> stop;
   std::uint64_t prompt_index_base = 0;  // prompt i draws with RNG prompt index base + i
+  // When a candidate's prompt needs prefilling, the next prompts with pending candidates are
+  // prefilled with it (Engine::prefill_many), in admission order, up to this many prompt tokens
+  // in all (at least the one prompt); the engine runs them in passes of at most this many rows.
+  // Larger: fewer, fuller forward passes; more activation memory, and more prompts' KV held
+  // before their candidates run. With the CPU engine the candidates do not depend on it (its
+  // prefill numbers do not); on CUDA a GEMM over more rows may move the logits' low bits.
+  int prefill_tokens = kDefaultPrefillTokens;
   // Optional, called between steps: true drops the prompt's unstarted candidates and cancels its
   // running ones (they are not handed to on_done). For --stop-on-pass.
   std::function<bool(std::size_t prompt)> cancelled;
