@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bestofn_version.h"
+#include "cuda/cascade_plan.h"
 #include "cuda/step_plan.h"
 
 namespace {
@@ -251,5 +252,31 @@ int main(int argc, char** argv) {
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }
+  // --cascade-attention adds its own host plan per step (src/cuda/cascade_plan.h: the rows grouped
+  // by prompt, the permutation, the page tables of each group); FlashInfer's PrefillPlan, which
+  // follows it on the GPU machine, needs the CUDA runtime and is not timed here.
+  {
+    const int pages_per_prompt = (130 + 15) / 16;
+    std::vector<bestofn::cuda::CascadeRow> rows(static_cast<std::size_t>(B));
+    for (int i = 0; i < B; ++i) {
+      const int p = static_cast<int>(static_cast<long long>(i) * P / B);
+      rows[static_cast<std::size_t>(i)] = {p, p * pages_per_prompt, 130};
+    }
+    std::vector<double> us;
+    std::size_t ints = 0;
+    for (int s = 0; s < steps + 20; ++s) {
+      const auto t0 = Clock::now();
+      const bestofn::cuda::CascadeStep c = bestofn::cuda::cascade_step(rows, 32, 8, 16, P * pages_per_prompt);
+      const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      ints = c.order.size() + c.map.size() + c.qo_indptr.size() + c.page_indptr.size() + c.last_page_len.size() + c.page_indices.size();
+      if (s >= 20) us.push_back(t);
+    }
+    const nlohmann::json line = {{"bench", "step_plan"}, {"way", "cascade_step"}, {"slots", B}, {"prompts", P},
+                                 {"steps", steps}, {"median_us", percentile(us, 0.5)}, {"p90_us", percentile(us, 0.9)},
+                                 {"max_us", *std::max_element(us.begin(), us.end())}, {"bytes_staged", ints * sizeof(int)},
+                                 {"note", "every row's prompt of 130 positions; FlashInfer's PrefillPlan not included"},
+                                 {"commit", BESTOFN_COMMIT}, {"command", command}};
+    std::printf("%s\n", line.dump().c_str());
+  }
   return 0;
 }

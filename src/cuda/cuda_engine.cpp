@@ -297,11 +297,22 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
                              c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
     });
   }
-  finish_prefix(*p, T);
-  logits_rows(T - 1, 1);
-  CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  try {
+    finish_prefix(*p, T);
+    logits_rows(T - 1, 1);
+    CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    drop_cascade_pages(*p);
+    throw;
+  }
   return prefixes_.put(std::move(p));
+}
+
+// A prefix that fails before it is registered gives its page run back (--cascade-attention).
+void CudaEngine::drop_cascade_pages(Prefix& p) {
+  if (cascade_ && p.cascade_page >= 0) cascade_->release_prefix(p.cascade_page);
+  p.cascade_page = -1;
 }
 
 void CudaEngine::finish_prefix(Prefix& p, int len) {
@@ -389,9 +400,14 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
     }
     if (pass.m > 0) logits_rows(0, pass.m, prefill_logits_.get<float>() + pass.first * V);
   }
-  for (std::size_t p = 0; p < made.size(); ++p) finish_prefix(*made[p], lengths[p]);
-  CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), prefill_logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  try {
+    for (std::size_t p = 0; p < made.size(); ++p) finish_prefix(*made[p], lengths[p]);
+    CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), prefill_logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    for (auto& p : made) drop_cascade_pages(*p);
+    throw;
+  }
   std::vector<int> ids;
   for (auto& p : made) ids.push_back(prefixes_.put(std::move(p)));
   return ids;

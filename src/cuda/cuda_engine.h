@@ -164,6 +164,7 @@ class CudaEngine final : public Engine {
   std::uint16_t* kv_row_at(std::uint16_t* layer, std::size_t r) const {
     return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + r * kv_row_bytes());
   }
+  void drop_cascade_pages(Prefix& p);
   // --cascade-attention: a prompt's rows copied into the page pool; its first page.
   int add_cascade_prefix(const KvPart& part) {
     std::vector<const std::uint16_t*> k(static_cast<std::size_t>(c_.n_layers)), v(k.size());
