@@ -19,6 +19,7 @@ needed, only nvcc. Usage:
 Prints one line per kernel; --json prints the measured table instead (to write a new budget).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -81,10 +82,14 @@ def measure(args):
         path, _, flags = spec.partition("=")
         file_flags[os.path.realpath(path)] = shlex.split(flags)
     with tempfile.TemporaryDirectory() as tmp:
-        for i, cu in enumerate(args.files):
+        def compile_one(i, cu):
             cmd = [args.nvcc, "-std=c++20", f"-arch=sm_{args.arch}", "-cubin", "--resource-usage", "-o",
                    os.path.join(tmp, f"{i}.cubin")] + shlex.split(args.flags or "") + file_flags.get(os.path.realpath(cu), []) + [cu]
-            r = subprocess.run(cmd, capture_output=True, text=True)
+            return cu, subprocess.run(cmd, capture_output=True, text=True)
+        # The files compile side by side (one nvcc per core): the test is CI's last to finish.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(pool.map(lambda a: compile_one(*a), enumerate(args.files)))
+        for cu, r in results:
             if r.returncode != 0:
                 sys.exit(f"check_kernel_resources: {cu}: nvcc failed ({r.returncode}):\n{r.stderr[-4000:]}")
             for mangled, res in parse(r.stdout + r.stderr).items():
