@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Golden token ids for bestofn's tokenizer, from an independent reference (HF `tokenizers`).
 
-    pip install tokenizers
+    pip install tokenizers==0.21.4                   # the version the golden was made with (0.23.3 gave the same)
     python3 tools/gen_tokenizer_golden.py            # writes tests/data/tokenizer_golden.json
+
+tools/gen_tokenizer_constructs_golden.py (beside it) covers the other constructs: Digits, GPT-2's
+ByteLevel split, missing byte tokens, Metaspace.
 
 Inputs come from ../shared (override with BESTOFN_SHARED):
   tokenizers/{llama3,mistral}/tokenizer.json, data/humaneval/HumanEval.jsonl.gz,

@@ -26,38 +26,6 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
-// Splits every piece by `re` into its matches and the gaps between them (HF Split, Isolated). A
-// match that fails other than by finding nothing (PCRE2's match or depth limit, on a regex that
-// backtracks without end) is an error naming `file`: taking the rest of the piece as one gap would
-// encode the text otherwise than HF, without a word.
-std::vector<std::string_view> split(const std::vector<std::string_view>& pieces, pcre2_code* re, const std::string& file) {
-  std::vector<std::string_view> out;
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(pcre2_match_data_create_from_pattern(re, nullptr),
-                                                                          pcre2_match_data_free);
-  pcre2_match_data* md = data.get();
-  if (!md) throw std::bad_alloc();
-  for (std::string_view p : pieces) {
-    std::size_t pos = 0, gap = 0;
-    while (pos < p.size()) {
-      const int rc = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) msg[0] = 0;
-        throw Error(file, "pre_tokenizer regex failed on the input at byte " + std::to_string(pos) + " of a " +
-                              std::to_string(p.size()) + "-byte piece: " + reinterpret_cast<const char*>(msg));
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      if (ov[0] > gap) out.push_back(p.substr(gap, ov[0] - gap));
-      if (ov[1] > ov[0]) out.push_back(p.substr(ov[0], ov[1] - ov[0]));
-      gap = ov[1];
-      pos = ov[1] > ov[0] ? ov[1] : ov[0] + std::max<std::size_t>(1, utf8::sequence_length(p, ov[0]));
-    }
-    if (gap < p.size()) out.push_back(p.substr(gap));
-  }
-  return out;
-}
-
 }  // namespace
 
 void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int>& out) const {
@@ -70,31 +38,19 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int>& out
     }
   }
   std::vector<int> ids;
-  if (byte_level) {
-    if (ignore_merges) {  // a piece that is a whole token is taken as is (Llama 3)
+  if (ignore_merges) {  // a piece that is a whole token is taken as is (Llama 3)
+    std::optional<int> id;
+    if (byte_level) {
       std::string mapped;
       for (unsigned char b : piece) utf8::append(mapped, byte_to_unicode()[b]);
-      if (const auto id = vocab.find(mapped)) ids.push_back(*id);
+      id = vocab.find(mapped);
+    } else {
+      id = vocab.find(piece);
     }
-    if (ids.empty()) {
-      for (unsigned char b : piece) ids.push_back(byte_ids[b]);
-      bpe::merge(ids, merges);
-    }
-  } else {
-    for (std::size_t i = 0; i < piece.size();) {
-      const std::size_t n = std::max<std::size_t>(1, utf8::sequence_length(piece, i));
-      if (auto it = char_ids.find(piece.substr(i, n)); it != char_ids.end()) {
-        ids.push_back(it->second);
-      } else if (byte_fallback && std::all_of(piece.begin() + static_cast<std::ptrdiff_t>(i), piece.begin() + static_cast<std::ptrdiff_t>(i + n),
-                                              [&](char c) { return byte_ids[static_cast<unsigned char>(c)] >= 0; })) {
-        for (std::size_t k = i; k < i + n; ++k) ids.push_back(byte_ids[static_cast<unsigned char>(piece[k])]);
-      } else if (unk_id) {
-        if (!(fuse_unk && !ids.empty() && ids.back() == *unk_id)) ids.push_back(*unk_id);
-      } else {
-        throw Error(path, "cannot encode " + std::string(piece.substr(i, n)) + ": not in the vocab, and no byte fallback or unk token");
-      }
-      i += n;
-    }
+    if (id) ids.push_back(*id);
+  }
+  if (ids.empty()) {
+    start_symbols(piece, ids);
     bpe::merge(ids, merges);
   }
   out.insert(out.end(), ids.begin(), ids.end());
@@ -105,7 +61,47 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int>& out
   }
 }
 
-void Tokenizer::Impl::encode_segment(std::string_view text, std::vector<int>& out) const {
+void Tokenizer::Impl::start_symbols(std::string_view piece, std::vector<int>& ids) const {
+  std::optional<int> unk;  // the pending unk token, as HF's merge_word holds it
+  auto symbol = [&](std::string_view sym, int id) {
+    if (id >= 0) {
+      if (unk) ids.push_back(*unk);
+      unk.reset();
+      ids.push_back(id);
+      return;
+    }
+    if (byte_fallback && std::all_of(sym.begin(), sym.end(), [&](char c) { return fallback_ids[static_cast<unsigned char>(c)] >= 0; })) {
+      for (char c : sym) ids.push_back(fallback_ids[static_cast<unsigned char>(c)]);  // (a pending unk stays pending, as in HF)
+      return;
+    }
+    if (!unk_id) return;  // no token for it: HF drops it
+    if (unk && !fuse_unk) ids.push_back(*unk);
+    unk = unk_id;
+  };
+  if (byte_level) {
+    std::string mapped;
+    for (unsigned char b : piece) {
+      if (byte_ids[b] >= 0) {
+        symbol({}, byte_ids[b]);
+      } else {
+        mapped.clear();
+        utf8::append(mapped, byte_to_unicode()[b]);
+        symbol(mapped, -1);
+      }
+    }
+  } else {
+    for (std::size_t i = 0; i < piece.size();) {
+      const std::size_t n = std::max<std::size_t>(1, utf8::sequence_length(piece, i));
+      const std::string_view sym = piece.substr(i, n);
+      const auto it = char_ids.find(sym);
+      symbol(sym, it == char_ids.end() ? -1 : it->second);
+      i += n;
+    }
+  }
+  if (unk) ids.push_back(*unk);
+}
+
+void Tokenizer::Impl::encode_segment(std::string_view text, bool at_start, std::vector<int>& out) const {
   if (text.empty()) return;
   std::string normalized;
   const bool normalize = !normalizer.empty();
@@ -116,16 +112,15 @@ void Tokenizer::Impl::encode_segment(std::string_view text, std::vector<int>& ou
       else replace_all(normalized, step.from, step.to);
     }
   }
-  std::vector<std::string_view> pieces{normalize ? std::string_view(normalized) : text};
-  for (const auto& re : splits) pieces = split(pieces, re.get(), path);
-  for (std::string_view p : pieces) encode_piece(p, out);
+  std::forward_list<std::string> owned;
+  for (std::string_view p : pre_tokenize(normalize ? std::string_view(normalized) : text, at_start, owned)) encode_piece(p, out);
 }
 
-std::string Tokenizer::Impl::raw_bytes(const std::string& token) const {
+std::string Tokenizer::Impl::raw_bytes(const std::string& token, bool first) const {
   std::string t = token;
   for (const auto& s : decoder) {
-    if (s.kind == DecodeStep::Replace) {
-      replace_all(t, s.from, s.to);
+    if (s.kind == DecodeStep::Replace || s.kind == DecodeStep::Metaspace) {
+      replace_all(t, s.from, first && s.drop_first ? std::string() : s.to);
     } else if (s.kind == DecodeStep::ByteFallback && t.size() == 6 && t.starts_with("<0x") && t.back() == '>' &&
                std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {  // as decode()
       t = std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
@@ -148,6 +143,9 @@ std::string Tokenizer::Impl::decode(std::span<const int> ids) const {
     switch (s.kind) {
       case DecodeStep::Replace:
         for (auto& t : toks) replace_all(t, s.from, s.to);
+        break;
+      case DecodeStep::Metaspace:  // as Replace, but the first token loses its replacements when drop_first
+        for (std::size_t i = 0; i < toks.size(); ++i) replace_all(toks[i], s.from, i == 0 && s.drop_first ? std::string() : s.to);
         break;
       case DecodeStep::ByteLevel: {  // all tokens to bytes, then one lossy UTF-8 string
         std::string bytes;
@@ -263,21 +261,15 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool add_bos) const {
   if (auto bad = utf8::first_invalid(text)) throw Error("input text is not valid UTF-8 at byte " + std::to_string(*bad));
   std::vector<int> ids;
   const Impl& t = *impl_;
-  if (add_bos) {
-    if (t.has_template ? t.template_before.empty() && t.template_after.empty() : !t.bos)
-      throw Error(t.path, t.has_template ? "this tokenizer's post_processor template adds no special tokens (no BOS)"
-                                         : "this tokenizer has no BOS token");
-    if (t.has_template) ids = t.template_before;
-    else ids.push_back(*t.bos);
-  }
+  if (add_bos) ids = t.template_before;
   for (std::size_t pos = 0; pos <= text.size();) {
     const AddedMatch m = next_added(*impl_, text, pos);
-    impl_->encode_segment(text.substr(pos, m.begin - pos), ids);
+    impl_->encode_segment(text.substr(pos, m.begin - pos), pos == 0, ids);
     if (!m.token) break;
     ids.push_back(m.token->id);
     pos = m.end;
   }
-  if (add_bos && t.has_template) ids.insert(ids.end(), t.template_after.begin(), t.template_after.end());
+  if (add_bos) ids.insert(ids.end(), t.template_after.begin(), t.template_after.end());
   return ids;
 }
 
@@ -286,6 +278,12 @@ std::string Tokenizer::decode(std::span<const int> ids) const { return impl_->de
 const std::string& Tokenizer::token_bytes(int id) const {
   if (id < 0 || id >= vocab_size()) throw Error(impl_->path, "id " + std::to_string(id) + " is outside the vocabulary");
   return impl_->token_bytes[static_cast<std::size_t>(id)];
+}
+
+std::string Tokenizer::first_token_bytes(int id) const {
+  const std::string& bytes = token_bytes(id);
+  const bool drops = std::any_of(impl_->decoder.begin(), impl_->decoder.end(), [](const DecodeStep& s) { return s.drop_first; });
+  return drops ? impl_->raw_bytes(impl_->id_to_token[static_cast<std::size_t>(id)], true) : bytes;
 }
 
 int Tokenizer::strip_leading_spaces() const { return impl_->strip_leading; }
@@ -308,10 +306,11 @@ const std::string& Tokenizer::chat_template() const { return impl_->chat_templat
 const std::string& Tokenizer::path() const { return impl_->path; }
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tok, bool at_start)
-    : tok_(tok), strip_left_(at_start ? tok.strip_leading_spaces() : 0) {}
+    : tok_(tok), strip_left_(at_start ? tok.strip_leading_spaces() : 0), first_(at_start) {}
 
 std::string IncrementalDecoder::push(int id) {
-  pending_ += tok_.token_bytes(id);
+  pending_ += first_ ? tok_.first_token_bytes(id) : tok_.token_bytes(id);
+  first_ = false;
   while (strip_left_ > 0 && !pending_.empty()) {
     if (pending_[0] != ' ') {
       strip_left_ = 0;

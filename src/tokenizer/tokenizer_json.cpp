@@ -9,192 +9,24 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "bestofn/util/error.h"
 #include "bestofn/util/text_file.h"
 #include "bestofn/util/utf8.h"
 #include "util/json_file.h"
+#include "tokenizer/json_fast_parse.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace bestofn {
 using nlohmann::json;
 
-const std::array<std::uint32_t, 256>& byte_to_unicode() {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> t{};
-    std::uint32_t extra = 256;
-    for (std::uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-      t[b] = printable ? b : extra++;
-    }
-    return t;
-  }();
-  return table;
-}
-
-int unicode_to_byte(std::uint32_t cp) {
-  static const std::array<int, 0x144> inverse = [] {
-    std::array<int, 0x144> inv{};
-    inv.fill(-1);
-    for (std::size_t b = 0; b < 256; ++b) inv[byte_to_unicode()[b]] = static_cast<int>(b);
-    return inv;
-  }();
-  return cp < inverse.size() ? inverse[cp] : -1;
-}
-
-std::optional<std::string> byte_level_bytes(std::string_view token) {
-  std::string bytes;
-  bytes.reserve(token.size());
-  for (std::size_t i = 0; i < token.size();) {
-    const auto lead = static_cast<unsigned char>(token[i]);
-    std::uint32_t cp = lead;
-    std::size_t n = 1;
-    if (lead >= 0xC0 && lead < 0xE0 && i + 1 < token.size()) {  // the table stops at U+0143: two bytes at most
-      cp = ((lead & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
-      n = 2;
-    } else if (lead >= 0x80) {
-      return std::nullopt;
-    }
-    const int b = unicode_to_byte(cp);
-    if (b < 0) return std::nullopt;
-    bytes += static_cast<char>(b);
-    i += n;
-  }
-  return bytes;
-}
-
 namespace {
 
-// model.vocab and model.merges: the bulk of a tokenizer.json (Llama 3: 128k tokens, 280k merges).
-struct BulkParts {
-  bool vocab_given = false, merges_given = false;
-  bpe::StringIds vocab;  // token -> the id as given (Loader::vocab checks the ids)
-  std::vector<std::pair<std::string, std::string>> merges;
-};
+using tokenizer_json::BulkParts;
+using tokenizer_json::FastParse;
+using tokenizer_json::split_merge;
 
-// A merge written "left right" (one space, neither side empty) appended to `out`; false otherwise.
-bool split_merge(const std::string& s, std::vector<std::pair<std::string, std::string>>& out) {
-  const auto sp = s.find(' ');
-  if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos) return false;
-  out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-  return true;
-}
-
-// One pass over tokenizer.json that builds a DOM of everything but model.vocab and model.merges,
-// which go straight into BulkParts: their 128k map nodes and 280k strings were most of the load
-// time. It takes only the usual shapes ({token: id} with ids that fit an int, and "a b" or [a, b]
-// merges, each given once); on anything else, and on invalid JSON, it stops, and the loader parses
-// the text again into a DOM whose checks name the problem.
-class FastParse {
- public:
-  json root;
-  BulkParts bulk;
-
-  bool null() { return value(json(nullptr)); }
-  bool boolean(bool v) { return value(json(v)); }
-  bool number_integer(json::number_integer_t v) { return value(json(v)); }  // negative: never an id
-  bool number_unsigned(json::number_unsigned_t v) {
-    if (mode_ == Mode::Vocab)
-      return v <= static_cast<json::number_unsigned_t>(std::numeric_limits<int>::max()) && bulk.vocab.insert(key_, static_cast<int>(v));
-    return value(json(v));
-  }
-  bool number_float(json::number_float_t v, const std::string&) { return value(json(v)); }
-  bool string(std::string& v) {
-    if (mode_ == Mode::Merges) return split_merge(v, bulk.merges);  // "left right"
-    if (mode_ == Mode::Pair) {  // [left, right]
-      if (pair_n_ == 2) return false;
-      (pair_n_++ == 0 ? pair_.first : pair_.second) = v;
-      return true;
-    }
-    return value(json(v));
-  }
-  bool binary(json::binary_t& v) { return value(json(std::move(v))); }
-  bool key(std::string& k) {
-    if (mode_ != Mode::Dom && mode_ != Mode::Vocab) return false;
-    // A repeated vocab or merges key: the DOM keeps the last value, whatever its type.
-    if (mode_ == Mode::Dom && at_model() && ((k == "vocab" && bulk.vocab_given) || (k == "merges" && bulk.merges_given))) return false;
-    key_ = k;
-    return true;
-  }
-  bool start_object(std::size_t) {
-    if (mode_ != Mode::Dom) return false;
-    if (at_model() && key_ == "vocab") return enter_bulk(bulk.vocab_given, Mode::Vocab);
-    const bool is_model = stack_.size() == 1 && stack_[0]->is_object() && key_ == "model";
-    json* o = open(json::object());
-    if (is_model) {
-      if (model_) return false;  // "model" twice: the DOM keeps the last one
-      model_ = o;
-    }
-    return true;
-  }
-  bool end_object() {
-    if (mode_ == Mode::Vocab) mode_ = Mode::Dom;
-    else stack_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) {
-    if (mode_ == Mode::Merges) {
-      mode_ = Mode::Pair;
-      pair_n_ = 0;
-      return true;
-    }
-    if (mode_ != Mode::Dom) return false;
-    if (at_model() && key_ == "merges") return enter_bulk(bulk.merges_given, Mode::Merges);
-    open(json::array());
-    return true;
-  }
-  bool end_array() {
-    if (mode_ == Mode::Pair) {
-      if (pair_n_ != 2) return false;
-      bulk.merges.push_back(std::move(pair_));
-      pair_ = {};
-      mode_ = Mode::Merges;
-    } else if (mode_ == Mode::Merges) {
-      mode_ = Mode::Dom;
-    } else {
-      stack_.pop_back();
-    }
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
-
- private:
-  enum class Mode { Dom, Vocab, Merges, Pair };
-  bool at_model() const { return model_ && model_->is_object() && !stack_.empty() && stack_.back() == model_; }
-  bool enter_bulk(bool& given, Mode mode) {
-    if (given) return false;  // given twice: the DOM keeps the last one
-    given = true;
-    mode_ = mode;
-    return true;
-  }
-  // Puts a value where the DOM parser would: the root, the end of the open array, or the pending
-  // key of the open object (the last of repeated keys wins, as there).
-  json* place(json&& v) {
-    if (stack_.empty()) return &(root = std::move(v));
-    json& top = *stack_.back();
-    if (top.is_array()) {
-      top.push_back(std::move(v));
-      return &top.back();
-    }
-    return &(top[key_] = std::move(v));
-  }
-  bool value(json&& v) {
-    if (mode_ != Mode::Dom) return false;
-    place(std::move(v));
-    return true;
-  }
-  json* open(json&& container) {
-    json* c = place(std::move(container));
-    stack_.push_back(c);
-    return c;
-  }
-
-  Mode mode_ = Mode::Dom;
-  std::vector<json*> stack_;  // the open containers (their addresses are stable while open)
-  std::string key_;
-  const json* model_ = nullptr;
-  std::pair<std::string, std::string> pair_;
-  int pair_n_ = 0;
-};
 
 struct Loader {
   Tokenizer::Impl& t;
@@ -320,8 +152,9 @@ struct Loader {
     const json& m = j["model"];
     const std::string type = opt_str(m, "type", "BPE", "model");
     if (type != "BPE") throw fail("unsupported model type '" + type + "'; supported: BPE");
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(key) && !m[key].is_null()) throw fail(std::string("model.") + key + " is not supported");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})  // "" adds nothing: as none (HF)
+      if (const std::string v = opt_str(m, key, "", std::string("model.") + key); !v.empty())
+        throw fail(std::string("model.") + key + " " + json(v).dump() + " is not supported (only none or \"\")");
     if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0) throw fail("BPE dropout is not supported");
     if (!bulk.vocab_given) vocab_from_dom(m, bulk);
     vocab(bulk);
@@ -391,26 +224,49 @@ struct Loader {
       throw fail("pre_tokenizer regex does not compile at offset " + std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // best effort: the interpreter gives the same matches
-    t.splits.emplace_back(re);
+    t.pre_steps.push_back({PreStep::Split, Regex(re), "", PreStep::Always, true});
+  }
+
+  // Metaspace's replacement (one character) and prepend scheme, as HF reads them: prepend_scheme
+  // "first" / "always" (the default) / "never", else the older add_prefix_space (true: always),
+  // which must not contradict it; split defaults to true.
+  PreStep metaspace(const json& p, const std::string& where) const {
+    PreStep m{PreStep::Metaspace, nullptr, str(p, "replacement", where), PreStep::Always, flag(p, "split", true, where)};
+    if (m.replacement.empty() || utf8::first_invalid(m.replacement) || utf8::sequence_length(m.replacement, 0) != m.replacement.size())
+      throw fail(where + ": \"replacement\" must be one character, got " + json(m.replacement).dump());
+    const std::string scheme = opt_str(p, "prepend_scheme", "always", where);
+    if (scheme == "first") m.prepend = PreStep::First;
+    else if (scheme == "never") m.prepend = PreStep::Never;
+    else if (scheme != "always") throw fail(where + ": \"prepend_scheme\" must be \"first\", \"always\" or \"never\", got " + json(scheme).dump());
+    if (!flag(p, "add_prefix_space", true, where) && m.prepend != PreStep::Never)
+      throw fail(where + ": add_prefix_space false contradicts prepend_scheme \"" + scheme + "\"");
+    return m;
   }
 
   void pre_tokenizer(const json& p) {
     if (p.is_null()) return;
     const std::string type = str(p, "type", "pre_tokenizer");
+    // ByteLevel maps the bytes to its table's characters: a step after it would see those.
+    if (t.byte_level) throw fail("pre_tokenizer " + type + " after ByteLevel is not supported (ByteLevel must be the last step)");
     if (type == "Sequence") {
+      if (p.contains("pretokenizers") && !p["pretokenizers"].is_array()) throw fail("Sequence pre_tokenizer: \"pretokenizers\" must be a list");
       for (const auto& s : p.value("pretokenizers", json::array())) pre_tokenizer(s);
     } else if (type == "Split") {
       const std::string regex = pattern(p, "Regex", "Split pre_tokenizer");
       if (opt_str(p, "behavior", "", "Split pre_tokenizer") != "Isolated" || flag(p, "invert", false, "Split pre_tokenizer"))
         throw fail("Split pre_tokenizer: only behavior Isolated without invert is supported");
       add_regex(regex);
+    } else if (type == "Digits") {  // HF: char::is_numeric (Unicode N*), each digit or each run its own piece
+      add_regex(flag(p, "individual_digits", false, "Digits pre_tokenizer") ? R"(\p{N})" : R"(\p{N}+)");
     } else if (type == "ByteLevel") {
-      if (flag(p, "add_prefix_space", false, "ByteLevel pre_tokenizer")) throw fail("ByteLevel pre_tokenizer: add_prefix_space is not supported");
+      if (flag(p, "add_prefix_space", true, "ByteLevel pre_tokenizer")) t.pre_steps.push_back({PreStep::PrefixSpace, nullptr, "", PreStep::Always, true});
       if (flag(p, "use_regex", true, "ByteLevel pre_tokenizer"))  // GPT-2's own split
         add_regex(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
       t.byte_level = true;
+    } else if (type == "Metaspace") {
+      t.pre_steps.push_back(metaspace(p, "Metaspace pre_tokenizer"));
     } else {
-      throw fail("unsupported pre_tokenizer '" + type + "'; supported: Sequence, Split, ByteLevel");
+      throw fail("unsupported pre_tokenizer '" + type + "'; supported: Sequence, Split, Digits, ByteLevel, Metaspace");
     }
   }
 
@@ -427,29 +283,45 @@ struct Loader {
       t.decoder.push_back({DecodeStep::ByteFallback, "", "", ' ', 0, 0});
     } else if (type == "Fuse") {
       t.decoder.push_back({DecodeStep::Fuse, "", "", ' ', 0, 0});
+    } else if (type == "Metaspace") {
+      if (std::any_of(t.decoder.begin(), t.decoder.end(), [](const DecodeStep& s) { return s.kind == DecodeStep::Fuse; }))
+        throw fail("Metaspace decoder after Fuse is not supported");
+      const PreStep m = metaspace(d, "Metaspace decoder");
+      DecodeStep step{DecodeStep::Metaspace, m.replacement, " ", ' ', 0, 0};
+      step.drop_first = m.prepend != PreStep::Never;
+      t.decoder.push_back(step);
     } else if (type == "Strip") {
       const std::string c = str(d, "content", "Strip decoder");
       if (c.size() != 1) throw fail("Strip decoder: content must be one ASCII character");
       t.decoder.push_back({DecodeStep::Strip, "", "", c[0], count(d, "start", "Strip decoder"), count(d, "stop", "Strip decoder")});
     } else {
-      throw fail("unsupported decoder '" + type + "'; supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip");
+      throw fail("unsupported decoder '" + type + "'; supported: Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace");
     }
   }
 
+  // The byte-level table's token for each byte, and the <0xNN> tokens. A byte-level vocabulary may
+  // lack some bytes (SmolLM2 lacks 21): HF encodes such a byte as the unk token, or drops it.
   void byte_tables() {
     t.byte_ids.fill(-1);
+    t.fallback_ids.fill(-1);
+    std::string missing;
     for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      if (const auto id = t.vocab.find(buf)) t.fallback_ids[static_cast<std::size_t>(b)] = *id;
+      if (!t.byte_level) continue;
       std::string key;
-      if (t.byte_level) {
-        utf8::append(key, byte_to_unicode()[static_cast<std::size_t>(b)]);
-      } else {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-        key = buf;
+      utf8::append(key, byte_to_unicode()[static_cast<std::size_t>(b)]);
+      if (const auto id = t.vocab.find(key)) {
+        t.byte_ids[static_cast<std::size_t>(b)] = *id;
+      } else if (++t.missing_bytes <= 8) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(b);
       }
-      if (const auto id = t.vocab.find(key)) t.byte_ids[static_cast<std::size_t>(b)] = *id;
-      else if (t.byte_level) throw fail("byte-level vocab lacks the token for byte " + std::to_string(b));
     }
+    if (t.missing_bytes > 0)
+      spdlog::warn("{}: the byte-level vocab has no token for {} of the 256 bytes ({}{}); as in HF, such a byte is encoded as {}", file,
+                   t.missing_bytes, missing, t.missing_bytes > 8 ? ", ..." : "",
+                   t.unk_id ? "the unk token" : "nothing (dropped: there is no unk token)");
   }
 
   // The ids of the template's special token `name`: its entry in the processor's special_tokens
@@ -527,6 +399,12 @@ struct Loader {
     };
     if (auto b = named_token("bos_token"); !t.has_template) t.bos = b;
     t.eos = named_token("eos_token");
+    if (!t.has_template) {  // transformers' Llama tokenizers build the template from these flags
+      if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean() && config["add_bos_token"].get<bool>() && t.bos)
+        t.template_before = {*t.bos};
+      if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean() && config["add_eos_token"].get<bool>() && t.eos)
+        t.template_after = {*t.eos};
+    }
     // chat_template: a Jinja text, or HF's named templates [{"name", "template"}, ...], of which
     // chat formats are chosen from the one named "default" (as HF does without a name).
     if (config.contains("chat_template") && !config["chat_template"].is_null()) {

@@ -1,7 +1,9 @@
 #pragma once
 // Hugging Face tokenizer.json with a BPE model, in the two families Llama-architecture models ship:
-//   byte-level BPE (Llama 3 / 3.1 / 3.2: Split regex pre-tokenizer + ByteLevel, ignore_merges), and
-//   byte-fallback BPE (Llama 2, CodeLlama, Mistral: Prepend/Replace "▁" normalizer, <0xNN> tokens).
+//   byte-level BPE (Llama 3 / 3.1 / 3.2: Split regex + ByteLevel, ignore_merges; GPT-2 style
+//   ByteLevel with its own regex, after Digits in SmolLM2), and
+//   byte-fallback BPE (Llama 2, CodeLlama, Mistral: Prepend/Replace "▁" normalizer or the Metaspace
+//   pre-tokenizer, <0xNN> tokens).
 // encode() agrees with HF `tokenizers` id for id; decode() gives HF's text for the ids, without
 // clean_up_tokenization_spaces (it rewrites code).
 #include <filesystem>
@@ -26,7 +28,8 @@ class Tokenizer {
   // Added and special tokens in the text are matched first; the rest goes through the normalizer,
   // pre-tokenizer and BPE. `text` must be valid UTF-8. With add_bos, the special tokens HF adds
   // (add_special_tokens): the post-processor template's before and after the text (BOS first for
-  // the Llama family), else tokenizer_config's bos_token.
+  // the Llama family); without a template, tokenizer_config's bos_token / eos_token where its
+  // add_bos_token / add_eos_token say so; else none (a ByteLevel post-processor adds nothing).
   std::vector<int> encode(std::string_view text, bool add_bos = false) const;
   // HF decode(ids, skip_special_tokens=False). Throws for an id outside the vocabulary.
   std::string decode(std::span<const int> ids) const;
@@ -34,6 +37,8 @@ class Tokenizer {
   // The bytes one token contributes to decoded text, before the decoder's whole-text steps
   // (Strip). For the incremental decoder.
   const std::string& token_bytes(int id) const;
+  // token_bytes of the first token of a sequence (a Metaspace decoder drops its "▁"s).
+  std::string first_token_bytes(int id) const;
   // Strip(" ", start=N) of the byte-fallback decoder: leading spaces removed from decoded text.
   int strip_leading_spaces() const;
 
@@ -70,6 +75,7 @@ class IncrementalDecoder {
   const Tokenizer& tok_;
   std::string pending_;
   int strip_left_;
+  bool first_;
 };
 
 }  // namespace bestofn
