@@ -50,3 +50,17 @@ TEST(CliTokenize, BadInputs) {
     EXPECT_EQ(ok.exit_code, 0) << format << ": " << ok.err;
   }
 }
+
+// SmolLM2's tokenizer (a ByteLevel post-processor): --bos adds nothing, as HF's
+// add_special_tokens=True; the warning about its missing byte tokens goes to stderr, the ids to stdout.
+TEST(CliTokenize, BosAddsNothingWhereThePostProcessorAddsNothing) {
+  bestofn::test::TempDir dir;
+  const std::string tok = bestofn::test::source_path("tests/data/tokenizers/smollm2/tokenizer.json.gz").string();
+  bestofn::test::write_text(dir / "in.txt", "x = 12\n");
+  const auto plain = run_cli({"tokenize", "--tokenizer", tok, (dir / "in.txt").string()});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(json::parse(plain.out), json::parse("[104, 446, 216, 33, 34, 198]"));  // HF tokenizers 0.21.4
+  const auto bos = run_cli({"tokenize", "--tokenizer", tok, "--bos", (dir / "in.txt").string()});
+  ASSERT_EQ(bos.exit_code, 0) << bos.err;
+  EXPECT_EQ(bos.out, plain.out);
+}

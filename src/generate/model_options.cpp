@@ -80,7 +80,7 @@ std::vector<int> encode_prompt(const ModelOptions& f, const LoadedModel& m, cons
   std::vector<int> ids;
   try {
     ids = f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
-                 : m.tokenizer.encode(text, m.weights->config.bos_token_id.has_value() && m.tokenizer.bos_id().has_value());
+                 : m.tokenizer.encode(text, /*add_bos=*/true);  // what HF's tokenizer adds by default, possibly nothing
   } catch (const Error& e) {
     throw Error(where, e.what());
   }
