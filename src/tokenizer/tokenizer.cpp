@@ -108,7 +108,8 @@ void Tokenizer::Impl::encode_segment(std::string_view text, bool at_start, std::
   if (normalize) {
     normalized.assign(text);
     for (const auto& step : normalizer) {
-      if (step.prepend) normalized.insert(0, step.to);  // the segment is non-empty
+      if (step.nfc) normalized = nfc(normalized);
+      else if (step.prepend) normalized.insert(0, step.to);  // the segment is non-empty
       else replace_all(normalized, step.from, step.to);
     }
   }

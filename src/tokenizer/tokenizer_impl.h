@@ -77,10 +77,11 @@ struct Tokenizer::Impl {
   std::vector<AddedToken> added;
   std::array<bool, 256> added_first_byte{};
 
-  // Normalizer steps in order: Prepend(text) when `prepend`, else Replace(from -> to).
+  // Normalizer steps in order: NFC when `nfc`, Prepend(to) when `prepend`, else Replace(from -> to).
   struct NormStep {
     bool prepend = false;
     std::string from, to;
+    bool nfc = false;
   };
   std::vector<NormStep> normalizer;
 
@@ -121,6 +122,9 @@ struct Tokenizer::Impl {
   // first: the token starts the decoded ids (Metaspace drops its replacements).
   std::string raw_bytes(const std::string& token, bool first = false) const;
 };
+
+// Unicode NFC of valid UTF-8 (nfc.cpp).
+std::string nfc(std::string_view text);
 
 // GPT-2's byte <-> printable-char table for byte-level BPE: bytes 33-126, 161-172 and 174-255 are
 // themselves, the rest map to U+0100 upwards in byte order.

@@ -205,12 +205,14 @@ struct Loader {
     const std::string type = str(n, "type", "normalizer");
     if (type == "Sequence") {
       for (const auto& s : n.value("normalizers", json::array())) normalizer(s);
+    } else if (type == "NFC") {  // Qwen2 / Qwen3
+      t.normalizer.push_back({false, "", "", true});
     } else if (type == "Prepend") {
       t.normalizer.push_back({true, "", str(n, "prepend", "Prepend normalizer")});
     } else if (type == "Replace") {
       t.normalizer.push_back({false, pattern(n, "String", "Replace normalizer"), str(n, "content", "Replace normalizer")});
     } else {
-      throw fail("unsupported normalizer '" + type + "'; supported: Sequence, Prepend, Replace");
+      throw fail("unsupported normalizer '" + type + "'; supported: Sequence, NFC, Prepend, Replace");
     }
   }
 
