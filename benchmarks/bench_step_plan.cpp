@@ -26,6 +26,7 @@
 
 #include "bestofn_version.h"
 #include "cuda/cascade_plan.h"
+#include "cuda/step_ahead.h"
 #include "cuda/step_plan.h"
 
 namespace {
@@ -83,10 +84,27 @@ struct World {
       for (int b = 0; b <= slot.kv.len / kBlock; ++b) slot.blocks.push_back(next_block++ % (1 << 16));
     }
   }
-  // After a step: every row one longer; one past kMaxSuffix starts over.
-  void advance() {
-    for (auto& s : slots)
-      if (++s->kv.len >= kMaxSuffix) s->kv.len = 0, s->blocks.assign(1, next_block++ % (1 << 16));
+  // After a step: every row one longer.
+  void grow() {
+    for (auto& s : slots) ++s->kv.len;
+  }
+  // The scheduler's changes: a slot past kMaxSuffix finishes and a new candidate takes its handle
+  // (HandleTable reuses it), fed from the end of the batch, as the scheduler admits.
+  void churn(std::vector<int>& order, bestofn::cuda::StepAhead* ahead) {
+    std::vector<int> restarted;
+    std::size_t kept = 0;
+    for (int h : order) {
+      Slot& s = *slots[static_cast<std::size_t>(h)];
+      if (s.kv.len < kMaxSuffix) {
+        order[kept++] = h;
+        continue;
+      }
+      s.kv.len = 0, s.blocks.assign(1, next_block++ % (1 << 16));
+      if (ahead) ahead->forget(h);
+      restarted.push_back(h);
+    }
+    order.resize(kept);
+    order.insert(order.end(), restarted.begin(), restarted.end());
   }
   // The block a row's next position needs (both ways take it the same way).
   void take_blocks(const std::vector<Slot*>& batch) {
@@ -101,7 +119,8 @@ struct World {
 
 // The planner's way, as prepare_step runs it (the engine's handle lookups, reserve and take included).
 std::size_t planner_step(World& w, bestofn::cuda::StepPlanner& planner, std::vector<bestofn::cuda::StepRow>& rows,
-                         const std::vector<int>& slot_ids, const std::vector<int>& tokens, std::vector<char>& staging) {
+                         const std::vector<int>& slot_ids, const std::vector<int>& tokens, std::vector<char>& staging,
+                         bool group = true) {
   const std::size_t n = slot_ids.size();
   rows.resize(n);
   std::vector<Slot*> batch(n);
@@ -121,13 +140,79 @@ std::size_t planner_step(World& w, bestofn::cuda::StepPlanner& planner, std::vec
   } else {
     for (std::size_t i = 0; i < n; ++i) rows[i].suffix_kv = w.layout(batch[i]->kv);
   }
-  const bestofn::cuda::StepGroups& g = planner.group(rows);
-  std::vector<std::vector<int>> group_rows(g.size());
-  for (std::size_t i = 0; i < g.size(); ++i) group_rows[i].assign(g.rows_of(i).begin(), g.rows_of(i).end());
+  if (group) {
+    const bestofn::cuda::StepGroups& g = planner.group(rows);
+    std::vector<std::vector<int>> group_rows(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) group_rows[i].assign(g.rows_of(i).begin(), g.rows_of(i).end());
+  }
   const bestofn::cuda::StepLayout lay = planner.layout(static_cast<int>(n), false, false, planner.table_entries(rows));
   if (staging.size() < lay.capacity) staging.resize(lay.capacity);
   planner.write(rows, lay, nullptr, {}, staging.data());
   return lay.bytes;
+}
+
+// The engine's way with step t+1 prepared while step t runs (src/cuda/step_ahead.h).
+struct Ahead {
+  explicit Ahead(const bestofn::cuda::StepPlanner& p) : ahead(p) {}
+  bestofn::cuda::StepAhead ahead;
+  std::vector<Slot*> spec_batch, batch;
+  std::vector<bestofn::cuda::StepRow> spec, fresh;
+  std::vector<char> buf[2];
+  int spec_buf = 0;
+  long long in_place = 0, copied = 0, full = 0;
+};
+bestofn::cuda::StepRow row_of(World& w, Slot& slot, int handle, int token) {
+  const Part& pre = *w.prefixes.at(static_cast<std::size_t>(slot.prefix));
+  bestofn::cuda::StepRow r;
+  r.slot = handle, r.prefix = slot.prefix, r.prefix_len = pre.len, r.suffix_len = slot.kv.len, r.token = token;
+  r.prefix_kv = w.layout(pre);
+  if (w.paged) w.take_blocks({&slot});
+  r.suffix_kv = w.layout(w.paged ? w.pool : slot.kv);
+  if (w.paged) r.blocks = slot.blocks;
+  return r;
+}
+// What is left on the critical path once step t's ids are back: the batch matched against the
+// speculation, the rows it lacks written fresh, the rest patched (the batch's slot pointers too, as
+// the engine gathers them). A full plan where the speculation is of no use.
+std::size_t ahead_step(World& w, bestofn::cuda::StepPlanner& planner, Ahead& a, std::vector<bestofn::cuda::StepRow>& rows,
+                       const std::vector<int>& slot_ids, const std::vector<int>& tokens) {
+  if (!a.ahead.match(slot_ids, tokens)) {
+    a.full++;
+    auto& out = a.buf[a.spec_buf ^ 1];
+    return planner_step(w, planner, rows, slot_ids, tokens, out, false);
+  }
+  const std::span<const int> src = a.ahead.source();
+  a.batch.resize(slot_ids.size()), a.fresh.clear();
+  for (std::size_t i = 0; i < slot_ids.size(); ++i) {
+    if (src[i] >= 0) {
+      a.batch[i] = a.spec_batch[static_cast<std::size_t>(src[i])];
+      continue;
+    }
+    Slot& slot = *w.slots.at(static_cast<std::size_t>(slot_ids[i]));
+    a.batch[i] = &slot;
+    a.fresh.push_back(row_of(w, slot, slot_ids[i], tokens[i]));
+  }
+  if (!a.fresh.empty()) planner.check(a.fresh);
+  const bestofn::cuda::StepLayout lay = a.ahead.layout(a.fresh, false);
+  const bool inside = a.ahead.in_place(a.fresh, lay);
+  std::vector<char>& out = a.buf[inside ? a.spec_buf : a.spec_buf ^ 1];
+  if (out.size() < lay.capacity) out.resize(lay.capacity);
+  a.ahead.patch(a.fresh, tokens, nullptr, lay, out.data());
+  (inside ? a.in_place : a.copied)++;
+  return lay.bytes;
+}
+// While step t runs: step t + 1 as every row one further, blocks taken ahead.
+void speculate(World& w, Ahead& a, const std::vector<int>& slot_ids) {
+  a.spec.clear(), a.spec_batch.clear();
+  for (int h : slot_ids) {
+    Slot& slot = *w.slots.at(static_cast<std::size_t>(h));
+    a.spec.push_back(row_of(w, slot, h, 0));
+    a.spec_batch.push_back(&slot);
+  }
+  a.spec_buf ^= 1;
+  std::vector<char>& out = a.buf[a.spec_buf];
+  if (out.size() < (std::size_t{1} << 22)) out.resize(std::size_t{1} << 22);
+  a.ahead.speculate(a.spec, false, out.data());
 }
 
 // The reference: the host loop of prepare_step at c6ba6a2, over the same world.
@@ -222,33 +307,51 @@ int main(int argc, char** argv) {
     command += argv[i];
   }
   using Clock = std::chrono::steady_clock;
+  std::map<std::pair<bool, std::string>, double> median;
   for (const bool paged : {false, true})
-    for (const std::string way : {"planner", "reference"}) {
+    for (const std::string way : {"planner", "reference", "full", "ahead"}) {
       World w(B, P, L, paged);
       bestofn::cuda::StepPlanConfig c;
       c.n_layers = L, c.vocab = 128256, c.max_positions = 131072, c.row_bytes = kRowBytes;
       c.block_tokens = paged ? kBlock : 0;
       c.table_capacity = paged ? (1u << 16) + 1 : 0;
       bestofn::cuda::StepPlanner planner(c);
+      Ahead ahead(planner);
       std::vector<bestofn::cuda::StepRow> rows;
       std::vector<char> host, staging;
       // Slots in the order the scheduler feeds them (admission order), tokens arbitrary.
       std::vector<int> slot_ids(static_cast<std::size_t>(B)), tokens(static_cast<std::size_t>(B));
       for (int i = 0; i < B; ++i) slot_ids[static_cast<std::size_t>(i)] = i, tokens[static_cast<std::size_t>(i)] = (i * 7919) % 128256;
-      std::vector<double> us;
+      std::vector<double> us, off_us;
       std::size_t bytes = 0;
       for (int s = 0; s < steps + 20; ++s) {
         const auto t0 = Clock::now();
-        bytes = way == "planner" ? planner_step(w, planner, rows, slot_ids, tokens, staging)
-                                 : reference_step(w, slot_ids, tokens, host, staging);
+        if (way == "ahead") bytes = ahead_step(w, planner, ahead, rows, slot_ids, tokens);
+        else if (way == "reference") bytes = reference_step(w, slot_ids, tokens, host, staging);
+        else bytes = planner_step(w, planner, rows, slot_ids, tokens, staging, way == "planner");
         const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         if (s >= 20) us.push_back(t);  // the first steps grow the buffers
-        w.advance();
+        w.grow();  // the step ran; step t + 1 is speculated while it runs
+        if (way == "ahead") {
+          const auto t1 = Clock::now();
+          speculate(w, ahead, slot_ids);
+          if (s >= 20) off_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+        }
+        w.churn(slot_ids, way == "ahead" ? &ahead.ahead : nullptr);
       }
-      const nlohmann::json line = {{"bench", "step_plan"}, {"way", way}, {"paged", paged}, {"slots", B}, {"prompts", P},
-                                   {"layers", L}, {"steps", steps}, {"median_us", percentile(us, 0.5)},
-                                   {"p90_us", percentile(us, 0.9)}, {"max_us", *std::max_element(us.begin(), us.end())},
-                                   {"bytes_staged", bytes}, {"bound_us", 500}, {"commit", BESTOFN_COMMIT}, {"command", command}};
+      median[{paged, way}] = percentile(us, 0.5);
+      nlohmann::json line = {{"bench", "step_plan"}, {"way", way}, {"paged", paged}, {"slots", B}, {"prompts", P},
+                             {"layers", L}, {"steps", steps}, {"median_us", percentile(us, 0.5)},
+                             {"p90_us", percentile(us, 0.9)}, {"max_us", *std::max_element(us.begin(), us.end())},
+                             {"bytes_staged", bytes}, {"bound_us", 500}, {"commit", BESTOFN_COMMIT}, {"command", command}};
+      if (way == "ahead") {
+        // The critical path against today's full plan (the default path: no prefix grouping), same run.
+        line["critical_path"] = "after the ids return: match, fresh rows, patch";
+        line["full_median_us"] = median[{paged, "full"}];
+        line["speedup_vs_full"] = median[{paged, "full"}] / std::max(percentile(us, 0.5), 1e-3);
+        line["off_path_median_us"] = percentile(off_us, 0.5);
+        line["patched_in_place"] = ahead.in_place, line["patched_copied"] = ahead.copied, line["full_plans"] = ahead.full;
+      }
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

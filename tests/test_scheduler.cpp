@@ -10,6 +10,7 @@
 #include "bestofn/model/synthetic.h"
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/model/weights.h"
+#include "cuda/step_plan.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -476,4 +477,88 @@ TEST(Scheduler, CancelledPromptsAreNotPrefilled) {
     for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(out[i].token_ids, base[i].token_ids);
     for (std::size_t i = 2; i < 4; ++i) EXPECT_EQ(out[i].token_ids, base[i + 3].token_ids);
   }
+}
+
+namespace {
+
+// Records what a run asks of the engine against what generate told reserve() at its start.
+class ShapeRecordingEngine final : public Engine {
+ public:
+  explicit ShapeRecordingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
+  const ModelConfig& config() const override { return e_->config(); }
+  std::string name() const override { return "shape-recording"; }
+  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
+  void reserve(const RunShape& s) override { shape = s, reserved++; }
+  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
+  std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
+    int rows = 0;
+    for (const auto& p : prompts) rows += static_cast<int>(p.size()), longest = std::max(longest, static_cast<int>(p.size()));
+    most_prompts = std::max(most_prompts, static_cast<int>(prompts.size())), most_rows = std::max(most_rows, rows);
+    most_pass = std::max(most_pass, max_pass);
+    return e_->prefill_many(prompts, l, max_pass);
+  }
+  void release_prefix(int p) override { e_->release_prefix(p); }
+  int add_slot(int p) override {
+    const int s = e_->add_slot(p);
+    fed[s] = 0;
+    return s;
+  }
+  void release_slot(int s) override { e_->release_slot(s); }
+  int slot_length(int s) const override { return e_->slot_length(s); }
+  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
+    most_batch = std::max(most_batch, static_cast<int>(s.size()));
+    for (int slot : s) most_fed = std::max(most_fed, ++fed[slot]);
+    e_->decode(s, t, l);
+  }
+  RunShape shape;
+  int reserved = 0, most_prompts = 0, most_rows = 0, most_pass = 0, longest = 0, most_batch = 0, most_fed = 0;
+  std::map<int, int> fed;
+
+ private:
+  std::unique_ptr<Engine> e_;
+};
+
+}  // namespace
+
+// Engine::reserve (issue 32: no allocation inside a run): generate tells the engine once, before
+// anything else, the most it will ask, and no call of the run asks for more: every decode batch
+// (so every bucket), every prefill_many's prompts and rows, every slot's fed tokens (its part).
+// Prompts of ~5 to ~30 tokens through prefill budgets that batch several, one, or split them.
+TEST(Scheduler, ReserveCoversEveryCallOfTheRun) {
+  std::vector<GenerationRequest> reqs;
+  for (int p = 0; p < 5; ++p) {
+    std::string text = "def f" + std::to_string(p) + "(x):";
+    for (int k = 0; k < p; ++k) text += " return x + " + std::to_string(k) + " * x";
+    reqs.push_back(req(text, 1 + p % 2));
+  }
+  for (const auto& [batch, budget] : std::vector<std::pair<int, int>>{{4, 8192}, {3, 30}, {100, 12}, {2, 1}}) {
+    GenerationOptions o = sampled(7, 4);
+    o.batch = batch, o.prefill_tokens = budget;
+    ShapeRecordingEngine e(make_cpu_engine(fx().w, {}));
+    run_on(e, reqs, o);
+    const std::string where = "batch " + std::to_string(batch) + ", budget " + std::to_string(budget);
+    EXPECT_EQ(e.reserved, 1) << where;
+    EXPECT_LE(e.most_batch, e.shape.max_batch) << where;
+    EXPECT_LE(bestofn::cuda::bucket_of(e.most_batch), bestofn::cuda::bucket_of(e.shape.max_batch)) << where;
+    EXPECT_LE(e.most_prompts, e.shape.prefill_prompts) << where;
+    EXPECT_LE(e.most_rows, e.shape.prefill_rows) << where;
+    EXPECT_LE(e.longest, e.shape.longest_prompt) << where;
+    EXPECT_LE(e.most_pass, e.shape.prefill_tokens) << where;
+    EXPECT_LE(e.most_fed, e.shape.max_new_tokens - 1) << where;  // a candidate feeds all its tokens but the last
+    EXPECT_GT(e.most_batch, 0) << where;
+  }
+  // The shape itself, by hand: prompts of 3, 5, 9 and 20 tokens, 2 + 1 + 4 + 1 candidates.
+  std::vector<GenerationRequest> by_hand;
+  for (const auto& [len, n] : std::vector<std::pair<int, int>>{{9, 2}, {3, 1}, {20, 4}, {5, 1}})
+    by_hand.push_back({"p", std::vector<int>(static_cast<std::size_t>(len), 1), n, {}});
+  GenerationOptions o;
+  o.batch = 6, o.max_new_tokens = 11, o.prefill_tokens = 17;
+  const RunShape s = run_shape(by_hand, o);
+  EXPECT_EQ(s.max_batch, 6);
+  EXPECT_EQ(s.longest_prompt, 20);
+  EXPECT_EQ(s.prefill_prompts, 3);  // 3 + 5 + 9 = 17 fit, 3 + 5 + 9 + 20 do not
+  EXPECT_EQ(s.prefill_rows, 20);    // the longest prompt alone, past the budget
+  o.batch = 100, o.prefill_tokens = 1000;
+  EXPECT_EQ(run_shape(by_hand, o).max_batch, 8);  // every candidate
+  EXPECT_EQ(run_shape(by_hand, o).prefill_rows, 37);
 }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -15,15 +16,40 @@
 namespace bestofn::test {
 namespace fs = std::filesystem;
 
+namespace {
+// A missing test input on a checkout that may lack it (a clone without ../shared, no fetched
+// model): one line with kSkipMarker, which ctest's SKIP_REGULAR_EXPRESSION turns into a skip of
+// the test that printed it (tests/CMakeLists.txt). Where the inputs must be there
+// (BESTOFN_REQUIRE_TEST_DATA=1, as .ci/run sets it) nothing is printed and the test fails.
+constexpr const char* kSkipMarker = "bestofn-test-skip:";
+
+void note_missing(const fs::path& p, const char* how) {
+  const char* required = std::getenv("BESTOFN_REQUIRE_TEST_DATA");
+  if (required && std::string(required) == "1") return;
+  std::fprintf(stderr, "%s %s is missing (%s)\n", kSkipMarker, p.string().c_str(), how);
+}
+}  // namespace
+
 fs::path shared_path(const std::string& rel) {
   const char* env = std::getenv("BESTOFN_SHARED");
   const fs::path root = env ? fs::path(env) : fs::path(BESTOFN_SOURCE_DIR) / ".." / "shared";
-  return (root / rel).lexically_normal();
+  fs::path p = (root / rel).lexically_normal();
+  if (!fs::exists(p))
+    note_missing(p, "the tests read the project's shared data from the folder beside the checkout, ../shared, or $BESTOFN_SHARED; "
+                    "the datasets alone: python3 scripts/fetch_datasets.py");
+  return p;
 }
 
 fs::path require_shared(const std::string& rel) {
   fs::path p = shared_path(rel);
   if (!fs::exists(p)) throw std::runtime_error("missing shared test file: " + p.string());
+  return p;
+}
+
+fs::path smollm2_path() {
+  const char* env = std::getenv("BESTOFN_SMOLLM2");
+  fs::path p = env ? fs::path(env) : fs::path(BESTOFN_SOURCE_DIR) / ".models" / "smollm2-135m-instruct";
+  if (!fs::exists(p / "model.safetensors")) note_missing(p / "model.safetensors", "scripts/fetch_smollm2.sh makes it; scripts/setup.sh runs that");
   return p;
 }
 

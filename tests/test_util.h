@@ -12,9 +12,15 @@ namespace bestofn::test {
 
 // <repo>/../shared/<rel> (or $BESTOFN_SHARED/<rel>). A missing file is a test failure that names
 // it, never a silent pass: check the result with `ASSERT_TRUE(exists(...))` or use require_shared.
+// On a checkout without ../shared that failure is reported as a skip (one line naming the file
+// and how to get it; ctest's SKIP_REGULAR_EXPRESSION), except under BESTOFN_REQUIRE_TEST_DATA=1
+// (.ci/run), where it stays a failure.
 std::filesystem::path shared_path(const std::string& rel);
 // Like shared_path, but throws std::runtime_error naming the file when it is missing.
 std::filesystem::path require_shared(const std::string& rel);
+// The real small model, SmolLM2-135M-Instruct as scripts/fetch_smollm2.sh converts it:
+// $BESTOFN_SMOLLM2 or <repo>/.models/smollm2-135m-instruct; missing, as a missing shared file.
+std::filesystem::path smollm2_path();
 // <repo>/<rel>
 std::filesystem::path source_path(const std::string& rel);
 

@@ -5,6 +5,19 @@
 
 namespace bestofn::cli {
 
+void add_chat_template_flags(CLI::App* sub, CLI::Option* chat, std::string& format, std::string& file) {
+  auto* f = sub->add_option("--chat-format", format,
+                            "Chat template: auto (the model's, from tokenizer_config.json), or a built-in one: llama3 (Llama 3 Instruct), "
+                            "llama3.1 (Llama 3.1 Instruct), llama2 (Llama 2 chat)")
+                ->check(CLI::IsMember({"auto", "llama3", "llama3.1", "llama2"}))
+                ->default_str("auto")
+                ->needs(chat);
+  sub->add_option("--chat-template", file, "A Jinja chat template file (HF's format) to use instead of the model's")
+      ->check(CLI::ExistingFile)
+      ->needs(chat)
+      ->excludes(f);
+}
+
 void add_kv_cache_flag(CLI::App* sub, std::string& value) {
   sub->add_option("--kv-cache", value,
                   "KV cache precision: auto (F32 for an F32 model on the CPU, else BF16), f32 (CPU only), bf16, or fp8 "
@@ -68,10 +81,7 @@ void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_
   sub->add_option("--stop", f.stop, stop_help)->check(utf8_text());
   auto* chat = sub->add_flag("--chat", f.chat, "Wrap each prompt as a user turn in the chat template");
   // Without --chat they would change nothing: a usage error, not a silent no-op.
-  sub->add_option("--chat-format", f.chat_format, "auto, llama3 or llama2")
-      ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
-      ->default_str("auto")
-      ->needs(chat);
+  add_chat_template_flags(sub, chat, f.chat_format, f.chat_template);
   sub->add_option("--system", f.system, "System message for --chat")->needs(chat)->check(utf8_text());
 }
 

@@ -8,6 +8,10 @@
 
 namespace bestofn::cli {
 
+// --chat-format auto|llama3|llama3.1|llama2 and --chat-template FILE (one or the other), both
+// needing --chat: without it they would change nothing, a usage error rather than a silent no-op.
+void add_chat_template_flags(CLI::App* sub, CLI::Option* chat, std::string& format, std::string& file);
+
 // --kv-cache auto|f32|bf16|fp8 into `value` (checked by CLI11); kv_cache_kind reads it.
 void add_kv_cache_flag(CLI::App* sub, std::string& value);
 

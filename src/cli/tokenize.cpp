@@ -4,6 +4,7 @@
 
 #include "bestofn/tokenizer/run_tokenize.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
@@ -20,10 +21,7 @@ Runner add_tokenize(CLI::App& app) {
   sub->add_option("FILE", opt->input, "Text file (UTF-8, may be .gz); - for stdin")->default_str("-");
   sub->add_flag("--bos", opt->bos, "Add the special tokens HF adds by default: the tokenizer's post-processor template (BOS for Llama models; off by default; --chat templates carry their own)");
   auto* chat = sub->add_flag("--chat", opt->chat, "Wrap the text as one user turn in the chat template");
-  sub->add_option("--chat-format", opt->chat_format, "Chat format: auto (from tokenizer_config.json), llama3, llama2")
-      ->check(CLI::IsMember({"auto", "llama3", "llama2"}))
-      ->default_str("auto")
-      ->needs(chat);
+  add_chat_template_flags(sub, chat, opt->chat_format, opt->chat_template);
   sub->add_option("--system", opt->system, "System message for --chat")->needs(chat)->check(utf8_text());
   return [opt] { return run_tokenize(*opt); };
 }

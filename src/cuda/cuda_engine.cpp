@@ -86,9 +86,11 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     const KvLayout one_row = {plan.padding_prefix.k + plan.row_bytes, plan.padding_prefix.v + plan.row_bytes, plan.padding_prefix.layer_stride};
     plan.padding_suffix = paged_ ? paged_->layout() : one_row;
     plan.scratch_block = paged_ ? paged_->scratch_block() : -1;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream(stream_);
   }
   planner_ = std::make_unique<StepPlanner>(plan);
+  // Step t+1 prepared while step t runs, where the plan does not hang on the prefix groups.
+  if (!prefix_gemm_ && !cascade_) ahead_ = std::make_unique<StepAhead>(*planner_);
 }
 
 EngineDescription CudaEngine::describe() const {
@@ -132,18 +134,43 @@ void CudaEngine::grow_ahead(int T) {
   ahead_T_ = n;
 }
 
+void CudaEngine::reserve(const RunShape& shape) {
+  use_device();
+  const int bucket = bucket_of(std::max(shape.max_batch, 1));
+  grow_ahead(bucket);
+  arena_.reserve_staging(planner_->layout(bucket, device_sampling_, prefix_gemm_, 0).capacity);
+  if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
+  // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
+  // prefill_arena_bytes) in the prefill staging buffer.
+  const int pass = std::min({std::max(shape.prefill_tokens, 1), kMaxPrefillPassRows, std::max(shape.prefill_rows, 1)});
+  scratch(std::max(bucket, pass));
+  logits_.resize(static_cast<std::size_t>(std::max(bucket, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
+  prefill_logits_.resize(static_cast<std::size_t>(std::max(shape.prefill_prompts, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
+  arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
+  // Unpaged: a part of max_new_tokens rows (what a candidate feeds, and one for the speculation)
+  // for each slot of the largest batch.
+  if (!paged_) {
+    reserved_rows_ = std::min(std::max(shape.max_new_tokens, 1), c_.max_position_embeddings);
+    for (auto& part : spare_parts_) reserve(part, reserved_rows_, true);
+    while (static_cast<int>(spare_parts_.size()) < shape.max_batch) {
+      spare_parts_.emplace_back();
+      reserve(spare_parts_.back(), reserved_rows_, true);
+    }
+  }
+}
+
 // Grows a part keeping its rows: the 2 x layers runs of `len` rows (K and V of each layer) move
 // from a stride of the old capacity to one of the new, one 2-D copy.
-void CudaEngine::reserve(KvPart& part, int rows) {
+void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   if (rows <= part.capacity) return;
-  const int cap = std::max(rows, std::max(16, part.capacity * 2));
+  const int cap = exact ? rows : std::max(rows, std::max(16, part.capacity * 2));
   const std::size_t rb = kv_row_bytes();
   DeviceBuffer fresh(2 * static_cast<std::size_t>(c_.n_layers) * static_cast<std::size_t>(cap) * rb);
   if (part.len > 0)
     CUDA_CHECK(cudaMemcpy2DAsync(fresh.get(), static_cast<std::size_t>(cap) * rb, part.buf.get(), static_cast<std::size_t>(part.capacity) * rb,
                                  static_cast<std::size_t>(part.len) * rb, 2 * static_cast<std::size_t>(c_.n_layers),
                                  cudaMemcpyDeviceToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the copy has left the old buffer before it is freed
+  if (part.len > 0) sync_stream(stream_);  // the copy has left the old buffer before it is freed
   part.buf = std::move(fresh);
   part.row_bytes = rb;
   part.capacity = cap;
@@ -301,7 +328,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
     finish_prefix(*p, T);
     logits_rows(T - 1, 1);
     CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream(stream_);
   } catch (...) {
     drop_cascade_pages(*p);
     throw;
@@ -403,7 +430,7 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
   try {
     for (std::size_t p = 0; p < made.size(); ++p) finish_prefix(*made[p], lengths[p]);
     CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), prefill_logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream(stream_);
   } catch (...) {
     for (auto& p : made) drop_cascade_pages(*p);
     throw;

@@ -26,6 +26,7 @@
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
 #include "cuda/step_arena.h"
+#include "cuda/step_ahead.h"
 #include "cuda/step_plan.h"
 
 namespace bestofn::cuda {
@@ -96,6 +97,7 @@ class CudaEngine final : public Engine {
     prefix_at(p).slots++;
     auto s = std::make_unique<Slot>();
     s->prefix = p;
+    if (!spare_parts_.empty()) s->kv = std::move(spare_parts_.back()), s->kv.len = 0, spare_parts_.pop_back();
     return slots_.put(std::move(s));
   }
   // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
@@ -113,7 +115,9 @@ class CudaEngine final : public Engine {
   void release_slot(int s) override {
     use_device();
     Slot& slot = slot_at(s);
+    if (ahead_) ahead_->forget(s);  // the handle may come back as another slot
     if (paged_) paged_->release(slot.paged);
+    if (!paged_ && reserved_rows_ > 0 && slot.kv.capacity >= reserved_rows_) spare_parts_.push_back(std::move(slot.kv));
     prefix_at(slot.prefix).slots--;
     slots_.erase(s);
   }
@@ -136,6 +140,11 @@ class CudaEngine final : public Engine {
     const Draws d{params, prompt, candidate, step_index, out};
     step(slots, tokens, nullptr, &d);
     return true;
+  }
+  void reserve(const RunShape& shape) override;
+  DeviceCounts device_counts() const override {
+    const DeviceCounters& c = device_counters();
+    return {c.allocs.load(), c.frees.load(), c.syncs.load()};
   }
   PhaseTimes take_phase_times() override { return timer_.take(); }
   void profile_phases(bool on) override {
@@ -171,7 +180,7 @@ class CudaEngine final : public Engine {
     for (int l = 0; l < c_.n_layers; ++l) k[static_cast<std::size_t>(l)] = part.k(l), v[static_cast<std::size_t>(l)] = part.v(l);
     return cascade_->add_prefix(k, v, part.len);
   }
-  void reserve(KvPart& part, int rows);
+  void reserve(KvPart& part, int rows, bool exact = false);
   void scratch(int T);
   // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
@@ -224,8 +233,14 @@ class CudaEngine final : public Engine {
     float* partial = nullptr;                    // (splits > 1) the chunk states
     std::optional<CascadeStepPlan> cascade;      // --cascade-attention: the step's groups and FlashInfer's schedule
   };
-  // The host's part of a step: the batch checked, the index arrays laid out and uploaded.
+  // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
+  // from the speculation when it holds (patch_step), else in full (plan_step); then point_step.
   StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  bool patch_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  void point_step(StepPlan& s, const Draws* draws);
+  // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
+  void speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws);
   // The step's device work (what a CUDA graph may capture): the forward, then the logits in
   // logits_ or (draws) the samples in samples_.
   void forward(const StepPlan& s, const Draws* draws);
@@ -278,6 +293,17 @@ class CudaEngine final : public Engine {
   DeviceBuffer step_ptrs_; // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
   std::unique_ptr<StepPlanner> planner_;
   std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
+  // Step t+1 prepared while step t runs (off with --cuda-prefix-gemm and --cascade-attention).
+  std::unique_ptr<StepAhead> ahead_;
+  std::vector<StepRow> spec_rows_, fresh_rows_;
+  std::vector<Slot*> spec_batch_;  // the speculated rows' slots
+  // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
+  // back from released ones (no allocation at admission).
+  std::vector<KvPart> spare_parts_;
+  int reserved_rows_ = 0;
+  struct {
+    long long in_place = 0, copied = 0;
+  } ahead_stats_;
   // --cuda-graphs: what the padding rows read and write, nothing else: a 1-position prefix of
   // zeros (row 0; its F32 copy with --cuda-prefix-gemm) and a scratch suffix row (row 1; with
   // --paged-kv the pool's scratch block instead).

@@ -22,7 +22,25 @@ namespace bestofn::cuda {
 // uploaded in one copy; the per-layer pointers are expanded on the device by forward.
 CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
   StepPlan s;
-  const int T = s.real = static_cast<int>(slots.size());
+  s.real = static_cast<int>(slots.size());
+  bool patched = false;
+  try {
+    patched = ahead_ && ahead_->valid() && patch_step(s, slots, tokens, draws);
+  } catch (...) {
+    ahead_->drop();
+    throw;
+  }
+  if (!patched) {
+    if (ahead_) ahead_->drop();
+    plan_step(s, slots, tokens, draws);
+  }
+  point_step(s, draws);
+  return s;
+}
+
+// The full plan: every row's descriptors gathered, checked, the arrays written and uploaded.
+void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
+  const int T = s.real;
   const auto n_real = static_cast<std::size_t>(T);
   std::vector<StepRow>& rows = step_rows_;
   rows.resize(n_real);
@@ -53,7 +71,6 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
     }
   }
   const int Tn = s.T = planner_->padded(T);
-  const auto n = static_cast<std::size_t>(Tn);
   grow_ahead(Tn);
   // --device-sampling: the sampler's workspace for these rows and parameters, grown here (outside
   // any capture) so that the sampler allocates nothing inside the step.
@@ -80,6 +97,19 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
   if (draws) d = StepDraws{draws->prompt, draws->candidate, draws->step};
   planner_->write(rows, lay, d ? &*d : nullptr, s.use_prefix ? std::span<const int>(s.plan.map) : std::span<const int>(), staged);
   arena_.upload(lay.bytes, stream_);
+  // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
+  const auto L = static_cast<std::size_t>(c_.n_layers);
+  std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
+  groups.resize(s.use_prefix ? L : 0);
+  for (std::size_t l = 0; l < groups.size(); ++l)
+    for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
+  if (s.use_prefix) prefix_attn_->reserve(s.plan, groups[0], c_.n_kv_heads, c_.head_dim);
+}
+
+// The device addresses of the staged arrays, and the attention path.
+void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
+  const StepLayout& lay = s.layout;
+  const auto n = static_cast<std::size_t>(s.T), n_real = static_cast<std::size_t>(s.real);
   s.tokens = arena_.at<int>(lay.tokens);
   s.pos = arena_.at<int>(lay.pos);
   s.lens = arena_.at<int>(lay.lens);
@@ -101,18 +131,11 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
     }
     s.cascade = cascade_->plan(by_row, graphs_ != nullptr);
   }
-  // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
-  std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
-  groups.resize(s.use_prefix ? L : 0);
-  for (std::size_t l = 0; l < groups.size(); ++l)
-    for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
-  if (s.use_prefix) prefix_attn_->reserve(s.plan, groups[0], c_.n_kv_heads, c_.head_dim);
   // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
   // part-1 kernel split over positions; chunks when few rows leave the GPU idle.
   s.tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);
-  s.splits = split_attention_ ? decode_attention_splits(Tn, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
+  s.splits = split_attention_ ? decode_attention_splits(s.T, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
   s.partial = s.splits > 1 ? attn_work_.get<float>() : nullptr;
-  return s;
 }
 
 // The step's device work: no allocation, no synchronization, no copy from the host (what a CUDA
@@ -171,24 +194,18 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
                         att_.get<float>(), stream_, s.tables, s.starts, s.block, s.splits, s.partial, kv_);
 }
 
-// What may overlap. The Engine API returns from decode / decode_sample once the step's logits or
-// samples are back, and the next step's tokens are those samples, so the host can only prepare
-// step t+1 after step t has finished on the device: what this engine overlaps is the copy, not the
-// planning (the staging is double-buffered, so writing step t+1's arrays never waits for step t's
-// upload to leave pinned memory). The host's share of a step is therefore kept small instead:
-// O(batch), 41 us unpaged and 73 us paged at B = 2048 over 164 prompts (bench_step_plan).
-// Overlapping the planning itself needs the next step's tokens on the device (the sampler's output
-// read by the next step's embedding) and an API that enqueues step t+1 before step t's samples
-// are read.
+// What overlaps: the host plans step t+1 while the device runs step t (speculate_next, then
+// patch_step at the next call: src/cuda/step_ahead.h), and the staging is double-buffered, so
+// writing step t+1's arrays never waits for step t's upload. What stays on the critical path after
+// the ids return: matching the batch against the speculation and patching what changed
+// (bench_step_plan's "ahead" rows).
 //
-// Allocation and synchronization inside a run (after the first step of a bucket): grow_ahead
-// sizes the activations, logits, samples, pointer arrays and arena per bucket, so a step within a
-// bucket allocates nothing on these paths. What remains: part 1's (unpaged) slot parts grow by
-// doubling (reserve: a cudaMalloc, a copy and a synchronization, log2 times per slot);
-// --cuda-prefix-gemm's scratch grows with its group sizes (PrefixAttention::reserve); a first step
-// in a larger bucket, and a prefill of a longer prompt than any before (scratch, and the arena,
-// which prefill shares), grow buffers and move graph keys; a graph's capture and instantiation;
-// and the one synchronization, the samples or logits coming back.
+// Allocation and synchronization inside a run: after reserve() (the scheduler's maximum batch,
+// longest prompt and max_new_tokens), a step allocates nothing and synchronizes once (the ids or
+// logits coming back); device_counts() counts both (tests/test_gpu_engine.cpp checks a run). What
+// may still allocate, counted: a slot fed past its reserved part (unpaged), --cuda-prefix-gemm's
+// scratch (its group sizes), --cascade-attention's own buffers, a prefill (each prompt's KV part,
+// and a pass longer than reserved), a graph's capture and instantiation.
 void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws) {
   use_device();
   if (slots.empty()) return;
@@ -209,16 +226,18 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   }
   for (Slot* slot : s.batch) slot->kv.len++;
   total.reset();
-  // The step's one synchronization: the logits, or (--device-sampling) only the samples, back.
-  if (draws) {
+  // The step's one synchronization: the logits, or (--device-sampling) only the samples, back;
+  // step t+1 is speculated on the host in between, while the device runs this one.
+  if (draws)
     CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), padded * 8, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  else
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_.get(), n * V * 4, cudaMemcpyDeviceToHost, stream_));
+  speculate_next(slots, s, draws);
+  sync_stream(stream_);
+  if (draws) {
     const auto* tok = pinned_.get<const int>();
     const auto* lp = reinterpret_cast<const float*>(tok + padded);
     for (std::size_t i = 0; i < n; ++i) draws->out[i] = {tok[i], lp[i]};
-  } else {
-    CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_.get(), n * V * 4, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   timer_.end_step();
 }

@@ -13,7 +13,8 @@
 // previous step's kernels, which are the only readers.
 //
 // prefill uses the older interface (clear, add, upload(stream)): arrays gathered in a host vector,
-// then staged and copied the same way.
+// then staged in a third pinned buffer of its own (a prefill between two steps leaves step t+1's
+// speculated arrays in theirs) and copied the same way.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@ class StepArena {
   ~StepArena() {
     for (Staging& s : staging_)
       if (s.copied) cudaEventDestroy(s.copied);
+    if (prefill_.copied) cudaEventDestroy(prefill_.copied);
   }
 
   // The device buffer holds at least `bytes` (a cudaMalloc when it grows, and the buffer moves:
@@ -42,24 +44,26 @@ class StepArena {
   void reserve(std::size_t bytes) {
     if (bytes > dev_.size()) dev_.resize(std::max(bytes, std::size_t{4096}));
   }
+  // Both step staging buffers hold `bytes` (Engine::reserve: nothing grows inside a run).
+  void reserve_staging(std::size_t bytes) {
+    for (Staging& s : staging_) s.pinned.resize(bytes);
+    reserve(bytes);
+  }
+  // The prefill staging buffer and the device buffer hold `bytes`.
+  void reserve_prefill(std::size_t bytes) {
+    prefill_.pinned.resize(bytes);
+    reserve(bytes);
+  }
   // The next pinned staging buffer, at least `bytes` long, once the copy that last read it is done.
   char* stage(std::size_t bytes) {
     current_ ^= 1;
-    Staging& s = staging_[current_];
-    if (!s.copied) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventSynchronize(s.copied));  // recorded by the upload before last: long done after a step's sync
-    if (bytes > s.pinned.size()) s.pinned.resize(std::max(bytes, 2 * s.pinned.size()));
-    reserve(bytes);
-    staged_ = bytes;
-    return s.pinned.get<char>();
+    return take(staging_[current_], bytes);
   }
+  // The buffer stage() handed out last (StepAhead patches it in place).
+  char* current() const { return staging_[current_].pinned.get<char>(); }
+  bool is_current(const char* p) const { return p == current(); }
   // Copies the first `bytes` of the buffer stage() handed out last to the device, ordered on `stream`.
-  void upload(std::size_t bytes, cudaStream_t stream) {
-    Staging& s = staging_[current_];
-    if (bytes > staged_) throw Error("StepArena::upload: more bytes than were staged");
-    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), s.pinned.get(), bytes, cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaEventRecord(s.copied, stream));
-  }
+  void upload(std::size_t bytes, cudaStream_t stream) { upload(staging_[current_], bytes, stream); }
 
   void clear() { host_.clear(); }
   // Appends n values (16-byte aligned); returns their byte offset in the arena.
@@ -77,8 +81,8 @@ class StepArena {
   // Stages and copies what was added.
   void upload(cudaStream_t stream) {
     const std::size_t n = std::max<std::size_t>(host_.size(), 16);
-    std::memcpy(stage(n), host_.data(), host_.size());
-    upload(host_.size(), stream);
+    std::memcpy(take(prefill_, n), host_.data(), host_.size());
+    upload(prefill_, host_.size(), stream);
   }
   // The device address of the values at byte offset `off`.
   template <typename T>
@@ -91,10 +95,24 @@ class StepArena {
   struct Staging {
     PinnedBuffer pinned;
     cudaEvent_t copied = nullptr;
+    std::size_t staged = 0;
   };
-  Staging staging_[2];
+  char* take(Staging& s, std::size_t bytes) {
+    if (!s.copied) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    wait_event(s.copied);  // recorded by the upload before last: long done after a step's sync
+    if (bytes > s.pinned.size()) s.pinned.resize(std::max(bytes, 2 * s.pinned.size()));
+    reserve(bytes);
+    s.staged = bytes;
+    return s.pinned.get<char>();
+  }
+  void upload(Staging& s, std::size_t bytes, cudaStream_t stream) {
+    if (bytes > s.staged) throw Error("StepArena::upload: more bytes than were staged");
+    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), s.pinned.get(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(s.copied, stream));
+  }
+
+  Staging staging_[2], prefill_;
   int current_ = 1;
-  std::size_t staged_ = 0;
   std::vector<char> host_;
   DeviceBuffer dev_;
 };

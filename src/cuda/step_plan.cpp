@@ -41,6 +41,13 @@ int bucket_of(int T) {
   return b;
 }
 
+std::size_t prefill_arena_bytes(int rows, int prompts, int pass_rows, int n_layers) {
+  const auto R = static_cast<std::size_t>(std::max(rows, 1)), L = static_cast<std::size_t>(std::max(n_layers, 1));
+  const std::size_t passes = (R + static_cast<std::size_t>(std::max(pass_rows, 1)) - 1) / static_cast<std::size_t>(std::max(pass_rows, 1));
+  const std::size_t segments = static_cast<std::size_t>(std::max(prompts, 1)) + passes - 1;
+  return 3 * 4 * R + 2 * L * R * 8 + 2 * L * segments * 8 + 5 * 16 * passes;
+}
+
 void expand_step_pointers(std::span<const StepRowDesc> desc, int n_layers, std::uint64_t* rows, std::uint64_t* ptrs) {
   const std::size_t T = desc.size();
   for (std::size_t l = 0; l < static_cast<std::size_t>(n_layers); ++l)
@@ -135,59 +142,68 @@ std::size_t StepPlanner::table_entries(std::span<const StepRow> rows) const {
   return n + (padded(static_cast<int>(rows.size())) > static_cast<int>(rows.size()) ? 1 : 0);
 }
 
+int StepPlanner::write_row(const StepRow& r, const StepLayout& lay, std::size_t t, int table_at, char* out) const {
+  const auto n = static_cast<std::size_t>(lay.padded);
+  at<int>(out, lay.tokens)[t] = r.token;
+  at<int>(out, lay.pos)[t] = r.prefix_len + r.suffix_len;
+  int* lens = at<int>(out, lay.lens);
+  lens[t] = r.prefix_len, lens[n + t] = r.suffix_len + 1;
+  std::uint64_t row = static_cast<std::uint64_t>(r.suffix_len);
+  if (c_.block_tokens > 0) {
+    const auto j = static_cast<std::size_t>(r.suffix_len), bt = static_cast<std::size_t>(c_.block_tokens);
+    if (j / bt >= r.blocks.size()) throw Error("StepPlanner::write: slot " + std::to_string(r.slot) + " has no block for its next row");
+    row = static_cast<std::uint64_t>(r.blocks[j / bt]) * bt + j % bt;
+    at<int>(out, lay.starts)[t] = table_at;
+    if (!r.blocks.empty()) std::memcpy(at<int>(out, lay.tables) + table_at, r.blocks.data(), r.blocks.size() * 4);
+  }
+  at<StepRowDesc>(out, lay.desc)[t] = {r.prefix_kv.k, r.prefix_kv.v, r.prefix_kv.layer_stride, r.suffix_kv.k, r.suffix_kv.v,
+                                       r.suffix_kv.layer_stride, row * static_cast<std::uint64_t>(c_.row_bytes)};
+  return static_cast<int>(r.blocks.size());
+}
+
+void StepPlanner::write_padding(const StepLayout& lay, int table_at, char* out) const {
+  const auto T = static_cast<std::size_t>(lay.T), n = static_cast<std::size_t>(lay.padded);
+  if (n == T) return;
+  // The padding rows: the dummy prefix position and the scratch row, nothing else.
+  const KvLayout& pp = c_.padding_prefix;
+  const KvLayout& ps = c_.padding_suffix;
+  const bool paged = c_.block_tokens > 0;
+  std::uint64_t row = 0;
+  if (paged) {
+    row = static_cast<std::uint64_t>(c_.scratch_block) * static_cast<std::uint64_t>(c_.block_tokens);
+    at<int>(out, lay.tables)[table_at] = c_.scratch_block;
+  }
+  int* tokens = at<int>(out, lay.tokens);
+  int* pos = at<int>(out, lay.pos);
+  int* lens = at<int>(out, lay.lens);
+  auto* desc = at<StepRowDesc>(out, lay.desc);
+  for (std::size_t t = T; t < n; ++t) {
+    tokens[t] = 0, pos[t] = 1, lens[t] = 1, lens[n + t] = 1;
+    if (paged) at<int>(out, lay.starts)[t] = table_at;
+    desc[t] = {pp.k, pp.v, pp.layer_stride, ps.k, ps.v, ps.layer_stride, row * static_cast<std::uint64_t>(c_.row_bytes)};
+  }
+}
+
+void StepPlanner::write_draws(const StepLayout& lay, const StepDraws& draws, char* out) {
+  const auto T = static_cast<std::size_t>(lay.T), n = static_cast<std::size_t>(lay.padded);
+  auto* d = at<std::uint64_t>(out, lay.draws);
+  for (const auto& [i, src] : {std::pair{0u, draws.prompt}, std::pair{1u, draws.candidate}, std::pair{2u, draws.step}}) {
+    if (src.size() != T) throw Error("StepPlanner::write: draw indexes for another batch");
+    std::memcpy(d + i * n, src.data(), T * 8);
+    std::memset(d + i * n + T, 0, (n - T) * 8);
+  }
+}
+
 void StepPlanner::write(std::span<const StepRow> rows, const StepLayout& lay, const StepDraws* draws, std::span<const int> map,
                         char* out) const {
   const auto T = rows.size(), n = static_cast<std::size_t>(lay.padded);
   if (static_cast<int>(T) != lay.T) throw Error("StepPlanner::write: the layout is for another batch");
   if ((lay.draws != StepLayout::kAbsent) != (draws != nullptr) || (lay.map != StepLayout::kAbsent) != (map.size() == 3 * n))
     throw Error("StepPlanner::write: the layout and the staged arrays disagree");
-  int* tokens = at<int>(out, lay.tokens);
-  int* pos = at<int>(out, lay.pos);
-  int* lens = at<int>(out, lay.lens);
-  auto* desc = at<StepRowDesc>(out, lay.desc);
-  const bool paged = c_.block_tokens > 0;
-  const auto rb = static_cast<std::uint64_t>(c_.row_bytes);
-  int* starts = paged ? at<int>(out, lay.starts) : nullptr;
-  int* tables = paged ? at<int>(out, lay.tables) : nullptr;
   int next_table = 0;
-  for (std::size_t t = 0; t < T; ++t) {
-    const StepRow& r = rows[t];
-    tokens[t] = r.token;
-    pos[t] = r.prefix_len + r.suffix_len;
-    lens[t] = r.prefix_len, lens[n + t] = r.suffix_len + 1;
-    std::uint64_t row = static_cast<std::uint64_t>(r.suffix_len);
-    if (paged) {
-      const auto j = static_cast<std::size_t>(r.suffix_len), bt = static_cast<std::size_t>(c_.block_tokens);
-      if (j / bt >= r.blocks.size()) throw Error("StepPlanner::write: slot " + std::to_string(r.slot) + " has no block for its next row");
-      row = static_cast<std::uint64_t>(r.blocks[j / bt]) * bt + j % bt;
-      starts[t] = next_table;
-      if (!r.blocks.empty()) std::memcpy(tables + next_table, r.blocks.data(), r.blocks.size() * 4);
-      next_table += static_cast<int>(r.blocks.size());
-    }
-    desc[t] = {r.prefix_kv.k, r.prefix_kv.v, r.prefix_kv.layer_stride, r.suffix_kv.k, r.suffix_kv.v, r.suffix_kv.layer_stride, row * rb};
-  }
-  if (n > T) {  // the padding rows: the dummy prefix position and the scratch row, nothing else
-    const KvLayout& pp = c_.padding_prefix;
-    const KvLayout& ps = c_.padding_suffix;
-    std::uint64_t row = 0;
-    if (paged) {
-      row = static_cast<std::uint64_t>(c_.scratch_block) * static_cast<std::uint64_t>(c_.block_tokens);
-      tables[next_table] = c_.scratch_block;
-    }
-    for (std::size_t t = T; t < n; ++t) {
-      tokens[t] = 0, pos[t] = 1, lens[t] = 1, lens[n + t] = 1;
-      if (paged) starts[t] = next_table;
-      desc[t] = {pp.k, pp.v, pp.layer_stride, ps.k, ps.v, ps.layer_stride, row * rb};
-    }
-  }
-  if (draws) {
-    auto* d = at<std::uint64_t>(out, lay.draws);
-    for (const auto& [i, src] : {std::pair{0u, draws->prompt}, std::pair{1u, draws->candidate}, std::pair{2u, draws->step}}) {
-      if (src.size() != T) throw Error("StepPlanner::write: draw indexes for another batch");
-      std::memcpy(d + i * n, src.data(), T * 8);
-      std::memset(d + i * n + T, 0, (n - T) * 8);
-    }
-  }
+  for (std::size_t t = 0; t < T; ++t) next_table += write_row(rows[t], lay, t, next_table, out);
+  write_padding(lay, next_table, out);
+  if (draws) write_draws(lay, *draws, out);
   if (!map.empty()) std::memcpy(at<int>(out, lay.map), map.data(), map.size() * 4);
 }
 

@@ -28,6 +28,15 @@ namespace bestofn::cuda {
 constexpr int kBucketStep = 64;
 int bucket_of(int T);
 
+// The bytes CudaEngine::prefill_many's index arrays take in the step arena for one call of `rows`
+// prompt rows over `prompts` prompts in passes of at most `pass_rows` rows, at most: per pass its
+// ids, positions and segments (T ints each), the cache rows (2 layers T pointers) and the
+// segments' cache bases (2 layers S pointers), each 16-byte aligned; the passes number
+// ceil(rows / pass_rows) and their segments prompts + passes - 1 (a prompt split over two passes
+// is a segment in each). Covers prefill too (one prompt, one pass). Engine::reserve sizes the
+// prefill staging with it.
+std::size_t prefill_arena_bytes(int rows, int prompts, int pass_rows, int n_layers);
+
 // Where a KV part's layers are (device byte addresses as integers): layer l's K rows start at
 // k + l * layer_stride and its V rows at v + l * layer_stride; row r of either at r * row_bytes.
 struct KvLayout {
@@ -138,6 +147,12 @@ class StepPlanner {
   // 16-byte aligned). draws: with lay.draws; map: with lay.map, lay.padded * 3 ints.
   void write(std::span<const StepRow> rows, const StepLayout& lay, const StepDraws* draws, std::span<const int> map,
              char* out) const;
+  // write's parts, for StepAhead's patches: row t of `r` (its token, position, lengths, descriptor
+  // and, paged, its table at tables + table_at; returns the table's entries); the padding rows
+  // [lay.T, lay.padded) with their one shared table at table_at; the draw indexes.
+  int write_row(const StepRow& r, const StepLayout& lay, std::size_t t, int table_at, char* out) const;
+  void write_padding(const StepLayout& lay, int table_at, char* out) const;
+  static void write_draws(const StepLayout& lay, const StepDraws& draws, char* out);
 
  private:
   StepPlanConfig c_;

@@ -38,7 +38,7 @@ EngineOptions engine_options(const ModelOptions& f) {
 }
 
 LoadedModel load_model_options(const ModelOptions& f) {
-  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, ChatFormat::Llama3};
+  LoadedModel m{Tokenizer::load(f.tokenizer.empty() ? f.model : f.tokenizer), nullptr, nullptr, {}};
   LoadOptions lo;
   lo.quantize_fp8 = f.quantize == "fp8";
   lo.quantize_lm_head_fp8 = f.quantize_lm_head;
@@ -47,7 +47,7 @@ LoadedModel load_model_options(const ModelOptions& f) {
   if (m.tokenizer.vocab_size() > cfg.vocab_size)
     throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
                                         std::to_string(cfg.vocab_size));
-  if (f.chat) m.chat_format = chat_format(m.tokenizer, f.chat_format);
+  if (f.chat) m.chat_template = chat_template(m.tokenizer, f.chat_format, f.chat_template);
   m.engine = make_engine(m.weights, f.device, engine_options(f));
   return m;
 }
@@ -79,7 +79,7 @@ GenerationOptions generation_options(const ModelOptions& f, const LoadedModel& m
 std::vector<int> encode_prompt(const ModelOptions& f, const LoadedModel& m, const std::string& text, const std::string& where) {
   std::vector<int> ids;
   try {
-    ids = f.chat ? encode_chat(m.tokenizer, m.chat_format, f.system, text)
+    ids = f.chat ? encode_chat(m.tokenizer, m.chat_template, f.system, text)
                  : m.tokenizer.encode(text, /*add_bos=*/true);  // what HF's tokenizer adds by default, possibly nothing
   } catch (const Error& e) {
     throw Error(where, e.what());

@@ -73,6 +73,7 @@ class Run {
   }
 
   GenerationStats go(const std::function<void(const GenerationStats&, std::size_t)>& on_step) {
+    engine_.reserve(run_shape(reqs_, opt_));
     std::vector<float> logits;
     for (;;) {
       admit();
@@ -317,6 +318,32 @@ class Run {
 };
 
 }  // namespace
+
+RunShape run_shape(const std::vector<GenerationRequest>& requests, const GenerationOptions& options) {
+  RunShape r;
+  std::vector<int> lengths;
+  long long candidates = 0, tokens = 0;
+  for (const GenerationRequest& q : requests) {
+    lengths.push_back(static_cast<int>(q.prompt_ids.size()));
+    candidates += q.indices.empty() ? q.n : static_cast<long long>(q.indices.size());
+    tokens += static_cast<long long>(q.prompt_ids.size());
+  }
+  std::sort(lengths.begin(), lengths.end());
+  r.max_batch = static_cast<int>(std::clamp<long long>(candidates, 1, std::max(options.batch, 1)));
+  r.longest_prompt = lengths.empty() ? 1 : std::max(lengths.back(), 1);
+  r.max_new_tokens = std::max(options.max_new_tokens, 1);
+  r.prefill_tokens = std::max(options.prefill_tokens, 1);
+  long long sum = 0;
+  int fit = 0;
+  for (int len : lengths) {
+    if (sum + len > r.prefill_tokens) break;
+    sum += len, ++fit;
+  }
+  r.prefill_prompts = std::max(fit, 1);
+  r.prefill_rows = static_cast<int>(std::max<long long>(r.longest_prompt, std::min<long long>(r.prefill_tokens, tokens)));
+  r.sampling = options.sampling;
+  return r;
+}
 
 GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,
                          const GenerationOptions& options, const std::function<void(Candidate&&)>& on_done,

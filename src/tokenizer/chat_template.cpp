@@ -1,72 +1,80 @@
 #include "bestofn/tokenizer/chat_template.h"
 
 #include <filesystem>
-#include <vector>
+#include <nlohmann/json.hpp>
 
-#include "bestofn/util/error.h"
+#include "bestofn/tokenizer/jinja.h"
 #include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/util/error.h"
+#include "bestofn/util/text_file.h"
 
 namespace bestofn {
 namespace {
 
-// Jinja's trim / Python's str.strip() on ASCII whitespace.
-std::string_view strip(std::string_view s) {
-  const char* ws = " \t\n\r\v\f";
-  const auto b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
+std::filesystem::path config_path(const Tokenizer& tok) { return std::filesystem::path(tok.path()).parent_path() / "tokenizer_config.json"; }
 
-// The format's markers must be the tokenizer's special tokens: otherwise "<|eot_id|>" or "<s>"
-// would be encoded as plain text and the model would see no chat at all.
-ChatFormat checked(const Tokenizer& tok, ChatFormat f) {
-  const std::vector<const char*> needed = f == ChatFormat::Llama3
-                                              ? std::vector<const char*>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
-                                              : std::vector<const char*>{"<s>"};
+// A built-in template's markers must be the tokenizer's special tokens: otherwise "<|eot_id|>" or
+// "<s>" would be encoded as plain text and the model would see no chat at all.
+void check_markers(const Tokenizer& tok, const std::string& format) {
+  const std::vector<const char*> needed = format == "llama2" ? std::vector<const char*>{"<s>"}
+                                                             : std::vector<const char*>{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
   for (const char* t : needed) {
     const auto id = tok.token_id(t);
     if (!id || !tok.is_special(*id))
-      throw Error(tok.path(), std::string("the ") + (f == ChatFormat::Llama3 ? "llama3" : "llama2") + " chat format needs the special token " + t +
-                                  ", which this tokenizer does not have (it would be encoded as plain text); choose another --chat-format");
+      throw Error(tok.path(), "the " + format + " chat template needs the special token " + t +
+                                  ", which this tokenizer does not have (it would be encoded as plain text); choose another --chat-format or --chat-template");
   }
-  return f;
+}
+
+// HF's special_tokens_map as the template sees it: tokenizer_config.json's bos_token and
+// eos_token (a text or {"content": text}), when set. The tokenizer has already checked them.
+void add_special_tokens(const Tokenizer& tok, nlohmann::ordered_json& vars) {
+  const auto path = config_path(tok);
+  if (!std::filesystem::exists(path)) return;
+  const auto config = nlohmann::json::parse(read_text_file(path.string()), nullptr, false);
+  if (!config.is_object()) return;
+  for (const char* key : {"bos_token", "eos_token"}) {
+    if (!config.contains(key)) continue;
+    const auto& v = config[key];
+    if (v.is_string()) vars[key] = v;
+    else if (v.is_object() && v.contains("content") && v["content"].is_string()) vars[key] = v["content"];
+  }
 }
 
 }  // namespace
 
-ChatFormat chat_format(const Tokenizer& tok, const std::string& name) {
-  if (name == "llama3") return checked(tok, ChatFormat::Llama3);
-  if (name == "llama2") return checked(tok, ChatFormat::Llama2);
-  const std::string config = (std::filesystem::path(tok.path()).parent_path() / "tokenizer_config.json").string();
-  if (name != "auto") throw Error("--chat-format: '" + name + "' is not one of auto, llama3, llama2");
-  const std::string& t = tok.chat_template();
-  if (t.empty())
-    throw Error(config, std::string("no chat_template to choose a chat format from; built-in formats: ") + kSupportedChatFormats +
-                            " (choose one with --chat-format)");
-  if (t.find("<|start_header_id|>") != std::string::npos) return checked(tok, ChatFormat::Llama3);
-  if (t.find("[INST]") != std::string::npos) return checked(tok, ChatFormat::Llama2);
-  throw Error(config, std::string("unknown chat_template; built-in formats: ") + kSupportedChatFormats + " (choose one with --chat-format)");
-}
-
-std::string render_chat(ChatFormat format, std::string_view system, std::string_view user) {
-  std::string s;
-  const std::string_view sys = strip(system);
-  if (format == ChatFormat::Llama3) {
-    s = "<|begin_of_text|>";
-    if (!system.empty()) s.append("<|start_header_id|>system<|end_header_id|>\n\n").append(sys).append("<|eot_id|>");
-    s.append("<|start_header_id|>user<|end_header_id|>\n\n").append(strip(user)).append("<|eot_id|>");
-    s.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
-    return s;
+ChatTemplate chat_template(const Tokenizer& tok, const std::string& format, const std::string& file) {
+  if (!file.empty()) return {read_text_file(file), file};
+  if (format != "auto") {
+    ChatTemplate t{builtin_chat_template(format), "the built-in " + format + " chat template"};
+    check_markers(tok, format);
+    return t;
   }
-  // Llama 2: the system block joins the first user message, and the whole is stripped.
-  std::string content;
-  if (!system.empty()) content.append("<<SYS>>\n").append(system).append("\n<</SYS>>\n\n");
-  content.append(user);
-  return s.append("<s>[INST] ").append(strip(content)).append(" [/INST]");
+  if (tok.chat_template().empty())
+    throw Error(config_path(tok).string(), std::string("no chat_template; choose a built-in one with --chat-format (") + kChatFormats +
+                                               ") or a Jinja file with --chat-template");
+  return {tok.chat_template(), config_path(tok).string() + " chat_template"};
 }
 
-std::vector<int> encode_chat(const Tokenizer& tok, ChatFormat format, std::string_view system, std::string_view user) {
-  return tok.encode(render_chat(format, system, user), false);
+std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string_view system, std::string_view user, const std::tm* now) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", std::string(system)}});
+  messages.push_back({{"role", "user"}, {"content", std::string(user)}});
+  // What transformers passes: the messages, tools and documents (None), add_generation_prompt,
+  // and the special tokens.
+  nlohmann::ordered_json vars = {{"messages", messages}, {"tools", nullptr}, {"documents", nullptr}, {"add_generation_prompt", true}};
+  add_special_tokens(tok, vars);
+  std::tm local{};
+  if (!now) {
+    const std::time_t clock = std::time(nullptr);
+    localtime_r(&clock, &local);
+    now = &local;
+  }
+  return render_jinja(t.source, t.name, vars, *now);
+}
+
+std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& t, std::string_view system, std::string_view user) {
+  return tok.encode(render_chat(t, tok, system, user), false);
 }
 
 }  // namespace bestofn

@@ -17,10 +17,10 @@ int run_tokenize(const TokenizeOptions& o) {
   const Tokenizer tok = Tokenizer::load(o.tokenizer);
   const std::string text = read_text_input(o.input);
   std::vector<int> ids;
-  const ChatFormat format = o.chat ? chat_format(tok, o.chat_format) : ChatFormat::Llama3;
+  const ChatTemplate chat = o.chat ? chat_template(tok, o.chat_format, o.chat_template) : ChatTemplate{};
   try {
     if (o.chat)
-      ids = encode_chat(tok, format, o.system, text);
+      ids = encode_chat(tok, chat, o.system, text);
     else
       ids = tok.encode(text, o.bos);
   } catch (const Error& e) {

@@ -78,6 +78,18 @@ struct PhaseTimes {
   std::map<std::string, double> detail_ms;
 };
 
+// The most a run will ask of an engine (generate's run_shape): the engine's reserve() sizes its
+// buffers for it once, so that no decode step allocates.
+struct RunShape {
+  int max_batch = 1;        // slots in one decode step
+  int longest_prompt = 1;   // tokens
+  int max_new_tokens = 1;   // tokens a candidate generates (it feeds one fewer)
+  int prefill_tokens = 8192;  // rows of one prefill pass (max_pass_tokens)
+  int prefill_prompts = 1;  // prompts in one prefill_many
+  int prefill_rows = 1;     // rows (the prompts' tokens) in one prefill_many
+  std::optional<SamplingParams> sampling;  // decode_sample's parameters, when the run samples on the engine
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -148,6 +160,16 @@ class Engine {
     std::string disabled;
   };
   virtual GraphStats graph_stats() const { return {}; }
+  // Sizes every buffer a run of this shape needs, at its start (the CUDA engine: activations,
+  // logits, staging, the sampler's workspace, the slots' parts; the CPU engine needs nothing).
+  // A run that asks for more later still works: the buffer grows then (counted below).
+  virtual void reserve(const RunShape& shape) { (void)shape; }
+  // Device allocations, frees and host waits on the device so far (process-wide; zeros where the
+  // engine has no device): a decode step after reserve() adds one wait, the ids coming back.
+  struct DeviceCounts {
+    long long allocs = 0, frees = 0, syncs = 0;
+  };
+  virtual DeviceCounts device_counts() const { return {}; }
   // The KV cache's precision as resolved from EngineOptions::kv (never Auto).
   virtual EngineOptions::Kv kv_cache() const = 0;
 };

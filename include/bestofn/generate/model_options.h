@@ -17,6 +17,7 @@ namespace bestofn {
 
 struct ModelOptions {
   std::string model, tokenizer, device = "auto", quantize = "none", chat_format = "auto", system;
+  std::string chat_template;  // --chat-template: a Jinja file (else chat_format chooses)
   int max_new_tokens = 256, top_k = -1, threads = 0, batch = 64;
   int prefill_tokens = kDefaultPrefillTokens;  // --prefill-tokens (GenerationOptions::prefill_tokens)
   float temperature = -1.0f, top_p = -1.0f, min_p = 0.0f;  // < 0: from generation_config.json
@@ -40,7 +41,7 @@ struct LoadedModel {
   Tokenizer tokenizer;
   std::shared_ptr<const Weights> weights;
   std::unique_ptr<Engine> engine;
-  ChatFormat chat_format = ChatFormat::Llama3;
+  ChatTemplate chat_template;  // with --chat
 };
 
 // The engine's settings among the options: threads, the CUDA device and paths, the KV cache.

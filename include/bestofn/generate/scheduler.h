@@ -73,6 +73,13 @@ struct GenerationStats {
   double prefill_seconds = 0.0, decode_seconds = 0.0;
 };
 
+// The most a generate() run of these requests asks of the engine (Engine::reserve, called at its
+// start): the batch (options.batch, or fewer candidates), the longest prompt, max_new_tokens, and
+// what one prefill_many can hold as generate batches prompts (a first prompt of any length, then
+// more while their tokens fit in options.prefill_tokens): at most the count of the shortest prompts
+// whose tokens fit, and max(longest prompt, min(prefill_tokens, every prompt's tokens)) rows.
+RunShape run_shape(const std::vector<GenerationRequest>& requests, const GenerationOptions& options);
+
 // Runs every request to completion. on_done receives each candidate as it finishes;
 // on_step (optional) is called after every decode step with the running totals.
 GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& requests,

@@ -1,6 +1,10 @@
 #pragma once
-// Built-in chat formats for the supported families (no general Jinja engine): the format is read
-// off tokenizer_config.json's chat_template, or named explicitly.
+// Chat prompts as transformers' apply_chat_template(messages, add_generation_prompt=True,
+// tokenize=True) makes them: a Jinja chat template (bestofn/tokenizer/jinja.h) rendered with the
+// messages and tokenizer_config.json's bos_token/eos_token, then encoded without the
+// post-processor's special tokens. The template is the model's own (tokenizer_config.json's
+// chat_template), a built-in one named by --chat-format, or a file given by --chat-template.
+#include <ctime>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,23 +13,30 @@ namespace bestofn {
 
 class Tokenizer;
 
-enum class ChatFormat {
-  Llama3,  // <|start_header_id|>role<|end_header_id|>\n\n content <|eot_id|> (Llama 3 / 3.1 / 3.2 Instruct)
-  Llama2,  // <s>[INST] <<SYS>>\n system \n<</SYS>>\n\n user [/INST] (Llama 2 chat, CodeLlama Instruct, Mistral)
+// The built-in templates, each the real one its models publish (tests/data/chat_templates/):
+//   llama3    Llama 3 Instruct
+//   llama3.1  Llama 3.1 Instruct (its "Cutting Knowledge Date" system header)
+//   llama2    Llama 2 chat ([INST], <<SYS>>)
+inline constexpr const char* kChatFormats = "auto, llama3, llama3.1, llama2";
+// The Jinja text of a built-in template; throws for another name.
+const std::string& builtin_chat_template(const std::string& format);
+
+struct ChatTemplate {
+  std::string source;  // Jinja text
+  std::string name;    // for errors: the file, or "the built-in llama3 chat template"
 };
 
-inline constexpr const char* kSupportedChatFormats = "llama3 (Llama 3 Instruct), llama2 ([INST])";
+// The template to use: `file` when given (--chat-template), else `format` (--chat-format): "auto"
+// is tokenizer_config.json's chat_template (an Error naming that file when it has none), a
+// built-in name is that template (an Error when the tokenizer lacks the special tokens it
+// writes, which would otherwise be encoded as plain text).
+ChatTemplate chat_template(const Tokenizer& tok, const std::string& format = "auto", const std::string& file = "");
 
-// "llama3" | "llama2" | "auto" (from the tokenizer's chat_template). Throws bestofn::Error naming
-// tokenizer_config.json and the supported formats when the template is absent or unknown.
-ChatFormat chat_format(const Tokenizer& tok, const std::string& name = "auto");
+// The prompt text for one user turn (and a system message when `system` is not empty), ending
+// where the assistant's reply begins. `now` is strftime_now's time (default: the local time).
+std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string_view system, std::string_view user, const std::tm* now = nullptr);
 
-// The prompt text for one user turn (and an optional system message), ending where the assistant's
-// reply begins, exactly as the model's Jinja template renders it with add_generation_prompt.
-// Content is stripped of surrounding whitespace, as both templates do.
-std::string render_chat(ChatFormat format, std::string_view system, std::string_view user);
-
-// render_chat, then encode (the rendered text carries its own BOS).
-std::vector<int> encode_chat(const Tokenizer& tok, ChatFormat format, std::string_view system, std::string_view user);
+// render_chat, then encode with no special tokens added (the template writes its own BOS).
+std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& t, std::string_view system, std::string_view user);
 
 }  // namespace bestofn

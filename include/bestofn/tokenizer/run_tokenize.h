@@ -8,7 +8,7 @@ namespace bestofn {
 struct TokenizeOptions {
   std::string tokenizer;  // tokenizer.json, or a model directory holding it
   std::string input = "-";  // a file (.gz too), or "-" for stdin
-  std::string chat_format = "auto", system;  // with chat
+  std::string chat_format = "auto", chat_template, system;  // with chat (chat_template: a Jinja file)
   bool bos = false, chat = false;
 };
 
