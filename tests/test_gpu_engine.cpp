@@ -292,6 +292,19 @@ TEST(GpuEngine, QwenModelsMatchTheCpuEngine) {
       const Trace gpu = trace(*cuda::make_cuda_engine(fp8, o), 4, 32, &cpu_fp8);
       compare(gpu, cpu_fp8, V, 1.5 * sens.max, 0.0, 1e9f, name + " fp8" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean);
     }
+    // compressed-tensors checkpoints of this shape (make-synthetic with its config.json): BF16
+    // biases and norms beside FP8 weights, per-channel dynamic and per-tensor static schemes.
+    test::TempDir tmp;
+    for (const char* scheme : {"channel", "tensor"}) {
+      SyntheticOptions so;
+      so.shape = (dir / "config.json").string(), so.dtype = "fp8", so.fp8_scheme = scheme, so.seed = 23, so.out = tmp / scheme;
+      make_synthetic(so);
+      auto ct = std::make_shared<const Weights>(load_model(so.out));
+      const Trace cpu_ct = trace(*make_cpu_engine(ct, bf16_kv()), 4, 32, nullptr);
+      const Deviation s_ct = cpu_sensitivity(ct, cpu_ct, 0x1p-14);
+      const Trace gpu = trace(*cuda::make_cuda_engine(ct, {}), 4, 32, &cpu_ct);
+      compare(gpu, cpu_ct, V, 1.5 * s_ct.max, 0.0, 1e9f, name + " compressed-tensors " + scheme, 1.5 * s_ct.mean);
+    }
   }
 }
 

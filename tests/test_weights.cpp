@@ -453,3 +453,30 @@ TEST(WeightsMalformed, BiasAndNormTensorsNameTheFileAndTheTensor) {
                  },
                  {"model.safetensors", "tensor '" + kn + "': expected shape [16] from config.json, found [8]"});
 }
+
+// make-synthetic with a Qwen config.json as the shape: biases and q/k norms written (BF16 beside
+// the FP8 weights of a compressed-tensors checkpoint), and loaded back.
+TEST(Weights, SyntheticQwenCheckpointsCarryBiasesAndNorms) {
+  test::TempDir dir;
+  for (const char* model : {"tiny-qwen2", "tiny-qwen3"}) {
+    SyntheticOptions o;
+    o.shape = (engine_model(model) / "config.json").string();
+    o.dtype = "fp8";
+    o.seed = 3;
+    o.out = dir / model;
+    make_synthetic(o);
+    const Weights w = load_model(o.out);
+    EXPECT_EQ(w.quantization, "fp8-compressed-tensors");
+    EXPECT_TRUE(w.layers[1].wk.is_fp8());
+    EXPECT_TRUE(w.unused_tensors.empty()) << model;
+    if (w.config.qkv_bias) {
+      EXPECT_EQ(w.config.architecture, "Qwen2ForCausalLM");
+      ASSERT_EQ(w.layers[1].wk.bias.size(), static_cast<std::size_t>(w.config.kv_dim()));
+      EXPECT_NE(w.layers[1].wk.bias[0], 0.0f);
+    } else {
+      EXPECT_EQ(w.config.architecture, "Qwen3ForCausalLM");
+      EXPECT_EQ(w.layers[1].q_norm.dtype, DType::BF16);
+      EXPECT_EQ(w.layers[1].q_norm.shape, (std::vector<std::int64_t>{16}));
+    }
+  }
+}
