@@ -50,3 +50,30 @@ TEST(CliInspect, SyntheticFp8AndOnlineQuantization) {
   EXPECT_LT(online["decode_bytes_per_step"], plain["decode_bytes_per_step"]);
   EXPECT_EQ(online["weight_bytes"], plain["weight_bytes"]);  // the checkpoint is unchanged
 }
+
+// The architectures' extras and where a tied matrix is stored, with parameter counts from the
+// safetensors files (numpy: 26912, 41184 and 26784 elements; each tied matrix is stored once).
+TEST(CliInspect, QwenExtrasAndTiedTensorName) {
+  auto inspect = [](const std::string& name) {
+    const auto r = run_cli({"inspect", bestofn::test::source_path("tests/data/engine/" + name).string(), "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out);
+  };
+  const json q2 = inspect("tiny-qwen2"), q3 = inspect("tiny-qwen3"), tied = inspect("tiny-tied-as-lm-head");
+  EXPECT_EQ(q2["architecture"], "Qwen2ForCausalLM");
+  EXPECT_EQ(q2["qkv_bias"], true);
+  EXPECT_EQ(q2["qk_norm"], false);
+  EXPECT_EQ(q2["tied_tensor"], "model.embed_tokens.weight");
+  EXPECT_EQ(q2["parameters"], 26912);
+  EXPECT_EQ(q3["architecture"], "Qwen3ForCausalLM");
+  EXPECT_EQ(q3["qkv_bias"], false);
+  EXPECT_EQ(q3["qk_norm"], true);
+  EXPECT_EQ(q3["head_dim"], 16);
+  EXPECT_EQ(q3["tied_tensor"], nullptr);
+  EXPECT_EQ(q3["parameters"], 41184);
+  EXPECT_EQ(tied["tied_tensor"], "lm_head.weight");
+  EXPECT_EQ(tied["parameters"], 26784);
+  EXPECT_TRUE(tied["unused_tensors"].empty());
+  const auto text = run_cli({"inspect", bestofn::test::source_path("tests/data/engine/tiny-qwen3").string()});
+  EXPECT_NE(text.out.find("attention extras         per-head q/k RMSNorm"), std::string::npos) << text.out;
+}

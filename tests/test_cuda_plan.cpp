@@ -198,6 +198,15 @@ TEST(CudaPlan, FusedWeightsConcatenateWithEachShardsScale) {
   EXPECT_EQ(f->input_scale, 0.0f);
 }
 
+// Qwen2's q/k/v biases: concatenated in shard order; a shard without one adds zeros (y + 0 = y).
+TEST(CudaPlan, FusedBiasesConcatenateAndNoneStaysEmpty) {
+  Shard q(4, 16, 1, {0.5f}, std::nullopt), k(2, 16, 2, {0.25f}, std::nullopt), v(2, 16, 3, {0.5f}, std::nullopt);
+  EXPECT_TRUE(fuse({&q, &k, &v})->bias.empty());
+  q.l.bias = {1, 2, 3, 4};
+  v.l.bias = {7, 8};
+  EXPECT_EQ(fuse({&q, &k, &v})->bias, (std::vector<float>{1, 2, 3, 4, 0, 0, 7, 8}));
+}
+
 TEST(CudaPlan, FusedScalesStayPerTensorWhenEqualAndMixWithPerChannel) {
   const Shard a(2, 16, 1, {0.5f}, 2.0f), b(2, 16, 2, {0.5f}, 2.0f), c(2, 16, 3, {0.1f, 0.2f}, 2.0f);
   const auto same = fuse({&a, &b});

@@ -253,6 +253,63 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
   }
 }
 
+// Qwen2 (q/k/v biases: the bias in the FP8 epilogue, or bias_add_cuda after a BF16 / F32 GEMM; in
+// the fused q/k/v GEMM, one concatenated bias) and Qwen3 (per-head q/k norm: rmsnorm_cuda in place
+// before rope_kv) against the CPU engine, whose numbers match transformers (HfModels in
+// test_cpu_engine). The tolerances are the Llama ones, the same ops in another order: F32 as
+// llama-260k on every path; BF16 as SyntheticBf16ModelMatchesTheCpuEngine; online FP8 (biases and
+// norms stay F32) by the CPU's own sensitivity, as SyntheticFp8ModelsMatchTheCpuEngine.
+TEST(GpuEngine, QwenModelsMatchTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string name : {"tiny-qwen2", "tiny-qwen3"}) {
+    const auto dir = test::source_path("tests/data/engine/" + name);
+    auto f32 = std::make_shared<const Weights>(load_model(dir));
+    const auto V = static_cast<std::size_t>(f32->config.vocab_size);
+    const Trace cpu = trace(*make_cpu_engine(f32, bf16_kv()), 3, 32, nullptr);
+    for (const Paths& paths : kAllPaths) {
+      auto gpu_e = cuda::make_cuda_engine(f32, paths.options());
+      const Trace gpu = trace(*gpu_e, 3, 32, &cpu);
+      if (paths.split)
+        compare(gpu, cpu, V, 1e-2, 2e-3, 0.03f, name + paths.name(), 1e-3);
+      else
+        compare(gpu, cpu, V, 2e-3, 2e-3, 0.01f, name + paths.name());
+    }
+    auto bf16 = std::make_shared<const Weights>(load_model(test::source_path("tests/data/engine/" + name + "-bf16")));
+    const Trace cpu_bf16 = trace(*make_cpu_engine(bf16, bf16_kv()), 4, 32, nullptr);
+    for (const bool fused : {false, true}) {
+      EngineOptions o;
+      o.cuda.fused_qkv = fused;
+      const Trace gpu = trace(*cuda::make_cuda_engine(bf16, o), 4, 32, &cpu_bf16);
+      compare(gpu, cpu_bf16, V, 0.08, 3e-2, 0.2f, name + " bf16" + (fused ? " --fused-qkv" : ""), 0.01);
+    }
+    LoadOptions lo;
+    lo.quantize_fp8 = true;
+    auto fp8 = std::make_shared<const Weights>(load_model(dir, lo));
+    const Trace cpu_fp8 = trace(*make_cpu_engine(fp8, bf16_kv()), 4, 32, nullptr);
+    const Deviation sens = cpu_sensitivity(fp8, cpu_fp8, 0x1p-14);
+    std::printf("[ sensitivity] %s fp8: CPU with GEMM outputs off by 2^-14: max %.3g, mean %.3g\n", name.c_str(), sens.max, sens.mean);
+    for (const bool fused : {false, true}) {
+      EngineOptions o;
+      o.cuda.fused_qkv = fused;
+      const Trace gpu = trace(*cuda::make_cuda_engine(fp8, o), 4, 32, &cpu_fp8);
+      compare(gpu, cpu_fp8, V, 1.5 * sens.max, 0.0, 1e9f, name + " fp8" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean);
+    }
+    // compressed-tensors checkpoints of this shape (make-synthetic with its config.json): BF16
+    // biases and norms beside FP8 weights, per-channel dynamic and per-tensor static schemes.
+    test::TempDir tmp;
+    for (const char* scheme : {"channel", "tensor"}) {
+      SyntheticOptions so;
+      so.shape = (dir / "config.json").string(), so.dtype = "fp8", so.fp8_scheme = scheme, so.seed = 23, so.out = tmp / scheme;
+      make_synthetic(so);
+      auto ct = std::make_shared<const Weights>(load_model(so.out));
+      const Trace cpu_ct = trace(*make_cpu_engine(ct, bf16_kv()), 4, 32, nullptr);
+      const Deviation s_ct = cpu_sensitivity(ct, cpu_ct, 0x1p-14);
+      const Trace gpu = trace(*cuda::make_cuda_engine(ct, {}), 4, 32, &cpu_ct);
+      compare(gpu, cpu_ct, V, 1.5 * s_ct.max, 0.0, 1e9f, name + " compressed-tensors " + scheme, 1.5 * s_ct.mean);
+    }
+  }
+}
+
 // --kv-cache fp8 on both engines: one cache contract (E4M3 codes with a scale per position and KV
 // head, EngineOptions::Kv; kernels tested against it in test_gpu_attention), so the GPU against
 // the CPU engine, both with FP8 caches, under the contract of SyntheticFp8ModelsMatchTheCpuEngine

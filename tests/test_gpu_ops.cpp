@@ -240,6 +240,12 @@ void rmsnorm() {
           EXPECT_EQ(compare_close(test::from_gpu<float>(d_out, c.x.size()), c.cpu, static_cast<std::size_t>(dim),
                                   std::numeric_limits<float>::min(), rmsnorm_rtol(dim)),
                     "");
+          if (dim <= 255) {  // in place, as Qwen3's q/k norm runs it (each head a row of head_dim): the same numbers
+            cuda::rmsnorm_cuda(d_x.get<float>(), d_w.get(), wdtype, T, dim, kEps, d_x.get<float>(), nullptr);
+            EXPECT_EQ(compare_bits(test::from_gpu<float>(d_x, c.x.size()), test::from_gpu<float>(d_out, c.x.size()),
+                                   static_cast<std::size_t>(dim)),
+                      "");
+          }
         }
       }
     }
@@ -340,13 +346,14 @@ void f32_to_bf16() {
   }
 }
 
-// --- the GEMM epilogue: the twin is cpu::linear's store step, `v * sx[t] * w_scale[o]`, written
-// out here (it has no function of its own); the kernel multiplies in that order: bit for bit.
-// A null sx means 1 (y * 1 is exact). ---
+// --- the GEMM epilogue: the twin is cpu::linear's store step, `v * sx[t] * w_scale[o]`, then its
+// bias add `+ bias[o]` (Qwen2's q/k/v), written out here (they have no function of their own); the
+// kernel multiplies and adds in that order, each rounded apart: bit for bit. A null sx means 1
+// (y * 1 is exact). ---
 void scale_output() {
   std::uint64_t seed = 600;
-  for (int mode = 0; mode < 3; ++mode) {  // per-channel sw; per-tensor sw; per-channel sw and no sx
-    const bool per_channel = mode != 1, with_sx = mode != 2;
+  for (int mode = 0; mode < 4; ++mode) {  // per-channel sw; per-tensor sw; per-channel sw and no sx; + bias
+    const bool per_channel = mode != 1, with_sx = mode != 2, with_bias = mode == 3;
     for (int T : kTokenCounts) {
       for (int out : kWidths) {
         SCOPED_TRACE(case_name("scale_output", T, out, seed) + ", mode " + std::to_string(mode));
@@ -356,17 +363,19 @@ void scale_output() {
                            sw = test::random_floats(per_channel ? cols : 1, seed++, 1e-2f);
         for (float& v : sx) v = std::fabs(v) + 1e-4f;  // scales are positive
         for (float& v : sw) v = std::fabs(v) + 1e-3f;
+        const std::vector<float> bias = test::random_floats(cols, seed++, 0.5f);
 
         std::vector<float> cpu(y);
         for (std::size_t t = 0; t < rows; ++t)
           for (std::size_t o = 0; o < cols; ++o) {
             float& v = cpu[t * cols + o];
             v = with_sx ? v * sx[t] * sw[per_channel ? o : 0] : v * 1.0f * sw[per_channel ? o : 0];
+            if (with_bias) v += bias[o];
           }
 
-        const cuda::DeviceBuffer d_y = test::to_gpu(y), d_sx = test::to_gpu(sx), d_sw = test::to_gpu(sw);
+        const cuda::DeviceBuffer d_y = test::to_gpu(y), d_sx = test::to_gpu(sx), d_sw = test::to_gpu(sw), d_b = test::to_gpu(bias);
         cuda::scale_output_cuda(d_y.get<float>(), T, out, with_sx ? d_sx.get<float>() : nullptr, d_sw.get<float>(), per_channel,
-                                nullptr);
+                                nullptr, with_bias ? d_b.get<float>() : nullptr);
         EXPECT_EQ(compare_bits(test::from_gpu<float>(d_y, y.size()), cpu, cols), "");
       }
     }
@@ -450,6 +459,25 @@ void residual_add() {
   }
 }
 
+// --- bias add after a BF16 / F32 GEMM: one IEEE add per element, as cpu::linear's bias add: bit
+// for bit. ---
+void bias_add() {
+  std::uint64_t seed = 950;
+  for (int T : kTokenCounts) {
+    for (int out : kWidths) {
+      SCOPED_TRACE(case_name("bias_add", T, out, seed));
+      const auto rows = static_cast<std::size_t>(T), cols = static_cast<std::size_t>(out);
+      const std::vector<float> y = test::random_floats(rows * cols, seed++, 3.0f), bias = test::random_floats(cols, seed++, 0.5f);
+      std::vector<float> cpu(y);
+      for (std::size_t t = 0; t < rows; ++t)
+        for (std::size_t o = 0; o < cols; ++o) cpu[t * cols + o] += bias[o];  // cpu::linear's bias add
+      const cuda::DeviceBuffer d_y = test::to_gpu(y), d_b = test::to_gpu(bias);
+      cuda::bias_add_cuda(d_y.get<float>(), T, out, d_b.get<float>(), nullptr);
+      EXPECT_EQ(compare_bits(test::from_gpu<float>(d_y, y.size()), cpu, cols), "");
+    }
+  }
+}
+
 // --- argmax: comparisons only, so exact: the index std::max_element returns (the first maximum),
 // on random rows and on rows built to catch a wrong tie-break across threads and warps, -inf rows,
 // and NaN (never chosen unless it is element 0, as with std::max_element's operator<). ---
@@ -519,7 +547,9 @@ const OpRow kRows[] = {
      quantize_act_fp8},
     {"f32_to_bf16_cuda", "bf16_from_float", "bit for bit: both round to nearest even", f32_to_bf16},
     {"bf16_to_f32_cuda", "bf16_to_float", "bit for bit: widening BF16 is exact", bf16_to_f32},
-    {"scale_output_cuda", "the store step of cpu::linear", "bit for bit: the same two rounded multiplies", scale_output},
+    {"scale_output_cuda", "the store step of cpu::linear (and its bias add)", "bit for bit: the same two rounded multiplies (and add)",
+     scale_output},
+    {"bias_add_cuda", "the bias add of cpu::linear", "bit for bit: one rounded add", bias_add},
     {"swiglu_cuda", "cpu::swiglu", "relative 8 eps: CUDA's expf and the CPU's exp differ by a few ulp", swiglu},
     {"swiglu_quant_fp8_cuda", "cpu::swiglu, then quantize_fp8_rows / quantize_fp8_row",
      "one E4M3 step: the exp's last bits may move a value across a rounding boundary", swiglu_quant_fp8},

@@ -182,6 +182,68 @@ TEST(ModelConfig, MistralWithoutSlidingWindowIsALlama) {
   expect_error(v01, "sliding_window");
 }
 
+// The published config.json of Qwen2.5-Coder-1.5B-Instruct and of Qwen3-0.6B.
+constexpr const char* kQwen25Coder = R"({"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,
+  "eos_token_id":151645,"hidden_act":"silu","hidden_size":1536,"initializer_range":0.02,"intermediate_size":8960,
+  "max_position_embeddings":32768,"max_window_layers":21,"model_type":"qwen2","num_attention_heads":12,"num_hidden_layers":28,
+  "num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_scaling":null,"rope_theta":1000000.0,"sliding_window":131072,
+  "tie_word_embeddings":true,"torch_dtype":"bfloat16","transformers_version":"4.43.1","use_cache":true,
+  "use_sliding_window":false,"vocab_size":151936})";
+constexpr const char* kQwen3 = R"({"architectures":["Qwen3ForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+  "bos_token_id":151643,"eos_token_id":151645,"head_dim":128,"hidden_act":"silu","hidden_size":1024,"initializer_range":0.02,
+  "intermediate_size":3072,"max_position_embeddings":40960,"max_window_layers":28,"model_type":"qwen3","num_attention_heads":16,
+  "num_hidden_layers":28,"num_key_value_heads":8,"rms_norm_eps":1e-06,"rope_scaling":null,"rope_theta":1000000,
+  "sliding_window":null,"tie_word_embeddings":true,"torch_dtype":"bfloat16","transformers_version":"4.51.0","use_cache":true,
+  "use_sliding_window":false,"vocab_size":151936})";
+
+TEST(ModelConfig, Qwen2HasQkvBiasesAndNoSlidingWindow) {
+  const ModelConfig c = parse(kQwen25Coder);
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 128);  // 1536 / 12
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  // sliding_window is read only under use_sliding_window (transformers' rule): true is refused.
+  json j = json::parse(kQwen25Coder);
+  j["use_sliding_window"] = true;
+  expect_error(j, "field 'use_sliding_window' true (sliding-window attention) is not supported; supported: false");
+  j["use_sliding_window"] = "no";
+  expect_error(j, "field 'use_sliding_window' must be true or false");
+  j = json::parse(kQwen25Coder);
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_error(j, "field 'layer_types' must list \"full_attention\" for every layer");
+  j["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_TRUE(parse_model_config(j, "config.json").qkv_bias);
+  // Qwen2's biases are not switchable: attention_bias is not read (as in transformers).
+  j["attention_bias"] = false;
+  EXPECT_TRUE(parse_model_config(j, "config.json").qkv_bias);
+  // The architecture from model_type alone.
+  j.erase("architectures");
+  EXPECT_EQ(parse_model_config(j, "config.json").architecture, "Qwen2ForCausalLM");
+}
+
+TEST(ModelConfig, Qwen3HasPerHeadQkNormAndItsOwnHeadDim) {
+  const ModelConfig c = parse(kQwen3);
+  EXPECT_EQ(c.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 128);  // not 1024 / 16
+  EXPECT_EQ(c.q_dim(), 2048);
+  json j = json::parse(kQwen3);
+  j["attention_bias"] = true;
+  expect_error(j, "field 'attention_bias' true (biases on q/k/v/o_proj) is not supported for Qwen3ForCausalLM; supported: false");
+  j = json::parse(kQwen3);
+  j["use_sliding_window"] = true;
+  expect_error(j, "field 'use_sliding_window'");
+  // Round trip through to_config_json.
+  const ModelConfig d = parse_model_config(to_config_json(c), "config.json");
+  EXPECT_EQ(d.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(d.qk_norm);
+  EXPECT_EQ(d.head_dim, 128);
+}
+
 TEST(ModelConfig, CompressedTensorsFp8LikeRedHat) {
   json j = base();
   j["quantization_config"] = json::parse(R"({"quant_method":"compressed-tensors","format":"float-quantized",
@@ -230,6 +292,8 @@ TEST(ModelConfig, ErrorsNameTheFieldAndTheSupportedChoices) {
   json j = base();
   j["architectures"] = {"GPT2LMHeadModel"};
   expect_error(j, "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM");
+  j["architectures"] = {"Qwen2MoeForCausalLM"};
+  expect_error(j, std::string("unsupported architecture 'Qwen2MoeForCausalLM'; supported: ") + kSupportedArchitectures);
   // A malformed list is not read as "no list, so Llama"; a model_type of another family is refused.
   for (const json& bad : {json::array({5}), json("LlamaForCausalLM"), json::array()}) {
     j["architectures"] = bad;
@@ -237,7 +301,7 @@ TEST(ModelConfig, ErrorsNameTheFieldAndTheSupportedChoices) {
   }
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "gpt2";
-  expect_error(j, "unsupported model_type 'gpt2'; supported: llama, mistral");
+  expect_error(j, "unsupported model_type 'gpt2'; supported: llama, mistral, qwen2, qwen3");
   j["model_type"] = "llama";
   j = base();
   j.erase("hidden_size");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "bestofn/util/error.h"
@@ -318,6 +319,164 @@ TEST(Weights, MaxShardSizeIsBytesOrPowersOf1000) {
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()).rfind("--max-shard-size: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+namespace {
+
+// A copy of the model directory src (config.json and one model.safetensors) with its tensors
+// passed through edit first: each a spec and its bytes, to drop, rename, reshape or retype.
+struct EditTensor {
+  TensorSpec spec;
+  std::vector<std::uint8_t> bytes;
+};
+fs::path edited_copy(const fs::path& src, const fs::path& out, const std::function<void(std::vector<EditTensor>&)>& edit) {
+  fs::create_directories(out);
+  fs::copy_file(src / "config.json", out / "config.json");
+  const ModelFiles files(src);
+  std::vector<EditTensor> tensors;
+  for (const TensorView& v : files.all())
+    tensors.push_back({{v.info->name, v.info->dtype, v.info->shape}, std::vector<std::uint8_t>(v.data, v.data + v.info->nbytes)});
+  edit(tensors);
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) specs.push_back(t.spec);
+  SafetensorsWriter w(out / "model.safetensors", specs);
+  for (const auto& t : tensors) w.write(t.bytes.data(), t.bytes.size());
+  w.finish();
+  return out;
+}
+
+EditTensor* find_tensor(std::vector<EditTensor>& ts, const std::string& name) {
+  for (auto& t : ts)
+    if (t.spec.name == name) return &t;
+  ADD_FAILURE() << name << " not in the checkpoint";
+  return nullptr;
+}
+
+fs::path engine_model(const std::string& name) { return test::source_path("tests/data/engine/" + name); }
+
+}  // namespace
+
+TEST(Weights, Qwen2BiasesAndQwen3NormsAreLoaded) {
+  const Weights q2 = load_model(engine_model("tiny-qwen2"));
+  const ModelFiles f2(engine_model("tiny-qwen2"));
+  for (const auto& [linear, name] : {std::pair{&q2.layers[1].wq, "q_proj"}, {&q2.layers[1].wk, "k_proj"}, {&q2.layers[1].wv, "v_proj"}}) {
+    const TensorView b = f2.find(std::string("model.layers.1.self_attn.") + name + ".bias");
+    ASSERT_NE(b.info, nullptr);
+    ASSERT_EQ(linear->bias.size(), static_cast<std::size_t>(b.info->numel()));
+    for (std::size_t i = 0; i < linear->bias.size(); ++i) {
+      float v;
+      std::memcpy(&v, b.data + 4 * i, 4);
+      EXPECT_EQ(linear->bias[i], v) << name << " " << i;
+    }
+  }
+  EXPECT_TRUE(q2.layers[0].wo.bias.empty());
+  EXPECT_TRUE(q2.layers[0].w_gate.bias.empty());
+  EXPECT_EQ(q2.layers[0].q_norm.data, nullptr);
+  EXPECT_TRUE(q2.unused_tensors.empty());
+  // BF16 biases widen exactly; online FP8 keeps them in fp32.
+  const Weights bf = load_model(engine_model("tiny-qwen2-bf16"));
+  for (std::size_t i = 0; i < bf.layers[0].wk.bias.size(); ++i)
+    EXPECT_EQ(bf.layers[0].wk.bias[i], bf16_to_float(bf16_from_float(q2.layers[0].wk.bias[i])));
+  LoadOptions fp8;
+  fp8.quantize_fp8 = true;
+  EXPECT_EQ(load_model(engine_model("tiny-qwen2"), fp8).layers[0].wv.bias, q2.layers[0].wv.bias);
+
+  const Weights q3 = load_model(engine_model("tiny-qwen3"));
+  EXPECT_EQ(q3.layers[1].q_norm.shape, (std::vector<std::int64_t>{16}));
+  EXPECT_EQ(q3.layers[1].k_norm.name, "model.layers.1.self_attn.k_norm.weight");
+  EXPECT_TRUE(q3.layers[0].wq.bias.empty());
+  EXPECT_TRUE(q3.unused_tensors.empty());
+}
+
+// Tied with the matrix only as lm_head.weight: that tensor is both (as transformers loads it);
+// with both names present, model.embed_tokens.weight is both and lm_head.weight goes unused (as before).
+TEST(Weights, TiedMatrixStoredUnderEitherName) {
+  const Weights w = load_model(engine_model("tiny-tied-as-lm-head"));
+  EXPECT_EQ(w.token_embedding.name, "lm_head.weight");
+  EXPECT_EQ(w.lm_head.weight.data, w.token_embedding.data);
+  EXPECT_TRUE(w.unused_tensors.empty());
+  test::TempDir dir;
+  const fs::path both = edited_copy(engine_model("tiny-tied-as-lm-head"), dir / "both", [](std::vector<EditTensor>& ts) {
+    EditTensor copy = *find_tensor(ts, "lm_head.weight");
+    copy.spec.name = "model.embed_tokens.weight";
+    ts.push_back(copy);
+    std::fill(find_tensor(ts, "lm_head.weight")->bytes.begin(), find_tensor(ts, "lm_head.weight")->bytes.end(), 0);
+  });
+  const Weights b = load_model(both);
+  EXPECT_EQ(b.token_embedding.name, "model.embed_tokens.weight");
+  EXPECT_EQ(b.lm_head.weight.data, b.token_embedding.data);
+  EXPECT_EQ(b.token_embedding.at(5), w.token_embedding.at(5));
+  EXPECT_TRUE(b.unused_tensors.empty());
+  // Not tied: lm_head.weight alone is no embedding.
+  json cfg = json::parse(test::read_text(engine_model("tiny-tied-as-lm-head") / "config.json"));
+  cfg["tie_word_embeddings"] = false;
+  fs::create_directories(dir / "untied");
+  test::write_text(dir / "untied" / "config.json", cfg.dump());
+  fs::copy_file(engine_model("tiny-tied-as-lm-head") / "model.safetensors", dir / "untied" / "model.safetensors");
+  expect_error([&] { load_model(dir / "untied"); }, {"missing tensor 'model.embed_tokens.weight'"});
+}
+
+TEST(WeightsMalformed, BiasAndNormTensorsNameTheFileAndTheTensor) {
+  test::TempDir dir;
+  int n = 0;
+  auto expect_refused = [&](const std::string& model, const std::function<void(std::vector<EditTensor>&)>& edit,
+                            std::initializer_list<std::string> parts) {
+    const fs::path p = edited_copy(engine_model(model), dir / std::to_string(n++), edit);
+    expect_error([&] { load_model(p); }, parts);
+  };
+  const std::string qb = "model.layers.1.self_attn.q_proj.bias", kn = "model.layers.0.self_attn.k_norm.weight";
+  expect_refused("tiny-qwen2", [&](auto& ts) { std::erase_if(ts, [&](const EditTensor& t) { return t.spec.name == qb; }); },
+                 {"missing tensor '" + qb + "' (expected shape [32])"});
+  expect_refused("tiny-qwen2", [&](auto& ts) { find_tensor(ts, qb)->spec.shape = {16, 2}; },
+                 {"model.safetensors", "tensor '" + qb + "': expected shape [32] from config.json, found [16, 2]"});
+  expect_refused("tiny-qwen2",
+                 [&](auto& ts) {
+                   EditTensor* t = find_tensor(ts, qb);
+                   t->spec.dtype = DType::I32;
+                 },
+                 {"model.safetensors", "tensor '" + qb + "': dtype I32 is not supported here; expected F32/BF16/F16"});
+  expect_refused("tiny-qwen2",
+                 [&](auto& ts) {
+                   const float inf = INFINITY;
+                   std::memcpy(find_tensor(ts, qb)->bytes.data() + 12, &inf, 4);
+                 },
+                 {"model.safetensors", "tensor '" + qb + "': element 3 is not finite"});
+  expect_refused("tiny-qwen3", [&](auto& ts) { std::erase_if(ts, [&](const EditTensor& t) { return t.spec.name == kn; }); },
+                 {"missing tensor '" + kn + "' (expected shape [16])"});
+  expect_refused("tiny-qwen3",
+                 [&](auto& ts) {
+                   EditTensor* t = find_tensor(ts, kn);
+                   t->spec.shape = {8};
+                   t->bytes.resize(32);
+                 },
+                 {"model.safetensors", "tensor '" + kn + "': expected shape [16] from config.json, found [8]"});
+}
+
+// make-synthetic with a Qwen config.json as the shape: biases and q/k norms written (BF16 beside
+// the FP8 weights of a compressed-tensors checkpoint), and loaded back.
+TEST(Weights, SyntheticQwenCheckpointsCarryBiasesAndNorms) {
+  test::TempDir dir;
+  for (const char* model : {"tiny-qwen2", "tiny-qwen3"}) {
+    SyntheticOptions o;
+    o.shape = (engine_model(model) / "config.json").string();
+    o.dtype = "fp8";
+    o.seed = 3;
+    o.out = dir / model;
+    make_synthetic(o);
+    const Weights w = load_model(o.out);
+    EXPECT_EQ(w.quantization, "fp8-compressed-tensors");
+    EXPECT_TRUE(w.layers[1].wk.is_fp8());
+    EXPECT_TRUE(w.unused_tensors.empty()) << model;
+    if (w.config.qkv_bias) {
+      EXPECT_EQ(w.config.architecture, "Qwen2ForCausalLM");
+      ASSERT_EQ(w.layers[1].wk.bias.size(), static_cast<std::size_t>(w.config.kv_dim()));
+      EXPECT_NE(w.layers[1].wk.bias[0], 0.0f);
+    } else {
+      EXPECT_EQ(w.config.architecture, "Qwen3ForCausalLM");
+      EXPECT_EQ(w.layers[1].q_norm.dtype, DType::BF16);
+      EXPECT_EQ(w.layers[1].q_norm.shape, (std::vector<std::int64_t>{16}));
     }
   }
 }

@@ -2,12 +2,17 @@
 """Golden outputs for bestofn's CPU engine, from Hugging Face transformers + torch.
 
     pip install torch "transformers==4.55.4" safetensors numpy
-    python3 tools/gen_engine_golden.py               # writes tests/data/engine/, checks the reload
+    python3 tools/gen_engine_golden.py               # writes tests/data/engine/, checks the reload (~30 s)
     python3 tools/gen_engine_golden.py --self-check  # checks the files against a numpy forward
 
-Makes three small random Llama models, saves them with save_pretrained (float32 safetensors), and
-writes tests/data/engine/golden.json: the prompt, the full-forward logits, the greedy ids, and the
-logits with the weights rounded to bfloat16 (compute in float32).
+Makes small random Llama, Qwen2 and Qwen3 models, saves them with save_pretrained (float32
+safetensors), and writes tests/data/engine/golden.json: the prompt, the full-forward logits, the
+greedy ids, and the logits with the weights rounded to bfloat16 (compute in float32).
+tiny-qwen2 has q/k/v biases (drawn N(0, 0.2): enough to move every logit), tiny-qwen3 per-head
+q/k RMSNorm weights (1 + 0.3 N(0, 1)) and a head_dim (16) unlike hidden / heads (8).
+tiny-tied-as-lm-head is a tied Llama whose safetensors hold the shared matrix only as
+lm_head.weight (no model.embed_tokens.weight), as some tied checkpoints are published; transformers
+loads it (checked below) and uses the one tensor for both.
 
 Why transformers 4.x: transformers 5 writes config.json with `rope_parameters` (rope_theta inside
 it) and `dtype` instead of the `rope_scaling`, `rope_theta` and `torch_dtype` that real Llama 3.x
@@ -16,7 +21,11 @@ under transformers 5 (it reads 4.x configs) and then shows both versions agree.
 
 --self-check is independent of the transformers modeling code: it reads config.json and
 model.safetensors with its own parser and runs its own float64 numpy forward in the HF convention
-(rotate_half RoPE, llama3/linear inv_freq scaling, repeat_kv GQA, RMSNorm, SiLU * up).
+(rotate_half RoPE, llama3/linear inv_freq scaling, repeat_kv GQA, RMSNorm, SiLU * up; the q/k/v
+biases and per-head q/k RMSNorm where the tensors are present; a tied matrix under either name).
+The goldens of the first three models are as committed before the Qwen ones were added: a rerun
+reproduces their files bit for bit and their logits within 2e-6 (torch's threads sum in another
+order), so those entries were kept.
 
 The weights are re-drawn after construction: transformers' own init (std 0.02) gives nearly
 uniform logits, which would test nothing. Linear weights ~ N(0, 1/in_features), embeddings ~ N(0, 1),
@@ -37,8 +46,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "engine")
 PROMPT_LEN, N_NEW = 12, 24
 
-COMMON = dict(hidden_act="silu", rms_norm_eps=1e-5, attention_bias=False, mlp_bias=False,
-              vocab_size=256, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+COMMON = dict(hidden_act="silu", rms_norm_eps=1e-5, vocab_size=256, max_position_embeddings=256, bos_token_id=1,
+              eos_token_id=2)
+# What each architecture's config takes on top (Qwen2 has no switch for its q/k/v biases).
+ARCH_EXTRA = {"llama": dict(attention_bias=False, mlp_bias=False), "qwen2": dict(use_sliding_window=False),
+              "qwen3": dict(attention_bias=False, use_sliding_window=False)}
 
 # original_max_position_embeddings is 192, not 32: with head_dim 8 and theta 5e5 the wavelengths
 # are 6.3, 167, 4443 and 118000 positions. With 32 none falls in the smoothed band [32/4, 32], so
@@ -55,8 +67,18 @@ MODELS = {
     "tiny-linear-rope": dict(seed=1003, hidden_size=32, intermediate_size=96, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=4, head_dim=8, rope_theta=10000.0,
                              rope_scaling={"rope_type": "linear", "factor": 4.0}, tie_word_embeddings=False),
+    "tiny-qwen2": dict(arch="qwen2", seed=1007, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=True),
+    "tiny-qwen3": dict(arch="qwen3", seed=1005, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=1000000.0,
+                       rope_scaling=None, tie_word_embeddings=False),
+    "tiny-tied-as-lm-head": dict(seed=1008, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rope_theta=10000.0,
+                                 rope_scaling=None, tie_word_embeddings=True, store_tied_as="lm_head.weight"),
 }
-BF16_COPY = "tiny-gqa-llama3"
+BF16_COPIES = ("tiny-gqa-llama3", "tiny-qwen2", "tiny-qwen3")
+SPEC_ONLY = ("seed", "arch", "store_tied_as")  # not config.json fields
 
 
 def g7(x):
@@ -69,13 +91,20 @@ def rows7(a):
 
 # ---------------------------------------------------------------- generation (torch + transformers)
 
+def classes(arch):
+    import transformers
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[arch]
+    return getattr(transformers, prefix + "Config"), getattr(transformers, prefix + "ForCausalLM")
+
+
 def build(name, spec):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-    cfg = LlamaConfig(**COMMON, **{k: v for k, v in spec.items() if k != "seed"}, torch_dtype="float32")
+    arch = spec.get("arch", "llama")
+    config_cls, model_cls = classes(arch)
+    cfg = config_cls(**COMMON, **ARCH_EXTRA[arch], **{k: v for k, v in spec.items() if k not in SPEC_ONLY},
+                     torch_dtype="float32")
     torch.manual_seed(spec["seed"])
-    model = LlamaForCausalLM(cfg).to(torch.float32)
+    model = model_cls(cfg).to(torch.float32)
     model.config._attn_implementation = "eager"
     tied = model.lm_head.weight is model.model.embed_tokens.weight
     assert tied == spec["tie_word_embeddings"], name
@@ -83,10 +112,13 @@ def build(name, spec):
         for mod_name, mod in model.named_modules():
             if isinstance(mod, torch.nn.Linear):
                 mod.weight.normal_(0.0, 1.0 / math.sqrt(mod.in_features))
+                if mod.bias is not None:
+                    mod.bias.normal_(0.0, 0.2)
             elif isinstance(mod, torch.nn.Embedding) and not tied:
                 mod.weight.normal_(0.0, 1.0)
-            elif isinstance(mod, LlamaRMSNorm):
-                mod.weight.copy_(1.0 + 0.1 * torch.randn_like(mod.weight))
+            elif type(mod).__name__.endswith("RMSNorm"):
+                per_head = mod_name.endswith(("q_norm", "k_norm"))
+                mod.weight.copy_(1.0 + (0.3 if per_head else 0.1) * torch.randn_like(mod.weight))
     model.eval()
     gen = torch.Generator().manual_seed(spec["seed"] + 50000)
     prompt = [1] + torch.randint(3, 256, (PROMPT_LEN - 1,), generator=gen).tolist()
@@ -129,18 +161,38 @@ def greedy(model, prompt):
     return ids, full[-1], margins
 
 
-def save(model, path, dtype_name):
+def save(model, path, dtype_name, store_tied_as=None):
     import torch
     os.makedirs(path, exist_ok=True)
     m = model if dtype_name == "float32" else copy.deepcopy(model).to(torch.bfloat16)
     m.config.torch_dtype = dtype_name
     m.save_pretrained(path, safe_serialization=True)
+    if store_tied_as:  # the shared matrix under the other name, as some tied checkpoints have it
+        from safetensors.torch import load_file, save_file
+        f = os.path.join(path, "model.safetensors")
+        tensors = load_file(f)
+        tensors[store_tied_as] = tensors.pop("model.embed_tokens.weight")
+        save_file(tensors, f, metadata={"format": "pt"})
 
 
 def reload_logits(path, prompt):
     import torch
-    from transformers import LlamaForCausalLM
-    m = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from safetensors.torch import load_file
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    if "model.embed_tokens.weight" not in tensors:
+        # transformers 4.55.4's from_pretrained reports no missing key here but leaves the shared
+        # matrix on the meta device (its tie_weights re-ties lm_head to the embedding it never
+        # loaded). torch's load_state_dict into the tied model fills the one shared tensor, which
+        # is what loading a tied checkpoint means.
+        m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), torch_dtype=torch.float32,
+                                             attn_implementation="eager")
+        assert m.lm_head.weight is m.model.embed_tokens.weight
+        result = m.load_state_dict(tensors, strict=False)
+        assert result.unexpected_keys == [] and result.missing_keys in ([], ["model.embed_tokens.weight"]), result
+        m.eval()
+        return forward(m, prompt)
+    m = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
     m.eval()
     return forward(m, prompt)
 
@@ -158,11 +210,11 @@ def generate_all():
         ids, last, margins = greedy(model, prompt)
         bf16 = forward(bf16_rounded(model), prompt)
         path = os.path.join(OUT, name)
-        save(model, path, "float32")
+        save(model, path, "float32", spec.get("store_tied_as"))
         # (a) the saved files reproduce the logits bit for bit
         again = reload_logits(path, prompt)
         assert np.array_equal(again, logits), f"{name}: reloaded logits differ by {np.abs(again - logits).max()}"
-        if name == BF16_COPY:
+        if name in BF16_COPIES:
             bpath = path + "-bf16"
             save(model, bpath, "bfloat16")
             again = reload_logits(bpath, prompt)
@@ -182,7 +234,7 @@ def generate_all():
             "greedy_margin_min": g7(margins.min()),
             "bf16": rows7(bf16),
         }
-        if name == BF16_COPY:
+        if name in BF16_COPIES:
             golden[name]["bf16_dir"] = name + "-bf16"
         print(f"{name}: greedy {ids} margin_min {margins.min():.4g}; reload exact")
     with open(os.path.join(OUT, "golden.json"), "w") as f:
@@ -253,13 +305,22 @@ def np_forward(cfg, w, ids):
     ang = np.arange(T, dtype=np.float64)[:, None] * np_inv_freq(cfg)[None, :]
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))  # (T, hd)
     mask = np.triu(np.full((T, T), -np.inf), 1)
-    x = w["model.embed_tokens.weight"][ids]  # (T, dim)
+    tied = cfg.get("tie_word_embeddings")
+    embed = w["model.embed_tokens.weight"] if "model.embed_tokens.weight" in w or not tied else w["lm_head.weight"]
+    x = embed[ids]  # (T, dim)
+
+    def proj(h, name, heads):  # (heads, T, hd): h W^T (+ b, Qwen2), then the per-head norm (Qwen3)
+        y = h @ w[name + ".weight"].T + w.get(name + ".bias", 0.0)
+        return y.reshape(T, heads, hd).transpose(1, 0, 2)
+
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         h = rms(x, w[p + "input_layernorm.weight"])
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, hd).transpose(1, 0, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd).transpose(1, 0, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd).transpose(1, 0, 2)
+        q = proj(h, p + "self_attn.q_proj", nh)
+        k = proj(h, p + "self_attn.k_proj", nkv)
+        v = proj(h, p + "self_attn.v_proj", nkv)
+        if p + "self_attn.q_norm.weight" in w:
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q, k = q * cos + rot_half(q) * sin, k * cos + rot_half(k) * sin
         k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)  # repeat_kv
         s = q @ k.transpose(0, 2, 1) / math.sqrt(hd) + mask
@@ -269,7 +330,7 @@ def np_forward(cfg, w, ids):
         h = rms(x, w[p + "post_attention_layernorm.weight"])
         g = h @ w[p + "mlp.gate_proj.weight"].T
         x = x + ((g / (1 + np.exp(-g))) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    head = w.get("lm_head.weight", w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else None)
+    head = w.get("lm_head.weight", embed if tied else None)
     return rms(x, w["model.norm.weight"]) @ head.T
 
 
@@ -304,6 +365,12 @@ def self_check():
             d_plain = np.abs(np_forward(dict(cfg, rope_scaling=None), w, gd["prompt"]) - ref).max()
             print(f"  |logits with rope_scaling ignored - golden| {d_plain:.2e}")
             assert d_plain > 1e-3, name
+        for part in (".bias", "_norm.weight"):  # the goldens must tell Qwen2's biases / Qwen3's norms apart
+            if any(k.endswith(part) and "self_attn" in k for k in w):
+                d_off = np.abs(np_forward(cfg, {k: a for k, a in w.items() if not (k.endswith(part) and "self_attn" in k)},
+                                          gd["prompt"]) - ref).max()
+                print(f"  |logits without the self_attn *{part} tensors - golden| {d_off:.2e}")
+                assert d_off > 1e-2, name
         print(f"  tensors: {sorted(set(dtypes.values()))}, lm_head.weight {'present' if 'lm_head.weight' in w else 'absent'}")
         worst = max(worst, d, d_last, d_bf)
         assert ids_ok and d_inv < 1e-6, name

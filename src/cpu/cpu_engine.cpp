@@ -1,4 +1,5 @@
-// The CPU reference engine: the full Llama forward over a batch of slots. Its step comments are
+// The CPU reference engine: the full Llama forward (with Qwen2's q/k/v biases, in cpu::linear, and
+// Qwen3's per-head q/k norms) over a batch of slots. Its step comments are
 // the ones the CUDA engine's forward repeats. The class is in cpu_engine.h; its attention in
 // engine_attention.cpp, its KV rows in kv_rows.h.
 #include <algorithm>
@@ -105,12 +106,19 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
   const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
   const std::size_t T = pos.size();
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
-  // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+  // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
+  // kv cache <- k, v; x += W_o attend(q, kv)
   norm_rows(L.attn_norm, T);
   linear_many({&L.wq, &L.wk, &L.wv}, xn_.data(), T, {q_.data(), k_.data(), v_.data()});
   const std::size_t ncs = 2 * inv_freq_.size();  // rope_cs_ per token (rope_angles)
+  const auto hd = static_cast<std::size_t>(c_.head_dim);
+  const auto eps = static_cast<float>(c_.rms_norm_eps);
   auto rotate_append = [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
+      if (L.q_norm.data) {  // each head of q and k a row of head_dim, in place
+        cpu::rmsnorm(q_.data() + t * qd, q_.data() + t * qd, L.q_norm, static_cast<std::size_t>(c_.n_heads), hd, eps);
+        cpu::rmsnorm(k_.data() + t * kd, k_.data() + t * kd, L.k_norm, static_cast<std::size_t>(c_.n_kv_heads), hd, eps);
+      }
       cpu::rope_rotate(q_.data() + t * qd, c_.n_heads, c_.head_dim, rope_cs_.data() + t * ncs);
       cpu::rope_rotate(k_.data() + t * kd, c_.n_kv_heads, c_.head_dim, rope_cs_.data() + t * ncs);
       Cache& cache = cache_of(t);

@@ -93,6 +93,14 @@ void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std:
 
 namespace {
 
+// y (T, out) += the layer's bias per row, after the product and its scales (one rounded add per
+// element, as transformers' F.linear and the CUDA engine's epilogue). Nothing without a bias.
+void add_bias(const Linear& l, std::size_t T, float* y) {
+  const std::size_t out = l.bias.size();
+  for (std::size_t t = 0; t < T && out > 0; ++t)
+    for (std::size_t o = 0; o < out; ++o) y[t * out + o] += l.bias[o];
+}
+
 // n elements of `buf` (this thread's scratch, grown as needed) from a 64-byte boundary on, so
 // that threads writing neighbouring ranges of it share as few cache lines as possible.
 template <class T>
@@ -204,6 +212,7 @@ void linear_fp8_many(std::span<const Linear* const> ls, const float* x, std::siz
                       l.weight_scale.size());
     }
   });
+  for (std::size_t i = 0; i < ls.size(); ++i) add_bias(*ls[i], T, ys[i]);
 }
 
 // Whether the layers can share one quantized input (linear_fp8_many).
@@ -251,6 +260,7 @@ void linear_wide(const Linear& l, const float* x, std::size_t T, float* y, Threa
   const float* xs = xpw;
   const wide::Path path = wide::best_path();
   pool.run(wide::strip_count(out), [&](std::size_t s0, std::size_t s1) { wide::dot_strips(path, f, strips, out, in, s0, s1, xs, T, y, out); });
+  add_bias(l, T, y);
 }
 
 }  // namespace

@@ -16,6 +16,8 @@ namespace bestofn::cpu {
 class ThreadPool;
 
 // out = x / rms(x) * w, per row of `dim` floats; fp32 throughout (HF: x * rsqrt(mean(x^2) + eps)).
+// out may be x (in place): each row is read whole before it is written. Also Qwen3's q/k norm,
+// each head a row of head_dim.
 void rmsnorm(float* out, const float* x, const Tensor& w, std::size_t rows, std::size_t dim, float eps);
 
 // The embedding lookup: row `token` of the table (vocab, dim), widened to float.
@@ -32,7 +34,8 @@ void pack_linear(const Linear& l, ThreadPool& pool, void* packed);
 // static input_scale, else one dynamic scale per token = amax / 448), products of E4M3 values are
 // summed in fp32 (in the order cpu/gemm_fp8.h states, on every CPU) and scaled by
 // x_scale[t] * w_scale[o] — the numerics contract, as cuBLASLt does. BF16, F16 and F32 weights:
-// fp32 FMAs in the order cpu/gemm_wide.h states (one accumulator, input by input).
+// fp32 FMAs in the order cpu/gemm_wide.h states (one accumulator, input by input). A layer with a
+// bias (Qwen2's q/k/v) then adds it: y[t, o] = product + bias[o], one rounded add.
 // Each y[t, o] is computed by the same instruction sequence whatever T and the thread count:
 // a candidate's numbers never depend on the batch around it.
 // `packed`: pack_linear(l); without it the layer is packed for this call alone.

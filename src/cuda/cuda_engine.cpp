@@ -176,7 +176,8 @@ void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   part.capacity = cap;
 }
 
-// y (T, out) = x (T, in) W^T: FP8 quantizes x per its scheme and scales in the epilogue.
+// y (T, out) = x (T, in) W^T (+ b): FP8 quantizes x per its scheme and scales (and adds the bias)
+// in the epilogue; BF16 and F32 add a bias after the GEMM.
 void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   const auto phase = timer_.scope(PhaseTimer::Gemm);
   const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
@@ -184,8 +185,10 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
     case GemmInput::FP8:
       timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
       timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
-      timed("scale", [&] { scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_); });
-      break;
+      timed("scale", [&] {
+        scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());
+      });
+      return;  // the bias, if any, added in the epilogue
     case GemmInput::BF16:
       timed("act_quant", [&] {
         f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
@@ -195,12 +198,15 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
     default:
       timed("gemm", [&] { gemm_->run(GemmInput::F32, w, x, y, l.out, l.in, T); });
   }
+  if (const float* b = l.bias_or_null()) timed("bias", [&] { bias_add_cuda(y, T, l.out, b, stream_); });
 }
 
 void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   const auto phase = timer_.scope(PhaseTimer::Gemm);
   timed("gemm", [&] { gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T); });
-  timed("scale", [&] { scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_); });
+  timed("scale", [&] {
+    scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());
+  });
 }
 
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
@@ -208,7 +214,8 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  // attention: q, k, v = W xn; rope(q, k); kv cache <- k, v; x += W_o attend(q, kv)
+  // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
+  // kv cache <- k, v; x += W_o attend(q, kv)
   // --fused-qkv on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
   const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
   timed("norm", [&] {
@@ -228,6 +235,12 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
     linear(L.wq, xn_.get<float>(), T, q_.get<float>());
     linear(L.wk, xn_.get<float>(), T, k_.get<float>());
     linear(L.wv, xn_.get<float>(), T, v_.get<float>());
+  }
+  if (L.q_norm.buf.size() > 0) {  // Qwen3: each head of q and k normalized in place, before RoPE
+    timed("qk_norm", [&] {
+      rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
+      rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
+    });
   }
   timed("rope_kv", [&] {
     rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,

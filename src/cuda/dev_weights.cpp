@@ -22,6 +22,13 @@ void set_fp8(DevLinear& d, const std::vector<float>& weight_scale, float input_s
   d.input_scale = input_scale;
 }
 
+// A bias (out floats), when the layer has one.
+void set_bias(DevLinear& d, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  d.bias.resize(bias.size() * 4);
+  d.bias.upload(bias.data(), bias.size() * 4);
+}
+
 // --fused-qkv: the shards of a fused linear uploaded as one.
 DevLinear upload(const FusedLinear& f, const std::string& name) {
   DevLinear d;
@@ -32,6 +39,7 @@ DevLinear upload(const FusedLinear& f, const std::string& name) {
   d.w.buf.upload(f.weight.data(), f.weight.size());
   if (f.dtype == DType::F8_E4M3) set_fp8(d, f.weight_scale, f.input_scale, "fused " + name);
   else d.type = f.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
+  set_bias(d, f.bias);
   return d;
 }
 
@@ -59,6 +67,7 @@ DevLinear upload(const Linear& l) {
   d.w = upload(l.weight);
   if (l.is_fp8()) set_fp8(d, l.weight_scale, l.input_scale.value_or(0.0f), l.weight.name);
   else d.type = d.w.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
+  set_bias(d, l.bias);
   return d;
 }
 
@@ -66,6 +75,7 @@ DevLayer upload(const LayerWeights& L, bool fused) {
   DevLayer d;
   d.attn_norm = upload(L.attn_norm);
   d.ffn_norm = upload(L.ffn_norm);
+  if (L.q_norm.data) d.q_norm = upload(L.q_norm), d.k_norm = upload(L.k_norm);
   // Shards that cannot share a GEMM (fuse_linears) are uploaded apart.
   const Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
   const Linear* gate_up[] = {&L.w_gate, &L.w_up};

@@ -1,6 +1,7 @@
 #pragma once
 // The model's weights on the device, uploaded once: norms as F32/BF16 tensors, linear layers as
-// GEMM operands with their FP8 scales, and (--fused-qkv) q/k/v and gate/up as one operand each.
+// GEMM operands with their FP8 scales and biases (F32), and (--fused-qkv) q/k/v and gate/up as
+// one operand each.
 #include <string>
 
 #include "bestofn/model/weights.h"
@@ -21,11 +22,14 @@ struct DevLinear {
   DeviceBuffer scale;        // FP8: (1) or (out) floats
   bool per_channel = false;
   float input_scale = 0.0f;  // FP8 static activation scale; 0: dynamic per token
+  DeviceBuffer bias;         // (out) F32, added after the GEMM (and its scales); empty: none
   int out = 0, in = 0;
+  const float* bias_or_null() const { return bias.size() > 0 ? bias.get<float>() : nullptr; }
 };
 
 struct DevLayer {
   DevTensor attn_norm, ffn_norm;
+  DevTensor q_norm, k_norm;  // Qwen3: (head_dim), each query / key head's RMSNorm before RoPE; empty buf: none
   DevLinear wq, wk, wv, wo, w_gate, w_up, w_down;
   // --fused-qkv (out 0: that group is not fused, its separate linears are uploaded instead)
   DevLinear wqkv, w_gate_up;

@@ -18,12 +18,14 @@
 namespace bestofn::cuda {
 
 // --- elementwise and row ops (kernels/embedding.cu, rmsnorm.cu, quantize_act.cu, convert.cu,
-//     scale.cu, swiglu.cu, residual.cu, argmax.cu) ---
+//     scale.cu (the epilogue and the bias), swiglu.cu, residual.cu, argmax.cu) ---
 
 // out (T, dim) fp32 = row tokens[t] of table (vocab, dim), F32 or BF16. Twin: cpu::embedding.
 void embedding_cuda(const void* table, DType dtype, const int* tokens, int T, int dim, float* out, cudaStream_t stream);
 
 // out (T, dim) = x / sqrt(mean(x^2) + eps) * w, w (dim) F32 or BF16; fp32. Twin: cpu::rmsnorm.
+// out may be x (each row is read whole before it is written): Qwen3's q/k norm runs it in place on
+// q (T * n_heads rows of head_dim) and k (T * n_kv rows).
 void rmsnorm_cuda(const float* x, const void* w, DType wdtype, int T, int dim, float eps, float* out, cudaStream_t stream);
 
 // rmsnorm, then FP8 E4M3 quantization of each output row: codes q (T, dim) and scales (T).
@@ -42,9 +44,15 @@ void f32_to_bf16_cuda(const float* x, std::size_t n, std::uint16_t* out, cudaStr
 // out[i] = float(x[i]), x BF16 bits (exact). Twin: bf16_to_float.
 void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStream_t stream);
 
-// y (T, out) row-major: y[t, o] *= sx[t] * sw[per_channel ? o : 0]; sx may be null (1).
-// The FP8 GEMM's dequantization epilogue. Twin: the store step of cpu::linear.
-void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream);
+// y (T, out) row-major: y[t, o] = y[t, o] * sx[t] * sw[per_channel ? o : 0] (+ bias[o]); sx may be
+// null (1), bias null (none). The FP8 GEMM's dequantization epilogue, with Qwen2's q/k/v bias
+// fused. Twin: the store step of cpu::linear, then its bias add.
+void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream,
+                       const float* bias = nullptr);
+
+// y (T, out) row-major: y[t, o] += bias[o] (the bias of a BF16 or F32 linear layer, after its
+// GEMM). Twin: the bias add of cpu::linear.
+void bias_add_cuda(float* y, int T, int out, const float* bias, cudaStream_t stream);
 
 // gate (T, n) = silu(gate) * up. Twin: cpu::swiglu.
 void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream);

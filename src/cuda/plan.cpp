@@ -100,8 +100,11 @@ std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
       same_tensor_scale = same_tensor_scale && l->weight_scale.size() == 1 && l->weight_scale[0] == first.weight_scale[0];
     }
   }
+  const bool biased = std::any_of(shards.begin(), shards.end(), [](const Linear* l) { return !l->bias.empty(); });
   for (const Linear* l : shards) {
     f.outs.push_back(static_cast<int>(l->out_features()));
+    if (biased && l->bias.empty()) f.bias.insert(f.bias.end(), static_cast<std::size_t>(l->out_features()), 0.0f);
+    else f.bias.insert(f.bias.end(), l->bias.begin(), l->bias.end());
     f.weight.insert(f.weight.end(), l->weight.data, l->weight.data + l->weight.nbytes);
     if (!l->is_fp8() || same_tensor_scale) continue;
     if (l->weight_scale.size() == 1)

@@ -91,6 +91,7 @@ struct FusedLinear {
   float input_scale = 0.0f;          // FP8 static activation scale, shared by all shards; 0: dynamic
   std::vector<int> outs;             // each shard's out_features
   int in = 0;
+  std::vector<float> bias;           // (sum of out): the shards' biases (0 for a shard without); empty when none has one
 };
 
 // Empty when the shards cannot share one GEMM: different dtypes, input widths, or FP8 input

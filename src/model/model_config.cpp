@@ -192,6 +192,51 @@ QuantConfig parse_quant(const json& j, const std::string& file) {
   throw Error(file, "unsupported quantization '" + method + "'; supported: compressed-tensors (FP8), fp8");
 }
 
+// The architectures this engine runs, and what each adds to the Llama forward.
+struct Family {
+  const char* model_type;
+  const char* architecture;
+  bool qkv_bias;  // biases on q_proj, k_proj, v_proj (Qwen2's are always there: its config has no switch)
+  bool qk_norm;   // RMSNorm of each query and key head before RoPE (Qwen3)
+};
+constexpr Family kFamilies[] = {{"llama", "LlamaForCausalLM", false, false},
+                                {"mistral", "MistralForCausalLM", false, false},
+                                {"qwen2", "Qwen2ForCausalLM", true, false},
+                                {"qwen3", "Qwen3ForCausalLM", false, true}};
+
+std::string model_types() {
+  std::string s;
+  for (const Family& f : kFamilies) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
+  return s;
+}
+
+// What transformers reads beyond the Llama forward: biases, sliding windows. Each variant this
+// engine does not run is refused naming its field.
+void check_attention_variant(const ModelConfig& c, const Reader& rd) {
+  const std::string& file = rd.file;
+  if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM") {
+    if (rd.get_bool("attention_bias", false) || rd.get_bool("mlp_bias", false))
+      throw Error(file, "attention_bias / mlp_bias are not supported (Llama has no biases)");
+    if (c.architecture == "MistralForCausalLM" && rd.has("sliding_window") && rd.get_int("sliding_window") < c.max_position_embeddings)
+      throw Error(file, "sliding_window attention (" + std::to_string(rd.get_int("sliding_window")) +
+                            ") is not supported; supported: " + kSupportedArchitectures);
+    return;
+  }
+  // Qwen2 / Qwen3: transformers reads sliding_window only where use_sliding_window (and then
+  // layer_types) says so; Qwen2 ignores attention_bias (its q/k/v always have biases), Qwen3 puts
+  // biases on q, k, v and o with it.
+  if (rd.get_bool("use_sliding_window", false))
+    throw rd.fail("use_sliding_window", "true (sliding-window attention) is not supported; supported: false");
+  if (rd.has("layer_types")) {
+    const json& t = rd.j["layer_types"];
+    if (!t.is_array() || !std::all_of(t.begin(), t.end(), [](const json& x) { return x == "full_attention"; }))
+      throw rd.fail("layer_types", "must list \"full_attention\" for every layer (sliding-window attention is not supported), got " +
+                                       t.dump());
+  }
+  if (c.architecture == "Qwen3ForCausalLM" && rd.get_bool("attention_bias", false))
+    throw rd.fail("attention_bias", "true (biases on q/k/v/o_proj) is not supported for Qwen3ForCausalLM; supported: false");
+}
+
 }  // namespace
 
 bool QuantConfig::quantizes(const std::string& module) const {
@@ -215,20 +260,24 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   Reader rd{j, file};
   ModelConfig c;
   c.model_type = rd.get_string("model_type");
-  if (!c.model_type.empty() && c.model_type != "llama" && c.model_type != "mistral")
-    throw Error(file, "unsupported model_type '" + c.model_type + "'; supported: llama, mistral");
+  const Family* by_type = nullptr;
+  for (const Family& f : kFamilies) by_type = c.model_type == f.model_type ? &f : by_type;
+  if (!c.model_type.empty() && !by_type) throw Error(file, "unsupported model_type '" + c.model_type + "'; supported: " + model_types());
   if (j.contains("architectures") && !j["architectures"].is_null()) {
     const json& a = j["architectures"];
     if (!a.is_array() || a.empty() || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_string(); }))
       throw Error(file, "field 'architectures' must be a non-empty list of class names, got " + a.dump());
     c.architecture = a[0].get<std::string>();
-  } else if (c.model_type == "llama")
-    c.architecture = "LlamaForCausalLM";
-  else if (c.model_type == "mistral")
-    c.architecture = "MistralForCausalLM";
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
+  } else if (by_type) {
+    c.architecture = by_type->architecture;
+  }
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies) family = c.architecture == f.architecture ? &f : family;
+  if (!family)
     throw Error(file, "unsupported architecture '" + (c.architecture.empty() ? c.model_type : c.architecture) +
                           "'; supported: " + kSupportedArchitectures);
+  c.qkv_bias = family->qkv_bias;
+  c.qk_norm = family->qk_norm;
   c.dim = rd.get_int("hidden_size");
   c.hidden_dim = rd.get_int("intermediate_size");
   c.n_layers = rd.get_int("num_hidden_layers");
@@ -263,12 +312,7 @@ ModelConfig parse_model_config(const json& j, const std::string& file) {
   c.torch_dtype = rd.get_string("torch_dtype", rd.get_string("dtype"));  // transformers 5 says "dtype"
   const std::string act = rd.get_string("hidden_act", "silu");
   if (act != "silu") throw Error(file, "hidden_act '" + act + "' is not supported; supported: silu");
-  if (rd.get_bool("attention_bias", false) || rd.get_bool("mlp_bias", false))
-    throw Error(file, "attention_bias / mlp_bias are not supported (Llama has no biases)");
-  if (c.architecture == "MistralForCausalLM" && rd.has("sliding_window") &&
-      rd.get_int("sliding_window") < c.max_position_embeddings)
-    throw Error(file, "sliding_window attention (" + std::to_string(rd.get_int("sliding_window")) +
-                          ") is not supported; supported: " + kSupportedArchitectures);
+  check_attention_variant(c, rd);
   c.quant = parse_quant(j, file);
   return c;
 }

@@ -1,5 +1,6 @@
 // bestofn inspect MODEL_DIR [--json] [--quantize fp8]: what a model directory holds and what it
-// costs to run: shapes, rope, quantization, bytes per dtype, bytes per decode step, KV per token.
+// costs to run: architecture and its extras (Qwen2's q/k/v biases, Qwen3's q/k norms), shapes, rope,
+// quantization, bytes per dtype, bytes per decode step, KV per token.
 #include "bestofn/model/run_inspect.h"
 
 #include <cstdio>
@@ -50,7 +51,10 @@ nlohmann::ordered_json describe(const Weights& w, const std::string& dir) {
   j["context_length"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope"] = rope_json(c);
+  j["qkv_bias"] = c.qkv_bias;  // Qwen2
+  j["qk_norm"] = c.qk_norm;    // Qwen3
   j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["tied_tensor"] = c.tie_word_embeddings ? nlohmann::ordered_json(w.token_embedding.name) : nlohmann::ordered_json(nullptr);
   j["bos_token_id"] = c.bos_token_id ? nlohmann::ordered_json(*c.bos_token_id) : nlohmann::ordered_json(nullptr);
   j["eos_token_ids"] = c.eos_token_ids;
   j["quantization"] = w.quantization;
@@ -91,7 +95,11 @@ void print_text(const nlohmann::ordered_json& j) {
   std::string rope = "theta " + num(j["rope"]["theta"]) + ", scaling " + j["rope"]["scaling"].get<std::string>();
   if (j["rope"].contains("factor")) rope += " x" + num(j["rope"]["factor"]);
   line("rope", rope);
-  line("tied embeddings", j["tie_word_embeddings"].get<bool>() ? "yes" : "no");
+  std::string extras;
+  if (j["qkv_bias"].get<bool>()) extras = "q/k/v biases";
+  if (j["qk_norm"].get<bool>()) extras += (extras.empty() ? "" : ", ") + std::string("per-head q/k RMSNorm");
+  line("attention extras", extras.empty() ? "none" : extras);
+  line("tied embeddings", j["tie_word_embeddings"].get<bool>() ? "yes (" + j["tied_tensor"].get<std::string>() + ")" : "no");
   line("quantization", j["quantization"].get<std::string>() + " (weights " + j["weight_scales"].get<std::string>() +
                            ", activations " + j["activation_scales"].get<std::string>() + ")");
   line("parameters", num(j["parameters"]));

@@ -158,9 +158,15 @@ std::vector<Planned> plan(const ModelConfig& c, const SyntheticOptions& opt) {
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string pre = "model.layers." + std::to_string(i) + ".";
     add(pre + "input_layernorm.weight", Role::Norm, wdt, {dim}, 0.1f);
-    linear(pre + "self_attn.q_proj", c.q_dim(), dim, fp8);
-    linear(pre + "self_attn.k_proj", c.kv_dim(), dim, fp8);
-    linear(pre + "self_attn.v_proj", c.kv_dim(), dim, fp8);
+    for (const auto& [proj, out] : {std::pair{"q_proj", c.q_dim()}, {"k_proj", c.kv_dim()}, {"v_proj", c.kv_dim()}}) {
+      linear(pre + "self_attn." + proj, out, dim, fp8);
+      // Qwen2's biases (in the float dtype, also beside FP8 weights, as llm-compressor keeps them)
+      if (c.qkv_bias) add(pre + "self_attn." + proj + ".bias", Role::Embedding, wdt, {out}, 0.1f);
+    }
+    if (c.qk_norm) {  // Qwen3's per-head q/k norms
+      add(pre + "self_attn.q_norm.weight", Role::Norm, wdt, {c.head_dim}, 0.1f);
+      add(pre + "self_attn.k_norm.weight", Role::Norm, wdt, {c.head_dim}, 0.1f);
+    }
     linear(pre + "self_attn.o_proj", dim, c.q_dim(), fp8);
     add(pre + "post_attention_layernorm.weight", Role::Norm, wdt, {dim}, 0.1f);
     linear(pre + "mlp.gate_proj", hidden, dim, fp8);

@@ -112,6 +112,22 @@ class Loader {
     return l;
   }
 
+  // A linear layer with a bias (out) in a float dtype, whatever the weights' (FP8 checkpoints keep
+  // their biases in BF16 or F32).
+  Linear linear_with_bias(const std::string& module, std::int64_t out, std::int64_t in) {
+    Linear l = linear(module, out, in);
+    const Tensor b = tensor(module + ".bias", {out}, {DType::F32, DType::BF16, DType::F16});
+    l.bias.resize(static_cast<std::size_t>(out));
+    for (std::int64_t i = 0; i < out; ++i) {
+      l.bias[static_cast<std::size_t>(i)] = b.at(i);
+      if (!std::isfinite(l.bias[static_cast<std::size_t>(i)]))
+        throw Error(*files_.find(b.name).file, "tensor '" + b.name + "': element " + std::to_string(i) + " is not finite");
+    }
+    return l;
+  }
+
+  bool has(const std::string& name) const { return files_.find(name).info != nullptr; }
+
   // Online FP8: one scale per output channel, the same rule as quantize_fp8_rows.
   void quantize(Linear& l) {
     const std::int64_t out = l.out_features(), in = l.in_features();
@@ -185,14 +201,23 @@ Weights load_weights(std::shared_ptr<const ModelFiles> files, ModelConfig config
   Loader ld(*files, w, options);
   const std::initializer_list<DType> floats = {DType::F32, DType::BF16, DType::F16};
   const std::int64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size;
-  w.token_embedding = ld.tensor("model.embed_tokens.weight", {vocab, dim}, floats);
+  // Tied, with the one matrix stored only as lm_head.weight: transformers loads it for both.
+  const bool tied_as_head = c.tie_word_embeddings && !ld.has("model.embed_tokens.weight") && ld.has("lm_head.weight");
+  w.token_embedding = ld.tensor(tied_as_head ? "lm_head.weight" : "model.embed_tokens.weight", {vocab, dim}, floats);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights l;
     l.attn_norm = ld.tensor(p + "input_layernorm.weight", {dim}, floats);
-    l.wq = ld.linear(p + "self_attn.q_proj", c.q_dim(), dim);
-    l.wk = ld.linear(p + "self_attn.k_proj", c.kv_dim(), dim);
-    l.wv = ld.linear(p + "self_attn.v_proj", c.kv_dim(), dim);
+    auto qkv = [&](const std::string& module, std::int64_t out) {
+      return c.qkv_bias ? ld.linear_with_bias(module, out, dim) : ld.linear(module, out, dim);
+    };
+    l.wq = qkv(p + "self_attn.q_proj", c.q_dim());
+    l.wk = qkv(p + "self_attn.k_proj", c.kv_dim());
+    l.wv = qkv(p + "self_attn.v_proj", c.kv_dim());
+    if (c.qk_norm) {
+      l.q_norm = ld.tensor(p + "self_attn.q_norm.weight", {c.head_dim}, floats);
+      l.k_norm = ld.tensor(p + "self_attn.k_norm.weight", {c.head_dim}, floats);
+    }
     l.wo = ld.linear(p + "self_attn.o_proj", dim, c.q_dim());
     l.ffn_norm = ld.tensor(p + "post_attention_layernorm.weight", {dim}, floats);
     l.w_gate = ld.linear(p + "mlp.gate_proj", hidden, dim);
@@ -231,7 +256,7 @@ Weights load_model(const std::filesystem::path& dir, const LoadOptions& options)
 std::size_t Weights::decode_bytes_per_step() const {
   std::size_t n = final_norm.nbytes + lm_head.nbytes();
   for (const auto& l : layers)
-    n += l.attn_norm.nbytes + l.ffn_norm.nbytes + l.wq.nbytes() + l.wk.nbytes() + l.wv.nbytes() + l.wo.nbytes() +
+    n += l.attn_norm.nbytes + l.ffn_norm.nbytes + l.q_norm.nbytes + l.k_norm.nbytes + l.wq.nbytes() + l.wk.nbytes() + l.wv.nbytes() + l.wo.nbytes() +
          l.w_gate.nbytes() + l.w_up.nbytes() + l.w_down.nbytes();
   return n;
 }
@@ -244,7 +269,8 @@ std::int64_t Weights::parameter_count() const {
   std::int64_t n = token_embedding.numel() + final_norm.numel();
   if (!config.tie_word_embeddings) n += lm_head.weight.numel();
   for (const auto& l : layers)
-    n += l.attn_norm.numel() + l.ffn_norm.numel() + l.wq.weight.numel() + l.wk.weight.numel() + l.wv.weight.numel() +
+    n += l.attn_norm.numel() + l.ffn_norm.numel() + (l.q_norm.data ? l.q_norm.numel() + l.k_norm.numel() : 0) +
+         static_cast<std::int64_t>(l.wq.bias.size() + l.wk.bias.size() + l.wv.bias.size()) + l.wq.weight.numel() + l.wk.weight.numel() + l.wv.weight.numel() +
          l.wo.weight.numel() + l.w_gate.weight.numel() + l.w_up.weight.numel() + l.w_down.weight.numel();
   return n;
 }

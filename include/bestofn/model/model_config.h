@@ -1,5 +1,6 @@
 #pragma once
-// config.json (+ generation_config.json) of a Llama-family Hugging Face model -> ModelConfig.
+// config.json (+ generation_config.json) of a Llama-family Hugging Face model -> ModelConfig:
+// Llama, Mistral, Qwen2 (biases on q/k/v) and Qwen3 (RMSNorm of each q and k head before RoPE).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -46,8 +47,10 @@ struct GenerationDefaults {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM" | "MistralForCausalLM"
+  std::string architecture;  // "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" | "Qwen3ForCausalLM"
   std::string model_type;
+  bool qkv_bias = false;       // Qwen2: q_proj, k_proj and v_proj have biases (o_proj and the MLP none)
+  bool qk_norm = false;        // Qwen3: q_norm / k_norm (head_dim) on each query and key head, before RoPE
   int dim = 0;                 // hidden_size
   int hidden_dim = 0;          // intermediate_size
   int n_layers = 0;            // num_hidden_layers
@@ -70,7 +73,9 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-inline constexpr const char* kSupportedArchitectures = "LlamaForCausalLM, MistralForCausalLM (without sliding window)";
+inline constexpr const char* kSupportedArchitectures =
+    "LlamaForCausalLM, MistralForCausalLM (without sliding window), Qwen2ForCausalLM (use_sliding_window false), "
+    "Qwen3ForCausalLM (use_sliding_window false, attention_bias false)";
 
 // `file` names the source in errors.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& file);

@@ -1,6 +1,7 @@
 #pragma once
-// HF tensor names -> Weights: every tensor the Llama forward reads, shape-checked against the
-// config. FP8 checkpoints (compressed-tensors, legacy fp8) and online FP8 quantization.
+// HF tensor names -> Weights: every tensor the Llama forward reads (and Qwen2's q/k/v biases, Qwen3's
+// q/k norms), shape-checked against the config. FP8 checkpoints (compressed-tensors, legacy fp8)
+// and online FP8 quantization. A tied checkpoint may store its one matrix under either name.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -31,15 +32,17 @@ struct Tensor {
   void row_to_float(std::int64_t r, float* out) const;
 };
 
-// y = x W^T with W (out, in). FP8: W_real[o, i] = fp8(W[o, i]) * weight_scale[per-tensor ? 0 : o].
+// y = x W^T (+ b) with W (out, in). FP8: W_real[o, i] = fp8(W[o, i]) * weight_scale[per-tensor ? 0 : o].
+// The bias is added after the product (and after the FP8 scales): y[t, o] = (x W^T)[t, o] + b[o].
 struct Linear {
   Tensor weight;
   std::vector<float> weight_scale;   // FP8 only: size 1 (per tensor) or out (per output channel)
   std::optional<float> input_scale;  // FP8 with static activation scale; nullopt: dynamic per token
+  std::vector<float> bias;           // (out), widened from the checkpoint's dtype (exact); empty: none (Qwen2's q/k/v have one)
   bool is_fp8() const { return weight.dtype == DType::F8_E4M3; }
   std::int64_t out_features() const { return weight.shape[0]; }
   std::int64_t in_features() const { return weight.shape[1]; }
-  std::size_t nbytes() const { return weight.nbytes + weight_scale.size() * sizeof(float); }
+  std::size_t nbytes() const { return weight.nbytes + (weight_scale.size() + bias.size()) * sizeof(float); }
 };
 
 struct LayerWeights {
@@ -47,6 +50,8 @@ struct LayerWeights {
   Linear wq;         // (n_heads * head_dim, dim)
   Linear wk;         // (n_kv_heads * head_dim, dim)
   Linear wv;         // (n_kv_heads * head_dim, dim)
+  Tensor q_norm;     // (head_dim), Qwen3: RMSNorm of each query head after q_proj, before RoPE; else empty (no data)
+  Tensor k_norm;     // (head_dim), the same for each key head
   Linear wo;         // (dim, n_heads * head_dim)
   Tensor ffn_norm;   // (dim)
   Linear w_gate;     // (hidden_dim, dim)
@@ -67,7 +72,7 @@ struct LoadOptions {
 
 struct Weights {
   ModelConfig config;
-  Tensor token_embedding;  // (vocab_size, dim)
+  Tensor token_embedding;  // (vocab_size, dim); tied with only lm_head.weight stored: that tensor
   std::vector<LayerWeights> layers;
   Tensor final_norm;       // (dim)
   Linear lm_head;          // (vocab_size, dim); the embedding's bytes when tied
