@@ -92,14 +92,18 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
   s.starts = paged_ ? arena_.at<int>(lay.starts) : nullptr;
   s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
-  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedule
+  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedules
     std::vector<CascadeRow> by_row(n);
+    // With FlashInfer's decode for the suffixes: each row's block table and positions, this step's
+    // row included (the padding rows attend to no suffix).
+    std::vector<SuffixRow> suffix(cascade_->suffix_decode() ? n : 0);
     for (std::size_t i = 0; i < n; ++i) {
       const bool pad = i >= n_real;
       const Prefix& pre = pad ? *padding_ : prefix_at(s.batch[i]->prefix);
       by_row[i] = {pad ? kPaddingPrefix : s.batch[i]->prefix, pre.cascade_page, pre.kv.len};
+      if (!suffix.empty() && !pad) suffix[i] = {s.batch[i]->paged.blocks, s.batch[i]->kv.len + 1};
     }
-    s.cascade = cascade_->plan(by_row, graphs_ != nullptr);
+    s.cascade = cascade_->plan(by_row, suffix, graphs_ != nullptr);
   }
   // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
   std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
