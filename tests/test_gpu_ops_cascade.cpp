@@ -219,7 +219,7 @@ void cascade_prefix_attention() {
       const std::vector<float> got = test::from_gpu<float>(att, q.size());
       const std::vector<std::uint16_t> out_p = download(ca.prefix_out(), q.size());
       const std::vector<float> lse2 = download(ca.prefix_lse2(), Ts * H);
-      // Batch row t sits at place r of the group order (the first T ints of the plan).
+      // Batch row t sits at place r of the group order (the layout's order array).
       std::vector<std::size_t> place(Ts);
       for (std::size_t r = 0; r < Ts; ++r) place[static_cast<std::size_t>(sp.host[sp.layout.order + r])] = r;
       std::size_t bad_lse = 0, bad_p = 0, bad = 0;
