@@ -356,30 +356,54 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   // --cascade-attention adds its own host plan per step (src/cuda/cascade_plan.h: the rows grouped
-  // by prompt, the permutation, the page tables of each group); FlashInfer's PrefillPlan, which
-  // follows it on the GPU machine, needs the CUDA runtime and is not timed here.
+  // by prompt, the permutation, the page tables of each group; with --paged-kv the suffixes' page
+  // table from the slots' block tables, each suffix 1..200 positions; the ints written at their
+  // layout's offsets), without and with --cuda-graphs (the groups padded to the rows). FlashInfer's
+  // PrefillPlan and DecodePlan, which follow it on the GPU machine, need the CUDA runtime and are
+  // not timed here.
   {
-    const int pages_per_prompt = (130 + 15) / 16;
+    const int pages_per_prompt = (130 + 15) / 16, pool_pages = P * pages_per_prompt;
     std::vector<bestofn::cuda::CascadeRow> rows(static_cast<std::size_t>(B));
+    std::vector<std::vector<int>> tables(static_cast<std::size_t>(B));
+    std::mt19937_64 rng(7);
     for (int i = 0; i < B; ++i) {
       const int p = static_cast<int>(static_cast<long long>(i) * P / B);
       rows[static_cast<std::size_t>(i)] = {p, p * pages_per_prompt, 130};
+      for (int b = 0; b < (kMaxSuffix + kBlock - 1) / kBlock; ++b) tables[static_cast<std::size_t>(i)].push_back(i * 13 + b);
     }
-    std::vector<double> us;
-    std::size_t ints = 0;
-    for (int s = 0; s < steps + 20; ++s) {
-      const auto t0 = Clock::now();
-      const bestofn::cuda::CascadeStep c = bestofn::cuda::cascade_step(rows, 32, 8, 16, P * pages_per_prompt);
-      const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      ints = c.order.size() + c.map.size() + c.qo_indptr.size() + c.page_indptr.size() + c.last_page_len.size() + c.page_indices.size();
-      if (s >= 20) us.push_back(t);
-    }
-    const nlohmann::json line = {{"bench", "step_plan"}, {"way", "cascade_step"}, {"slots", B}, {"prompts", P},
-                                 {"steps", steps}, {"median_us", percentile(us, 0.5)}, {"p90_us", percentile(us, 0.9)},
-                                 {"max_us", *std::max_element(us.begin(), us.end())}, {"bytes_staged", ints * sizeof(int)},
-                                 {"note", "every row's prompt of 130 positions; FlashInfer's PrefillPlan not included"},
-                                 {"commit", BESTOFN_COMMIT}, {"command", command}};
-    std::printf("%s\n", line.dump().c_str());
+    const int pool_blocks = B * 13;
+    std::vector<int> lens(static_cast<std::size_t>(B));
+    for (int& n : lens) n = 1 + static_cast<int>(rng() % kMaxSuffix);
+    std::vector<int> out;
+    for (const bool graphs : {false, true})
+      for (const bool paged : {false, true}) {
+        std::vector<double> us;
+        std::size_t ints = 0;
+        for (int s = 0; s < steps + 20; ++s) {
+          const auto t0 = Clock::now();
+          std::vector<bestofn::cuda::SuffixRow> suffix;
+          if (paged)
+            for (std::size_t i = 0; i < rows.size(); ++i) suffix.push_back({tables[i], lens[i]});
+          const bestofn::cuda::CascadeStep c = bestofn::cuda::cascade_step(rows, 32, 8, 16, pool_pages, graphs ? B : 0, 0);
+          const bestofn::cuda::SuffixPages sp = paged ? bestofn::cuda::suffix_pages(suffix, 16, pool_blocks) : bestofn::cuda::SuffixPages{};
+          const bestofn::cuda::CascadeLayout lay = bestofn::cuda::cascade_layout(B, static_cast<std::size_t>(pool_pages + B),
+                                                                                paged ? static_cast<std::size_t>(pool_blocks) : 0);
+          out.resize(lay.size);
+          bestofn::cuda::write_cascade_ints(c, paged ? &sp : nullptr, lay, out.data());
+          const double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          ints = c.order.size() + c.map.size() + c.qo_indptr.size() + c.page_indptr.size() + c.last_page_len.size() + c.page_indices.size() +
+                 sp.indptr.size() + sp.indices.size() + sp.last_page_len.size();
+          if (s >= 20) us.push_back(t);
+          for (int& n : lens) n = n % kMaxSuffix + 1;  // every suffix one longer (a new candidate past 200)
+        }
+        const nlohmann::json line = {{"bench", "step_plan"}, {"way", "cascade_step"}, {"graphs", graphs}, {"paged", paged},
+                                     {"slots", B}, {"prompts", P}, {"steps", steps}, {"median_us", percentile(us, 0.5)},
+                                     {"p90_us", percentile(us, 0.9)}, {"max_us", *std::max_element(us.begin(), us.end())},
+                                     {"bytes_staged", ints * sizeof(int)},
+                                     {"note", "every row's prompt of 130 positions, suffixes 1..200; FlashInfer's plans not included"},
+                                     {"commit", BESTOFN_COMMIT}, {"command", command}};
+        std::printf("%s\n", line.dump().c_str());
+      }
   }
   return 0;
 }

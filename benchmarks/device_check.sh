@@ -141,6 +141,11 @@ full() {
   step bench_8b_cascade_fp8kv 90 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 256,1024 --prompt-len 512 --steps 64 --cascade-attention --paged-kv \
     --fused-qkv --gemm-autotune --device-sampling --cuda-graphs --kv-cache fp8 --json >> $OUT/bench_cuda_8b.jsonl"
+  # The suffix side's A/B: bench_8b_cascade without --paged-kv, its suffixes by today's per-row
+  # kernel instead of FlashInfer's paged decode (GPU_TODO.md, issue 32 item 5).
+  step bench_8b_cascade_rowkernel 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
+    --model /tmp/bestofn-synth-8b --device cuda --n 256,1024 --prompt-len 512 --steps 64 --cascade-attention \
+    --fused-qkv --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
   # Issue 34's ratio, step(64) / step(1) over 256 tokens, on the best small-batch configuration.
   step bench_8b_graphs_256 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \

@@ -80,7 +80,7 @@ if(BESTOFN_HAVE_CUDA)
   set_target_properties(bestofn_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
   bestofn_warnings(bestofn_cuda)
 
-  # --cascade-attention: FlashInfer's header-only batch prefill (flashinfer-python 0.7.4), staged by
+  # --cascade-attention: FlashInfer's header-only batch prefill and decode (flashinfer-python 0.7.4), staged by
   # scripts/fetch_flashinfer.sh (scripts/setup.sh runs it; scripts/stage_deps.sh stages it for the
   # GPU machine). Without its headers the CUDA engine is built without that path and refuses the
   # flag with a one-line error (src/cuda/cascade_unavailable.cpp).
@@ -93,6 +93,11 @@ if(BESTOFN_HAVE_CUDA)
     else()
       set(_fi "${PROJECT_SOURCE_DIR}/.flashinfer")
     endif()
+  endif()
+  if(EXISTS "${_fi}/include/flashinfer/attention/prefill.cuh" AND NOT EXISTS "${_fi}/include/flashinfer/attention/decode.cuh")
+    # Staged before the suffix side (FlashInfer's paged decode) was included: the .cu would not compile.
+    message(FATAL_ERROR "bestofn: ${_fi} holds FlashInfer headers staged for an older kernels/cascade_attention.cu "
+                        "(no attention/decode.cuh): rerun scripts/fetch_flashinfer.sh [DEST]")
   endif()
   if(EXISTS "${_fi}/include/flashinfer/attention/prefill.cuh")
     target_sources(bestofn_cuda PRIVATE kernels/cascade_attention.cu)

@@ -2,7 +2,8 @@
 // runs S = Q K^T and O = P V as cuBLAS strided-batched GEMMs, Hydragen, arXiv 2402.05099):
 // gathering each prefix's queries into one matrix per KV head, the row softmax of S with its
 // statistics, and the suffix attention per slot merged with the prefix state by log-sum-exp (also
-// the merge of --cascade-attention, whose prefix state comes from kernels/cascade_attention.cu).
+// the merges of --cascade-attention, whose prefix state comes from kernels/cascade_attention.cu,
+// and whose suffix states come from there too with --paged-kv: kernel_state_merge).
 //
 // State rows: the queries of prefix group g sit at rows base_g + kv * R_g + i * group + j (kv the
 // KV head, i the slot within the group, j the query head within the KV head's group, R_g = slots
@@ -106,6 +107,35 @@ __global__ void __launch_bounds__(attn::kThreads)
     o[i] = denom > 0.0f ? (prefix.o_at(sr, hd, i) * a + o_s[i] * b) / denom : 0.0f;
 }
 
+// The prefix state at state_row(t, h) and row t's suffix states, chunks c in [c0, c1) of (so, slse2)
+// (normalized outputs, base-2 log-sum-exp: read as m = lse ln 2, l = 1, as CascadeState reads the
+// prefix's; -inf: an empty chunk, weight 0), merged by log-sum-exp. grid (n_heads, T), block
+// kMergeThreads; the chunks' weights are recomputed per element (1 or 2 chunks in practice).
+constexpr int kMergeThreads = 128;
+template <typename State>
+__global__ void __launch_bounds__(kMergeThreads)
+    kernel_state_merge(const int* map, State prefix, const float* so, const float* slse2, const int* chunk_indptr, int T, int group,
+                       int hd, float* out) {
+  const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y), H = static_cast<int>(gridDim.x);
+  const std::size_t sr = attn::state_row(map, T, t, h, group);
+  const int c0 = chunk_indptr ? chunk_indptr[t] : t, c1 = chunk_indptr ? chunk_indptr[t + 1] : t + 1;
+  auto m_of = [&](int c) { return slse2[static_cast<std::size_t>(c) * H + h] * 0.693147180559945309f; };
+  const float mp = prefix.m_at(sr);
+  float m = mp;
+  for (int c = c0; c < c1; ++c) m = fmaxf(m, m_of(c));
+  const float a = prefix.l_at(sr) * attn::merge_weight(mp, m);
+  float denom = a;
+  for (int c = c0; c < c1; ++c) denom += attn::merge_weight(m_of(c), m);
+  float* o = out + (static_cast<std::size_t>(t) * H + static_cast<std::size_t>(h)) * static_cast<std::size_t>(hd);
+  for (int i = static_cast<int>(threadIdx.x); i < hd; i += kMergeThreads) {
+    float acc = prefix.o_at(sr, hd, i) * a;
+    for (int c = c0; c < c1; ++c)
+      acc += so[(static_cast<std::size_t>(c) * H + static_cast<std::size_t>(h)) * static_cast<std::size_t>(hd) + static_cast<std::size_t>(i)] *
+             attn::merge_weight(m_of(c), m);
+    o[i] = denom > 0.0f ? acc / denom : 0.0f;
+  }
+}
+
 namespace {
 void check_heads(const char* what, int T, int n_heads, int n_kv, int hd) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
@@ -166,6 +196,16 @@ void cascade_merge_cuda(const float* q, const int* map, const float* prefix_lse2
                         const int* suffix_table_start, int block_tokens, KvFormat kv) {
   launch_merge("cascade_merge_cuda", q, map, CascadeState{prefix_lse2, prefix_o}, k_suffix, v_suffix, suffix_len, T, n_heads, n_kv,
                hd, out, stream, suffix_table, suffix_table_start, block_tokens, kv);
+}
+
+void cascade_state_merge_cuda(const int* map, const float* prefix_lse2, const std::uint16_t* prefix_o, const float* suffix_o,
+                              const float* suffix_lse2, const int* chunk_indptr, int T, int n_heads, int n_kv, int hd, float* out,
+                              cudaStream_t stream) {
+  check_heads("cascade_state_merge_cuda", T, n_heads, n_kv, hd);
+  if (T == 0) return;
+  kernel_state_merge<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(T)), kMergeThreads, 0, stream>>>(
+      map, CascadeState{prefix_lse2, prefix_o}, suffix_o, suffix_lse2, chunk_indptr, T, n_heads / n_kv, hd, out);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace bestofn::cuda

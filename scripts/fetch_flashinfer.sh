@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stages the FlashInfer headers kernels/cascade_attention.cu includes (--cascade-attention), and
-# nothing else, from the pinned flashinfer-python wheel (Apache-2.0):
+# Stages the FlashInfer headers kernels/cascade_attention.cu includes (--cascade-attention: the
+# paged batch prefill and, for the suffixes, the paged batch decode), and nothing else, from the
+# pinned flashinfer-python wheel (Apache-2.0):
 #   scripts/fetch_flashinfer.sh [DEST]   (default DEST: <repo>/.flashinfer, gitignored)
 # DEST/include (FlashInfer), DEST/cccl (the wheel's CCCL, which cmake/Cuda.cmake puts before the
 # toolkit's for that one file), DEST/LICENSE and DEST/MANIFEST. The files are the ones `nvcc -M`

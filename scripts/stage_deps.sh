@@ -66,13 +66,10 @@ cp -a "$shared/tokenizers/llama3" "$dest/shared/tokenizers/"
 mkdir -p "$dest/shared/data"
 cp -a "$shared/data/humaneval" "$dest/shared/data/"
 
-# --cascade-attention's FlashInfer headers (cmake/Cuda.cmake looks in $dest/flashinfer): the set
-# scripts/setup.sh staged in .flashinfer/, or fetched now (scripts/fetch_flashinfer.sh).
-if [[ -f $root/.flashinfer/MANIFEST ]]; then
-  cp -a "$root/.flashinfer" "$dest/flashinfer"
-else
-  "$root/scripts/fetch_flashinfer.sh" "$dest/flashinfer"
-fi
+# --cascade-attention's FlashInfer headers (cmake/Cuda.cmake looks in $dest/flashinfer): staged now
+# by scripts/fetch_flashinfer.sh (the set kernels/cascade_attention.cu includes today: a
+# .flashinfer/ of an older checkout may lack some; the wheel is read from its cache, sha256 checked).
+"$root/scripts/fetch_flashinfer.sh" "$dest/flashinfer"
 
 # What was staged, for the record.
 {

@@ -21,6 +21,8 @@ inline constexpr std::string_view kGpuOpLaunchers[] = {
     "expand_step_pointers_cuda",
     // shared-prefix attention on tensor cores (--cascade-attention)
     "gather_queries_bf16_cuda", "cascade_prefix_attention_cuda", "cascade_merge_cuda",
+    // its suffix side on FlashInfer's paged decode (--cascade-attention --paged-kv)
+    "cascade_suffix_attention_cuda", "cascade_state_merge_cuda",
 };
 
 }  // namespace bestofn::test

@@ -21,5 +21,8 @@ void cascade_merge();
 // tests/test_gpu_ops_cascade.cpp
 void gather_queries_bf16();
 void cascade_prefix_attention();
+// tests/test_gpu_ops_cascade_suffix.cpp
+void cascade_suffix_attention();
+void cascade_state_merge();
 
 }  // namespace bestofn::gpu_ops

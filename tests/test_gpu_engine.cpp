@@ -11,6 +11,7 @@
 #include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/generate/scheduler.h"
@@ -623,7 +624,8 @@ std::shared_ptr<const Weights> synthetic_hd128(const test::TempDir& dir) {
 }  // namespace
 
 // --cascade-attention against the CPU engine on a head_dim-128 BF16 model, alone and with the
-// paths it composes with (--paged-kv suffixes, --cuda-graphs over FlashInfer's graph-mode plan,
+// paths it composes with (--paged-kv suffixes: with BF16 KV by FlashInfer's paged decode, with FP8
+// KV by today's kernel; --cuda-graphs over FlashInfer's graph-mode plans,
 // --fused-qkv, --split-attention, which it overrides for the decode attention), with BF16 and FP8
 // caches. The tolerance is SyntheticBf16ModelMatchesTheCpuEngine's: the cascade adds BF16
 // roundings of the prefix side's queries, softmax weights and output (2^-9 relative each, and the
@@ -650,6 +652,74 @@ TEST(GpuEngine, CascadeAttentionMatchesTheCpuEngine) {
         EXPECT_EQ(gpu_e->graph_stats().disabled, "") << what;
       }
     }
+  }
+}
+
+// The prompts in flight changing every step inside one bucket: 6 prompts (4 to 33 positions) of
+// 8 candidates each, step s decoding 8 - s % 3 candidates (bucket 8) over the first 1 + s % 6
+// prompts, 24 steps, teacher-forced with the CPU's greedy ids. With --cuda-graphs the cascade's
+// graph key depends on the bucket alone (the groups padded to the rows, the ints at offsets fixed
+// by the bucket, FlashInfer's graph-mode plans fixed by it): one eager step, then every step
+// launched from the one graph (a key holding the group count would run 6 eagerly and capture 6).
+// Against the CPU engine under CascadeAttentionMatchesTheCpuEngine's tolerance; with --paged-kv
+// (the suffixes by FlashInfer's decode) and without (today's suffix kernel).
+namespace {
+Trace mixing_trace(Engine& e, const Trace* forced) {
+  const auto V = static_cast<std::size_t>(e.config().vocab_size);
+  std::vector<std::vector<int>> slots(6);
+  std::map<int, int> next;  // slot -> the token it is fed next
+  for (std::size_t p = 0; p < slots.size(); ++p) {
+    std::vector<int> prompt = {1};
+    for (std::size_t i = 1; i < std::vector<std::size_t>{7, 4, 20, 33, 16, 17}[p]; ++i) prompt.push_back(static_cast<int>((i * 29 + p * 11) % V));
+    std::vector<float> last(V);
+    const int prefix = e.prefill(prompt, last);
+    const int first = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+    for (int i = 0; i < 8; ++i) slots[p].push_back(e.add_slot(prefix)), next[slots[p].back()] = first;
+  }
+  Trace r;
+  std::vector<std::size_t> turn(slots.size(), 0);
+  for (std::size_t step = 0; step < 24; ++step) {
+    const std::size_t prompts = 1 + step % 6, rows = 8 - step % 3;
+    std::vector<int> batch, tokens;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const std::size_t p = i % prompts;
+      batch.push_back(slots[p][turn[p]++ % 8]);
+    }
+    std::sort(batch.begin(), batch.end());
+    batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    for (int s : batch) tokens.push_back(next[s]);
+    if (forced) tokens = forced->fed[step];
+    r.fed.push_back(tokens);
+    std::vector<float> logits(batch.size() * V);
+    e.decode(batch, tokens, logits);
+    std::vector<int> greedy;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto row = logits.begin() + static_cast<std::ptrdiff_t>(i * V);
+      greedy.push_back(static_cast<int>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row));
+      next[batch[i]] = greedy.back();
+    }
+    r.logits.push_back(std::move(logits)), r.next.push_back(std::move(greedy));
+  }
+  return r;
+}
+}  // namespace
+
+TEST(GpuEngine, CascadeGraphsReplayWhileThePromptsInFlightChange) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto w = synthetic_hd128(dir);
+  const Trace cpu = mixing_trace(*make_cpu_engine(w, bf16_kv()), nullptr);
+  for (const bool paged : {true, false}) {
+    Paths p{false, false, paged, false, true};
+    EngineOptions o = p.options();
+    o.cuda.cascade_attention = true;
+    o.cuda.kv_blocks = 128;  // 48 slots x 2 blocks
+    auto gpu_e = cuda::make_cuda_engine(w, o);
+    const std::string what = "prompts in flight changing, --cascade-attention" + p.name();
+    compare(mixing_trace(*gpu_e, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 0.08, 3e-2, 0.2f, what, 0.01);
+    const Engine::GraphStats g = gpu_e->graph_stats();
+    EXPECT_EQ(g.disabled, "") << what;
+    EXPECT_GE(g.replays, 22) << what << ": the graph key still follows the prompts in flight";
   }
 }
 

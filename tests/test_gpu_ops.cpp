@@ -586,6 +586,10 @@ const OpRow kRows[] = {
      cascade_prefix_attention},
     {"cascade_merge_cuda", "the log-sum-exp merge of the cascade's state (base-2 lse, BF16 o) with the suffix's, in double",
      "as decode_attention_cuda: the suffix's sums in another order", cascade_merge},
+    {"cascade_suffix_attention_cuda", "cpu::decode_attention over each paged suffix alone, its log-sum-exp in double",
+     "as decode_attention_cuda (FlashInfer's F32 scores, exp2); lse 1e-4; an empty suffix: lse -inf, zeros", cascade_suffix_attention},
+    {"cascade_state_merge_cuda", "the log-sum-exp merge of the prefix state with a row's suffix chunk states, in double",
+     "1e-6 + 2^-17 max|o|: F32 expf of lse x ln 2", cascade_state_merge},
 };
 
 // Runs without a device: the compiled table against the launcher list.

@@ -21,6 +21,7 @@
 #include "cuda/cascade_attention.h"
 #include "cuda/kernels.h"
 #include "gpu_attention_util.h"
+#include "gpu_cascade_util.h"
 #include "gpu_op_rows.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
@@ -53,29 +54,6 @@ KvRows kv_rows(int n, int n_kv, int hd, std::uint64_t seed) {
   return r;
 }
 
-// Host softmax state of query q (hd) over n rows of one KV head (BF16 rows of kv_dim, head at
-// `off`): the log-sum-exp of the scaled scores, in double.
-double host_lse(const float* q, const std::uint16_t* rows, int n, std::size_t kv_dim, std::size_t off, int hd) {
-  const double scale = 1.0f / std::sqrt(static_cast<float>(hd));  // the kernels' fp32 scale
-  std::vector<double> s(static_cast<std::size_t>(n));
-  for (std::size_t j = 0; j < s.size(); ++j) {
-    double dot = 0;
-    for (std::size_t i = 0; i < static_cast<std::size_t>(hd); ++i) dot += static_cast<double>(q[i]) * bf16_to_float(rows[j * kv_dim + off + i]);
-    s[j] = dot * scale;
-  }
-  const double m = *std::max_element(s.begin(), s.end());
-  double l = 0;
-  for (double v : s) l += std::exp(v - m);
-  return m + std::log(l);
-}
-
-template <typename T>
-std::vector<T> download(const T* dev, std::size_t n) {
-  std::vector<T> host(n);
-  CUDA_CHECK(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
-
 }  // namespace
 
 // gather_queries_bf16_cuda: each row of q in a shuffled order, rounded to BF16: bit for bit
@@ -105,7 +83,10 @@ void gather_queries_bf16() {
 // prompts of 37, 17, 201 and 16 positions (page runs with partial last pages, one exactly full);
 // suffixes paged in 16-position blocks in a shuffled block order, 1 to 40 positions (row 0: 1);
 // FlashInfer's plan with and without its CUDA-graph grid (which splits the KV and merges the
-// chunks); BF16 and FP8 cache rows holding the same values.
+// chunks, and pads the groups to the rows); BF16 and FP8 cache rows holding the same values; the
+// suffixes by today's per-row kernel (cascade_merge_cuda), and for BF16 also by FlashInfer's paged
+// decode over the block pool (use_paged_suffix: cascade_suffix_attention_cuda and
+// cascade_state_merge_cuda).
 //
 // The reference: cpu::decode_attention over each row's prefix alone with the queries rounded to
 // BF16 (what the tensor cores read) and over its suffix alone with the F32 queries, each side's
@@ -116,9 +97,11 @@ void gather_queries_bf16() {
 // - the prefix's normalized output (BF16): 2^-8 max|v| + 2^-8 |ref| + 2e-5, max|v| over the
 //   group's values of that KV head: the softmax weights are rounded to BF16 for the P.V product
 //   (2^-9 each, 2^-8 with the normalizer's), and the output is rounded to BF16 (2^-9 of it).
-// - the merged output: that bound plus kAttnAtol + kAttnRtol |ref| (the suffix's F32 kernel).
-// - FP8 rows against BF16 rows of the same values: bit for bit (the pages hold bf16(code x scale),
-//   exact here; the merge reads FP8 as the other kernels do).
+// - the merged output: that bound plus kAttnAtol + kAttnRtol |ref| (the suffix's F32 kernel, on
+//   either path: FlashInfer's decode scores in F32 with its exp2 and a scale rounded once more,
+//   ~1e-5 relative, inside that bound).
+// - FP8 rows against BF16 rows of the same values, both through today's suffix kernel: bit for bit
+//   (the pages hold bf16(code x scale), exact here; the merge reads FP8 as the other kernels do).
 void cascade_prefix_attention() {
   const int n_heads = 32, n_kv = 8, hd = 128, group = n_heads / n_kv, block = 16;
   const auto kvd = static_cast<std::size_t>(n_kv * hd), HD = static_cast<std::size_t>(hd), H = static_cast<std::size_t>(n_heads);
@@ -187,10 +170,20 @@ void cascade_prefix_attention() {
 
   std::vector<float> bf16_att[2];
   std::vector<std::uint16_t> bf16_out[2];
-  for (const cuda::KvFormat kv : {cuda::KvFormat::BF16, cuda::KvFormat::FP8})
+  // Row t's block table, for FlashInfer's decode: table[starts[t] ..], slen[t] positions.
+  std::vector<cuda::SuffixRow> suffix_rows;
+  for (std::size_t t = 0; t < Ts; ++t)
+    suffix_rows.push_back({std::span<const int>(table).subspan(static_cast<std::size_t>(starts[t]), static_cast<std::size_t>((slen[t] + block - 1) / block)),
+                           slen[t]});
+  struct Variant {
+    cuda::KvFormat kv;
+    bool decode;  // the suffixes by FlashInfer's paged decode
+  };
+  for (const Variant var : {Variant{cuda::KvFormat::BF16, false}, Variant{cuda::KvFormat::FP8, false}, Variant{cuda::KvFormat::BF16, true}})
     for (const bool fixed_grid : {false, true}) {
+      const cuda::KvFormat kv = var.kv;
       const bool fp8 = kv == cuda::KvFormat::FP8;
-      SCOPED_TRACE(std::string(fp8 ? "FP8" : "BF16") + " rows" + (fixed_grid ? ", CUDA-graph grid" : ""));
+      SCOPED_TRACE(std::string(fp8 ? "FP8" : "BF16") + " rows" + (var.decode ? ", FlashInfer's decode" : "") + (fixed_grid ? ", CUDA-graph grid" : ""));
       cuda::CascadeAttention ca(nullptr, 1, n_heads, n_kv, hd, kv);
       std::vector<cuda::CascadeRow> rows(Ts);
       std::vector<int> first_page(4);
@@ -205,10 +198,17 @@ void cascade_prefix_attention() {
         const auto g = static_cast<std::size_t>(group_of[t]);
         rows[t] = {static_cast<int>(g), first_page[g], groups[g].len};
       }
-      cuda::CascadeStepPlan sp = ca.plan(rows, fixed_grid);
-      const cuda::DeviceBuffer ints = test::to_gpu(sp.ints);
-      sp.dev = ints.get<int>();
       const cuda::DeviceBuffer dk = fp8 ? test::to_gpu(sk.fp8) : test::to_gpu(sk.bf16), dv = fp8 ? test::to_gpu(sv.fp8) : test::to_gpu(sv.bf16);
+      if (var.decode) {
+        const auto base = [](const cuda::DeviceBuffer& b) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(b.get())); };
+        ASSERT_TRUE(ca.use_paged_suffix({base(dk), base(dv), 0}, blocks));
+      }
+      const cuda::CascadeStepPlan sp = ca.plan(rows, var.decode ? std::span<const cuda::SuffixRow>(suffix_rows) : std::span<const cuda::SuffixRow>(),
+                                               fixed_grid);
+      EXPECT_EQ(sp.suffix, var.decode);
+      if (fixed_grid) {
+        EXPECT_EQ(sp.shape.groups, T) << "the groups padded to the rows";
+      }
       const std::vector<const std::uint16_t*> kpool(Ts, dk.get<std::uint16_t>()), vpool(Ts, dv.get<std::uint16_t>());
       const cuda::DeviceBuffer dkp = test::to_gpu(kpool), dvp = test::to_gpu(vpool), dslen = test::to_gpu(slen), dtable = test::to_gpu(table),
                                dstarts = test::to_gpu(starts), dq = test::to_gpu(q);
@@ -219,9 +219,9 @@ void cascade_prefix_attention() {
       const std::vector<float> got = test::from_gpu<float>(att, q.size());
       const std::vector<std::uint16_t> out_p = download(ca.prefix_out(), q.size());
       const std::vector<float> lse2 = download(ca.prefix_lse2(), Ts * H);
-      // Batch row t sits at place r of the group order (the first T ints of the plan).
+      // Batch row t sits at place r of the group order (the layout's order array).
       std::vector<std::size_t> place(Ts);
-      for (std::size_t r = 0; r < Ts; ++r) place[static_cast<std::size_t>(sp.ints[r])] = r;
+      for (std::size_t r = 0; r < Ts; ++r) place[static_cast<std::size_t>(sp.host[sp.layout.order + r])] = r;
       std::size_t bad_lse = 0, bad_p = 0, bad = 0;
       double worst_lse = 0, worst_p = 0, worst = 0;
       for (std::size_t t = 0; t < Ts; ++t)
@@ -243,9 +243,11 @@ void cascade_prefix_attention() {
       EXPECT_EQ(bad_lse, 0u) << "prefix log-sum-exp, worst error " << worst_lse;
       EXPECT_EQ(bad_p, 0u) << "prefix output, worst error " << worst_p;
       EXPECT_EQ(bad, 0u) << "merged output, worst error " << worst;
-      std::cout << "  cascade " << (fp8 ? "fp8" : "bf16") << (fixed_grid ? " graph-grid" : "") << ": worst errors lse " << worst_lse
-                << ", prefix " << worst_p << ", merged " << worst << "\n";
-      if (!fp8) {
+      std::cout << "  cascade " << (fp8 ? "fp8" : "bf16") << (var.decode ? " flashinfer-decode" : "") << (fixed_grid ? " graph-grid" : "")
+                << ": worst errors lse " << worst_lse << ", prefix " << worst_p << ", merged " << worst << "\n";
+      if (var.decode) {
+        EXPECT_EQ(out_p, bf16_out[fixed_grid]) << "the prefix side differs with the suffix path";
+      } else if (!fp8) {
         bf16_att[fixed_grid] = got, bf16_out[fixed_grid] = out_p;
       } else {
         EXPECT_EQ(std::memcmp(got.data(), bf16_att[fixed_grid].data(), got.size() * 4), 0) << "FP8 rows differ from BF16 rows of the same values";

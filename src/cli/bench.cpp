@@ -42,7 +42,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--device-sampling", o->engine.device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
   sub->add_flag("--split-attention", o->engine.split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", o->engine.cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
-  sub->add_flag("--cascade-attention", o->engine.cascade_attention, "CUDA: all prompts' shared-prefix attention in one tensor-core launch per layer");
+  sub->add_flag("--cascade-attention", o->engine.cascade_attention, "CUDA: all prompts' shared-prefix attention in one tensor-core launch per layer; with --paged-kv (BF16 KV) the suffixes in one paged-decode launch");
   add_kv_cache_flag(sub, o->engine.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {

@@ -55,7 +55,9 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
                 "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
   sub->add_flag("--cascade-attention", f.cascade_attention,
-                "CUDA: every prompt's shared-prefix attention in one tensor-core launch per layer (FlashInfer; head_dim 128)");
+                "CUDA: every prompt's shared-prefix attention in one tensor-core launch per layer (FlashInfer; head_dim 128); "
+                "with --paged-kv and BF16 KV the candidates' suffixes in one paged-decode launch (FlashInfer; 4 query heads per KV "
+                "head), else by a per-candidate kernel");
   add_kv_cache_flag(sub, f.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "auto");
 }

@@ -68,34 +68,67 @@ int CascadeAttention::add_prefix(std::span<const std::uint16_t* const> k, std::s
   return first;
 }
 
-CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, bool fixed_grid) {
-  CascadeStep step = cascade_step(rows, n_heads_, n_kv_, kCascadePageTokens, runs_.pages());
+bool CascadeAttention::use_paged_suffix(const KvLayout& pools, int blocks) {
+  if (!cascade_suffix_supported(n_heads_, n_kv_, hd_, kv_) || blocks < 1) return false;
+  suffix_pool_ = pools, suffix_blocks_ = blocks;
+  return true;
+}
+
+template <class Plan>
+auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto s = plan(CascadeWorkspace{f.get(), f.size(), i.get(), pinned.get(), i.size()});
+    if (s.planned) return s;
+    // Grow to what it asks (at least 1 MB of ints, 16 MB of floats), once: a larger step than any before.
+    f.resize(std::max<std::size_t>(s.float_bytes, std::size_t{16} << 20));
+    i.resize(std::max<std::size_t>(s.int_bytes, std::size_t{1} << 20));
+    pinned.resize(i.size());
+  }
+  throw Error("--cascade-attention", "FlashInfer's plan did not fit the workspace it asked for");
+}
+
+CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid) {
+  if (rows.empty()) throw Error("CascadeAttention::plan", "no rows");
+  if (suffix.size() != (suffix_decode() ? rows.size() : 0))
+    throw Error("CascadeAttention::plan", std::to_string(suffix.size()) + " suffix rows for " + std::to_string(rows.size()) + " rows");
+  const int T = static_cast<int>(rows.size());
+  // Under graphs the groups are padded to the rows, over the first row's first page (never read).
+  const CascadeStep step = cascade_step(rows, n_heads_, n_kv_, kCascadePageTokens, runs_.pages(), fixed_grid ? T : 0, rows[0].first_page);
+  const SuffixPages pages = suffix_decode() ? suffix_pages(suffix, kCascadePageTokens, suffix_blocks_) : SuffixPages{};
   CascadeStepPlan s;
-  s.T = static_cast<int>(rows.size()), s.groups = step.groups();
-  for (const std::vector<int>* part : {&step.order, &step.map, &step.qo_indptr, &step.page_indptr, &step.last_page_len, &step.page_indices})
-    s.ints.insert(s.ints.end(), part->begin(), part->end());
+  s.shape = cascade_shape(T, step.groups(), fixed_grid);
+  s.suffix = suffix_decode();
+  s.layout = cascade_layout(T, static_cast<std::size_t>(runs_.pages()) + static_cast<std::size_t>(T),
+                            s.suffix ? static_cast<std::size_t>(suffix_blocks_) : 0);
   // Scratch for T rows (grow-only: addresses change rarely, and then the graph key does too).
-  if (s.T > scratch_T_) {
-    const std::size_t t = static_cast<std::size_t>(s.T), heads = static_cast<std::size_t>(n_heads_), hd = static_cast<std::size_t>(hd_);
+  if (T > scratch_T_) {
+    const std::size_t t = static_cast<std::size_t>(T), heads = static_cast<std::size_t>(n_heads_), hd = static_cast<std::size_t>(hd_);
     q_bf16_.resize(t * heads * hd * 2), o_bf16_.resize(t * heads * hd * 2), lse_.resize(t * heads * 4);
-    scratch_T_ = s.T;
+    if (s.suffix) suffix_o_.resize(t * heads * hd * 4), suffix_lse_.resize(t * heads * 4);
+    scratch_T_ = T;
   }
-  // FlashInfer's schedule: written to the pinned buffer, which the previous upload must have left.
+  // The pinned buffers must have left for the device (the previous plan's copies) before they are
+  // written again.
   CUDA_CHECK(cudaEventSynchronize(uploaded_));
-  for (int attempt = 0; attempt < 2 && !s.schedule.planned; ++attempt) {
-    const CascadeWorkspace ws{fi_float_.get(), fi_float_.size(), fi_int_.get(), fi_pinned_.get(), fi_int_.size()};
-    s.schedule = cascade_schedule(ws, step.qo_indptr, step.page_indptr, n_heads_, n_kv_, hd_, fixed_grid, stream_);
-    if (!s.schedule.planned) {  // grow to what it asks (at least 1 MB of ints, 16 MB of floats)
-      fi_float_.resize(std::max<std::size_t>(s.schedule.float_bytes, std::size_t{16} << 20));
-      fi_int_.resize(std::max<std::size_t>(s.schedule.int_bytes, std::size_t{1} << 20));
-      fi_pinned_.resize(fi_int_.size());
-    }
-  }
-  if (!s.schedule.planned) throw Error("--cascade-attention", "FlashInfer's plan did not fit the workspace it asked for");
-  const std::size_t bytes = s.ints.size() * sizeof(int);
+  const std::size_t bytes = s.layout.size * sizeof(int);
   if (bytes > ints_.size()) ints_.resize(std::max(bytes, std::size_t{64} << 10)), ints_pinned_.resize(ints_.size());
-  std::copy(s.ints.begin(), s.ints.end(), ints_pinned_.get<int>());
-  CUDA_CHECK(cudaMemcpyAsync(ints_.get(), ints_pinned_.get(), bytes, cudaMemcpyHostToDevice, stream_));
+  int* host = ints_pinned_.get<int>();
+  write_cascade_ints(step, s.suffix ? &pages : nullptr, s.layout, host);
+  s.host = {host, s.layout.size};
+  // FlashInfer's plans read the host arrays just written (each plans once, uploading its own
+  // workspace on the stream).
+  int* qo_indptr = host + s.layout.qo_indptr;
+  int* page_indptr = host + s.layout.page_indptr;
+  s.schedule = plan_into(fi_float_, fi_int_, fi_pinned_, [&](const CascadeWorkspace& ws) {
+    return cascade_schedule(ws, qo_indptr, page_indptr, s.shape.groups, s.shape.row_bound, n_heads_, n_kv_, hd_, fixed_grid, stream_);
+  });
+  if (s.suffix) {
+    int* indptr = host + s.layout.suffix_indptr;
+    s.suffix_schedule = plan_into(dec_float_, dec_int_, dec_pinned_, [&](const CascadeWorkspace& ws) {
+      return cascade_suffix_schedule(ws, indptr, T, n_heads_, n_kv_, hd_, fixed_grid, stream_);
+    });
+  }
+  CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
   s.dev = ints_.get<const int>();
   CUDA_CHECK(cudaEventRecord(uploaded_, stream_));
   return s;
@@ -104,37 +137,60 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, bool fi
 void CascadeAttention::run(int l, const CascadeStepPlan& s, const float* q, const std::uint16_t* const* k_suffix,
                            const std::uint16_t* const* v_suffix, const int* suffix_len, float* att, const int* suffix_table,
                            const int* suffix_table_start, int block_tokens) {
-  const int T = s.T, G = s.groups;
-  const int* order = s.dev;
-  const int* map = order + T;
-  const int* qo_indptr = map + 3 * T;
-  const int* page_indptr = qo_indptr + G + 1;
-  const int* last_page_len = page_indptr + G + 1;
-  const int* page_indices = last_page_len + G;
-  gather_queries_bf16_cuda(q, order, T, n_heads_, hd_, q_bf16_.get<std::uint16_t>(), stream_);
+  const int T = s.shape.rows;
+  const CascadeLayout& lay = s.layout;
+  const int* map = s.dev + lay.map;
+  gather_queries_bf16_cuda(q, s.dev + lay.order, T, n_heads_, hd_, q_bf16_.get<std::uint16_t>(), stream_);
   CascadePrefixArgs a;
   a.q = q_bf16_.get<std::uint16_t>();
   a.k_pages = k_pages_[static_cast<std::size_t>(l)].get<std::uint16_t>();
   a.v_pages = v_pages_[static_cast<std::size_t>(l)].get<std::uint16_t>();
-  a.qo_indptr = qo_indptr, a.page_indptr = page_indptr, a.page_indices = page_indices, a.last_page_len = last_page_len;
-  a.groups = G, a.rows = T, a.n_heads = n_heads_, a.n_kv = n_kv_, a.hd = hd_;
+  a.qo_indptr = s.dev + lay.qo_indptr, a.page_indptr = s.dev + lay.page_indptr, a.page_indices = s.dev + lay.page_indices;
+  a.last_page_len = s.dev + lay.last_page_len;
+  a.groups = s.shape.groups, a.rows = T, a.n_heads = n_heads_, a.n_kv = n_kv_, a.hd = hd_;
   a.sm_scale = 1.0f / std::sqrt(static_cast<float>(hd_));  // the CPU engine's fp32 scale
   a.out = o_bf16_.get<std::uint16_t>(), a.lse = lse_.get<float>();
   a.schedule = &s.schedule;
   a.ws = {fi_float_.get(), fi_float_.size(), fi_int_.get(), fi_pinned_.get(), fi_int_.size()};
   cascade_prefix_attention_cuda(a, stream_);
-  cascade_merge_cuda(q, map, lse_.get<float>(), o_bf16_.get<std::uint16_t>(), k_suffix, v_suffix, suffix_len, T, n_heads_, n_kv_, hd_,
-                     att, stream_, suffix_table, suffix_table_start, block_tokens, kv_);
+  if (!s.suffix) {  // today's per-row kernel: each suffix attended and merged in one block per (row, head)
+    cascade_merge_cuda(q, map, lse_.get<float>(), o_bf16_.get<std::uint16_t>(), k_suffix, v_suffix, suffix_len, T, n_heads_, n_kv_, hd_,
+                       att, stream_, suffix_table, suffix_table_start, block_tokens, kv_);
+    return;
+  }
+  CascadeSuffixArgs b;
+  b.q = q;
+  const std::uint64_t layer = static_cast<std::uint64_t>(l) * suffix_pool_.layer_stride;
+  b.k_pages = reinterpret_cast<const std::uint16_t*>(static_cast<std::uintptr_t>(suffix_pool_.k + layer));
+  b.v_pages = reinterpret_cast<const std::uint16_t*>(static_cast<std::uintptr_t>(suffix_pool_.v + layer));
+  b.indptr = s.dev + lay.suffix_indptr, b.indices = s.dev + lay.suffix_indices, b.last_page_len = s.dev + lay.suffix_last;
+  b.rows = T, b.n_heads = n_heads_, b.n_kv = n_kv_, b.hd = hd_, b.sm_scale = a.sm_scale;
+  b.out = suffix_o_.get<float>(), b.lse = suffix_lse_.get<float>();
+  b.schedule = &s.suffix_schedule;
+  b.ws = {dec_float_.get(), dec_float_.size(), dec_int_.get(), dec_pinned_.get(), dec_int_.size()};
+  cascade_suffix_attention_cuda(b, stream_);
+  const CascadeSuffixStates st = cascade_suffix_states(b);
+  cascade_state_merge_cuda(map, lse_.get<float>(), o_bf16_.get<std::uint16_t>(), st.o, st.lse2, st.chunk_indptr, T, n_heads_, n_kv_, hd_,
+                           att, stream_);
 }
 
 void CascadeAttention::add_to_key(GraphKey& key, const CascadeStepPlan& s) const {
   auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
-  // The launches' host values: the rows, the groups, and FlashInfer's schedule (grid, tile size,
-  // split, the offsets of its arrays); where the step's ints landed; every buffer they touch.
-  key.insert(key.end(), {static_cast<std::uint64_t>(s.T), static_cast<std::uint64_t>(s.groups), addr(s.dev)});
+  // The launches' host values: the shape (under graphs the rows, the rows again as FlashInfer's
+  // groups, and its bound 2 rows - 1: the bucket alone), the arrays' offsets (fixed by the rows),
+  // where the ints landed, FlashInfer's schedules (grid, tile, split, the offsets of their arrays:
+  // fixed by the shape in graph mode), every buffer the launches touch and the pools.
+  const CascadeLayout& lay = s.layout;
+  key.insert(key.end(), {static_cast<std::uint64_t>(s.shape.rows), static_cast<std::uint64_t>(s.shape.groups),
+                         static_cast<std::uint64_t>(s.shape.row_bound), addr(s.dev), s.suffix ? 1u : 0u});
+  key.insert(key.end(), {lay.order, lay.map, lay.qo_indptr, lay.page_indptr, lay.last_page_len, lay.suffix_indptr, lay.suffix_last,
+                         lay.suffix_indices, lay.page_indices});
   for (std::int64_t v : s.schedule.info) key.push_back(static_cast<std::uint64_t>(v));
-  for (const DeviceBuffer* b : {&q_bf16_, &o_bf16_, &lse_, &fi_float_, &fi_int_}) key.push_back(addr(b->get()));
-  key.push_back(fi_float_.size()), key.push_back(fi_int_.size());
+  if (s.suffix)
+    for (std::int64_t v : s.suffix_schedule.info) key.push_back(static_cast<std::uint64_t>(v));
+  for (const DeviceBuffer* b : {&q_bf16_, &o_bf16_, &lse_, &fi_float_, &fi_int_, &dec_float_, &dec_int_, &suffix_o_, &suffix_lse_})
+    key.insert(key.end(), {addr(b->get()), b->size()});
+  key.insert(key.end(), {suffix_pool_.k, suffix_pool_.v, suffix_pool_.layer_stride});
   for (std::size_t l = 0; l < k_pages_.size(); ++l) key.insert(key.end(), {addr(k_pages_[l].get()), addr(v_pages_[l].get())});
 }
 

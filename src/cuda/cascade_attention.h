@@ -2,8 +2,15 @@
 // --cascade-attention (Hydragen, arXiv 2402.05099; FlashInfer's cascade): per decode step and
 // layer, one FlashInfer batch-prefill launch computes every prefix group's query rows (all query
 // heads of all its candidates, GQA packed by the kernel) against the group's prompt K/V on tensor
-// cores (kernels/cascade_attention.cu), then cascade_merge_cuda merges each candidate's own suffix
-// by log-sum-exp (kernels/prefix_attention.cu).
+// cores (kernels/cascade_attention.cu), then each candidate's own suffix is merged in by
+// log-sum-exp:
+// - with --paged-kv, BF16 KV and the 8B shape (head_dim 128, 4 query heads per KV head): one
+//   launch of FlashInfer's paged batch decode over the --paged-kv block pools for every row's
+//   suffix (its page table from the slots' block tables: suffix_pages, cascade_plan.h), then one
+//   merge pass for the batch (cascade_state_merge_cuda);
+// - otherwise (FP8 KV: FlashInfer's decode reads one scale per tensor, not this cache's scale per
+//   position and head; no --paged-kv: the suffixes are not in pages; another shape: one kernel
+//   instantiation only) today's per-row kernel, cascade_merge_cuda (kernels/prefix_attention.cu).
 //
 // The prompts' K/V sit once more in a per-layer BF16 page pool (pages of kCascadePageTokens
 // positions, NHD), each prompt in a run of consecutive pages (PageRuns, src/cuda/cascade_plan.h),
@@ -13,7 +20,14 @@
 // Precision against the CPU engine: the prefix side reads BF16 queries (one rounding, 2^-9
 // relative, kernels/cascade_gather.cu), rounds the softmax weights to BF16 for the P.V tensor-core
 // product, and returns a BF16 output (another 2^-9); with --kv-cache fp8 the pages hold the BF16
-// of each value code x scale (2^-9 again). The suffix side is the F32 path of the other kernels.
+// of each value code x scale (2^-9 again). The suffix side reads F32 queries and BF16 (or FP8)
+// rows in F32, with an F32 output, on either path.
+//
+// --cuda-graphs: the step's ints sit at offsets fixed by the bucket (cascade_layout), the groups
+// are padded to the rows with empty groups (cascade_step's pad_groups) and FlashInfer's plans run
+// in their graph mode with a row bound and split fixed by the bucket (cascade_shape, and the
+// decode's split iff rows x n_kv is under one wave), so a graph replays while the prompts in
+// flight change.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,15 +42,18 @@
 
 namespace bestofn::cuda {
 
-// A step's cascade: the host plan (cascade_plan.h) and FlashInfer's schedule, made in prepare_step;
-// `ints` go up with FlashInfer's schedule, in one copy from their own pinned buffer (their size
-// depends on the groups, so they are not in the step planner's fixed per-bucket layout), and `dev`
-// is where they landed.
+// A step's cascade: the host plan (cascade_plan.h) and FlashInfer's schedules, made in
+// prepare_step; the step's ints go up in one copy from their own pinned buffer at the layout's
+// offsets (their own upload: the page tables' sizes vary, and FlashInfer's schedules are made
+// after them from the same host arrays), and `dev` is where they landed.
 struct CascadeStepPlan {
-  int T = 0, groups = 0;
-  std::vector<int> ints;  // order (T), map (3 T), qo_indptr (G + 1), page_indptr (G + 1), last_page_len (G), page_indices
+  CascadeShape shape;     // rows (T), the groups FlashInfer's prefill sees, its row bound
+  CascadeLayout layout;   // where each array sits in `host` and at `dev`
+  std::span<const int> host;  // the ints as uploaded (pinned; valid until the next plan)
   const int* dev = nullptr;
   CascadeSchedule schedule;
+  bool suffix = false;    // the suffixes by FlashInfer's decode (else cascade_merge_cuda)
+  CascadeSuffixSchedule suffix_schedule;
 };
 
 class CascadeAttention {
@@ -54,15 +71,25 @@ class CascadeAttention {
   int add_prefix(std::span<const std::uint16_t* const> k, std::span<const std::uint16_t* const> v, int len);
   void release_prefix(int first_page) { runs_.give(first_page); }
 
-  // On the host, outside any capture: the step's groups from each batch row's prefix, FlashInfer's
-  // schedule (uploaded on the stream) and the scratch sized for T rows. fixed_grid with
-  // --cuda-graphs (a grid that does not depend on the lengths).
-  CascadeStepPlan plan(std::span<const CascadeRow> rows, bool fixed_grid);
+  // --paged-kv: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool
+  // at pools.k + l x pools.layer_stride; `blocks` blocks of kCascadePageTokens rows, the scratch
+  // block included) when the shape and KV format allow it (cascade_suffix_supported); returns
+  // whether they will be. Call once, before the first plan.
+  bool use_paged_suffix(const KvLayout& pools, int blocks);
+  bool suffix_decode() const { return suffix_blocks_ > 0; }
+
+  // On the host, outside any capture: the step's groups from each batch row's prefix, with
+  // suffix_decode() the suffixes' page table from each row's block table and length (else none),
+  // FlashInfer's schedules (uploaded on the stream) and the scratch sized for T rows. fixed_grid
+  // with --cuda-graphs (grids, offsets and splits that depend on T alone).
+  CascadeStepPlan plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid);
   // Layer l's attention: att (T, n_heads, hd) from q (T, n_heads, hd) F32, the prefix pages and
-  // each row's suffix (as decode_attention_cuda takes it, paged or not).
+  // each row's suffix: from the block pools when s.suffix, else as decode_attention_cuda takes it
+  // (paged or not).
   void run(int l, const CascadeStepPlan& s, const float* q, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
            const int* suffix_len, float* att, const int* suffix_table, const int* suffix_table_start, int block_tokens);
-  // --cuda-graphs: the addresses and plan values the captured launches depend on.
+  // --cuda-graphs: the addresses and plan values the captured launches depend on (under graphs a
+  // function of the bucket and of buffers that only move when they grow: no group count).
   void add_to_key(GraphKey& key, const CascadeStepPlan& s) const;
 
   int pool_pages() const { return runs_.pages(); }
@@ -73,6 +100,10 @@ class CascadeAttention {
 
  private:
   std::size_t page_bytes() const;
+  // Plans into (f, i, pinned) with `plan` (a CascadeWorkspace -> schedule), growing them once when
+  // the schedule asks for more.
+  template <class Plan>
+  auto plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan);
   cudaStream_t stream_;
   int n_layers_, n_heads_, n_kv_, hd_;
   KvFormat kv_;
@@ -80,11 +111,16 @@ class CascadeAttention {
   std::vector<DeviceBuffer> k_pages_, v_pages_;  // per layer: (pages, 16, n_kv, hd) BF16
   DeviceBuffer widened_;                          // --kv-cache fp8: a prompt's rows widened to F32 on their way to BF16
   DeviceBuffer q_bf16_, o_bf16_, lse_;            // (T, n_heads, hd) BF16 twice, (T, n_heads) F32
-  DeviceBuffer fi_float_, fi_int_;                // FlashInfer's workspaces
+  DeviceBuffer fi_float_, fi_int_;                // FlashInfer's workspaces: the prefix side's plan
   PinnedBuffer fi_pinned_;
-  DeviceBuffer ints_;               // the step's CascadeStepPlan::ints (grow-only)
+  DeviceBuffer dec_float_, dec_int_;              // and the suffix side's
+  PinnedBuffer dec_pinned_;
+  DeviceBuffer suffix_o_, suffix_lse_;            // (T, n_heads, hd), (T, n_heads) F32: the suffix states when not split
+  KvLayout suffix_pool_;                          // --paged-kv's block pools (use_paged_suffix)
+  int suffix_blocks_ = 0;
+  DeviceBuffer ints_;               // the step's ints at CascadeStepPlan::layout (grow-only)
   PinnedBuffer ints_pinned_;
-  cudaEvent_t uploaded_ = nullptr;  // the last schedule's upload from fi_pinned_ and ints_pinned_
+  cudaEvent_t uploaded_ = nullptr;  // the last plan's uploads from fi_pinned_, dec_pinned_ and ints_pinned_
   int scratch_T_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // Host-side planning of --cascade-attention (plain C++, in bestofn_core; see cascade_plan.h).
 #include "cuda/cascade_plan.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
@@ -78,7 +79,8 @@ void PageRuns::add_free(int first, int n) {
 
 int pages_for(int len, int page_tokens) { return (len + page_tokens - 1) / page_tokens; }
 
-CascadeStep cascade_step(std::span<const CascadeRow> rows, int n_heads, int n_kv, int page_tokens, int pool_pages) {
+CascadeStep cascade_step(std::span<const CascadeRow> rows, int n_heads, int n_kv, int page_tokens, int pool_pages, int pad_groups,
+                         int padding_page) {
   const char* what = "cascade_step";
   if (rows.empty()) throw Error(what, "no rows");
   if (n_kv <= 0 || n_heads <= 0 || n_heads % n_kv != 0)
@@ -131,7 +133,99 @@ CascadeStep cascade_step(std::span<const CascadeRow> rows, int n_heads, int n_kv
     s.page_indptr.push_back(static_cast<int>(s.page_indices.size()));
     s.last_page_len.push_back(r.len - (n - 1) * page_tokens);
   }
+  if (pad_groups > 0) {
+    if (pad_groups < static_cast<int>(G) || pad_groups > T)
+      throw Error(what, "cannot pad " + std::to_string(G) + " groups of " + std::to_string(T) + " rows to " + std::to_string(pad_groups));
+    if (padding_page < 0 || padding_page >= pool_pages)
+      throw Error(what, "the padding page " + std::to_string(padding_page) + " is outside the pool of " + std::to_string(pool_pages));
+    for (std::size_t g = G; g < static_cast<std::size_t>(pad_groups); ++g) {
+      s.qo_indptr.push_back(T);
+      s.page_indices.push_back(padding_page);
+      s.page_indptr.push_back(static_cast<int>(s.page_indices.size()));
+      s.last_page_len.push_back(1);
+    }
+  }
   return s;
+}
+
+SuffixPages suffix_pages(std::span<const SuffixRow> rows, int page_tokens, int pool_blocks) {
+  const char* what = "suffix_pages";
+  if (page_tokens < 1) throw Error(what, "expected page_tokens >= 1, got " + std::to_string(page_tokens));
+  SuffixPages p;
+  p.indptr.reserve(rows.size() + 1);
+  p.last_page_len.reserve(rows.size());
+  std::size_t total = 0;
+  for (const SuffixRow& r : rows) total += static_cast<std::size_t>(pages_for(std::max(r.len, 0), page_tokens));
+  p.indices.reserve(total);
+  p.indptr.push_back(0);
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    const SuffixRow& r = rows[t];
+    if (r.len < 0) throw Error(what, "row " + std::to_string(t) + " has " + std::to_string(r.len) + " positions");
+    const int n = pages_for(r.len, page_tokens);
+    if (static_cast<std::size_t>(n) > r.blocks.size())
+      throw Error(what, "row " + std::to_string(t) + "'s " + std::to_string(r.len) + " positions need " + std::to_string(n) +
+                            " blocks, its table has " + std::to_string(r.blocks.size()));
+    for (int b : r.blocks.first(static_cast<std::size_t>(n))) {
+      if (b < 0 || b >= pool_blocks)
+        throw Error(what, "row " + std::to_string(t) + " has block " + std::to_string(b) + ", outside the pool of " + std::to_string(pool_blocks));
+      p.indices.push_back(b);
+    }
+    p.indptr.push_back(static_cast<int>(p.indices.size()));
+    p.last_page_len.push_back(n == 0 ? 0 : r.len - (n - 1) * page_tokens);
+  }
+  return p;
+}
+
+CascadeShape cascade_shape(int rows, int groups, bool fixed_grid) {
+  if (rows < 1 || groups < 1 || groups > rows)
+    throw Error("cascade_shape", std::to_string(groups) + " groups of " + std::to_string(rows) + " rows");
+  if (!fixed_grid) return {rows, groups, rows};
+  return {rows, rows, 2 * rows - 1};
+}
+
+CascadeLayout cascade_layout(int rows, std::size_t prefix_capacity, std::size_t suffix_capacity) {
+  if (rows < 1) throw Error("cascade_layout", "a step of " + std::to_string(rows) + " rows");
+  const auto T = static_cast<std::size_t>(rows);
+  CascadeLayout l;
+  l.rows = rows;
+  std::size_t at = 0;
+  auto take = [&](std::size_t n) {  // 4 ints: 16 bytes
+    const std::size_t off = at;
+    at = (at + n + 3) / 4 * 4;
+    return off;
+  };
+  l.order = take(T), l.map = take(3 * T);
+  l.qo_indptr = take(T + 1), l.page_indptr = take(T + 1), l.last_page_len = take(T);
+  if (suffix_capacity > 0) l.suffix_indptr = take(T + 1), l.suffix_last = take(T), l.suffix_indices = take(suffix_capacity);
+  l.page_indices = take(prefix_capacity);
+  l.size = at;
+  return l;
+}
+
+void write_cascade_ints(const CascadeStep& step, const SuffixPages* suffix, const CascadeLayout& layout, int* out) {
+  const char* what = "write_cascade_ints";
+  const auto T = static_cast<std::size_t>(layout.rows);
+  const std::size_t G = step.qo_indptr.size() - 1;
+  const std::size_t prefix_room = layout.size - layout.page_indices;
+  const bool has_suffix = layout.suffix_indptr != CascadeLayout::kAbsent;
+  if (step.order.size() != T || step.map.size() != 3 * T || step.qo_indptr.empty() || G > T)
+    throw Error(what, "a plan of " + std::to_string(step.order.size()) + " rows and " + std::to_string(G) + " groups for a layout of " +
+                          std::to_string(T) + " rows");
+  if (step.page_indices.size() > prefix_room)
+    throw Error(what, std::to_string(step.page_indices.size()) + " prefix pages for room for " + std::to_string(prefix_room));
+  if (has_suffix != (suffix != nullptr)) throw Error(what, "the layout and the suffix page table disagree");
+  auto put = [&](const std::vector<int>& v, std::size_t off) { std::copy(v.begin(), v.end(), out + off); };
+  put(step.order, layout.order), put(step.map, layout.map);
+  put(step.qo_indptr, layout.qo_indptr), put(step.page_indptr, layout.page_indptr), put(step.last_page_len, layout.last_page_len);
+  put(step.page_indices, layout.page_indices);
+  if (suffix) {
+    if (suffix->indptr.size() != T + 1 || suffix->last_page_len.size() != T)
+      throw Error(what, "a suffix page table of " + std::to_string(suffix->last_page_len.size()) + " rows for " + std::to_string(T));
+    if (suffix->indices.size() > layout.page_indices - layout.suffix_indices)
+      throw Error(what, std::to_string(suffix->indices.size()) + " suffix pages for room for " +
+                            std::to_string(layout.page_indices - layout.suffix_indices));
+    put(suffix->indptr, layout.suffix_indptr), put(suffix->last_page_len, layout.suffix_last), put(suffix->indices, layout.suffix_indices);
+  }
 }
 
 }  // namespace bestofn::cuda

@@ -15,9 +15,15 @@ namespace {
 
 bool cascade_attention_built() { return false; }
 bool cascade_attention_supported(int, int, int) { return false; }
-CascadeSchedule cascade_schedule(const CascadeWorkspace&, std::vector<int>&, std::vector<int>&, int, int, int, bool, cudaStream_t) {
+CascadeSchedule cascade_schedule(const CascadeWorkspace&, int*, int*, int, int, int, int, int, bool, cudaStream_t) {
   missing("cascade_schedule");
 }
 void cascade_prefix_attention_cuda(const CascadePrefixArgs&, cudaStream_t) { missing("cascade_prefix_attention_cuda"); }
+bool cascade_suffix_supported(int, int, int, KvFormat) { return false; }
+CascadeSuffixSchedule cascade_suffix_schedule(const CascadeWorkspace&, int*, int, int, int, int, bool, cudaStream_t) {
+  missing("cascade_suffix_schedule");
+}
+void cascade_suffix_attention_cuda(const CascadeSuffixArgs&, cudaStream_t) { missing("cascade_suffix_attention_cuda"); }
+CascadeSuffixStates cascade_suffix_states(const CascadeSuffixArgs&) { missing("cascade_suffix_states"); }
 
 }  // namespace bestofn::cuda

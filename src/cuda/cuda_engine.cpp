@@ -66,6 +66,10 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   if (opt.cuda.cascade_attention) {
     if (prefix_gemm_) throw Error("--cascade-attention and --cuda-prefix-gemm: two paths for the same shared-prefix attention, pick one");
     cascade_ = std::make_unique<CascadeAttention>(stream_, c_.n_layers, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_);
+    // --paged-kv: the suffixes by FlashInfer's paged decode over the block pools where it applies
+    // (BF16 KV, 4 query heads per KV head), else by cascade_merge_cuda (cascade_attention.h).
+    static_assert(PagedKv::kBlockTokens == kCascadePageTokens, "FlashInfer's decode reads --paged-kv's blocks as its pages");
+    if (paged_) cascade_->use_paged_suffix(paged_->layout(), paged_->blocks() + (paged_->scratch_block() >= 0 ? 1 : 0));
   }
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);

@@ -122,14 +122,18 @@ void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
   s.starts = paged_ ? arena_.at<int>(lay.starts) : nullptr;
   s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
-  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedule
+  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedules
     std::vector<CascadeRow> by_row(n);
+    // With FlashInfer's decode for the suffixes: each row's block table and positions, this step's
+    // row included (the padding rows attend to no suffix).
+    std::vector<SuffixRow> suffix(cascade_->suffix_decode() ? n : 0);
     for (std::size_t i = 0; i < n; ++i) {
       const bool pad = i >= n_real;
       const Prefix& pre = pad ? *padding_ : prefix_at(s.batch[i]->prefix);
       by_row[i] = {pad ? kPaddingPrefix : s.batch[i]->prefix, pre.cascade_page, pre.kv.len};
+      if (!suffix.empty() && !pad) suffix[i] = {s.batch[i]->paged.blocks, s.batch[i]->kv.len + 1};
     }
-    s.cascade = cascade_->plan(by_row, graphs_ != nullptr);
+    s.cascade = cascade_->plan(by_row, suffix, graphs_ != nullptr);
   }
   // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
   // part-1 kernel split over positions; chunks when few rows leave the GPU idle.

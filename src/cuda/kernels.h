@@ -188,11 +188,13 @@ void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, co
                        const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
 
 // --- --cascade-attention (kernels/cascade_attention.cu: FlashInfer's paged batch prefill on tensor
-//     cores; kernels/cascade_gather.cu; plans in src/cuda/cascade_plan.h) ---
+//     cores and its paged batch decode; kernels/cascade_gather.cu; plans in src/cuda/cascade_plan.h) ---
 // Every prefix group's query rows (all heads of all its candidates) against the group's prompt K/V
 // in pages of kCascadePageTokens positions of a per-layer BF16 page pool (pages, 16, n_kv, hd),
 // one launch per layer; the prefix state (normalized BF16 output, base-2 LSE) then merges with
-// each candidate's suffix in cascade_merge_cuda.
+// each candidate's suffix: with --paged-kv and BF16 KV, the suffixes by FlashInfer's paged decode
+// over the block pools (cascade_suffix_attention_cuda) and one merge pass for the batch
+// (cascade_state_merge_cuda); otherwise in cascade_merge_cuda, today's per-row kernel.
 constexpr int kCascadePageTokens = 16;
 // False when this build has no FlashInfer headers (cmake/Cuda.cmake says so when it configures).
 bool cascade_attention_built();
@@ -216,10 +218,13 @@ struct CascadeSchedule {
 };
 // On the host (FlashInfer's PrefillPlan), outside any graph capture; uploads its arrays on `stream`
 // from ws.int_pinned, which must not be rewritten before that copy ran. qo_indptr: query rows per
-// group (prefix sums); page_indptr: pages per group (prefix sums). fixed_grid: FlashInfer's CUDA
-// graph mode (a grid that does not depend on the lengths, a valid-block mask instead).
-CascadeSchedule cascade_schedule(const CascadeWorkspace& ws, std::vector<int>& qo_indptr, std::vector<int>& page_indptr,
-                                 int n_heads, int n_kv, int hd, bool fixed_grid, cudaStream_t stream);
+// group (groups + 1 prefix sums); page_indptr: pages per group; row_bound: the most query rows
+// (qo_indptr[groups] under eager plans; cascade_shape's bound with fixed_grid, FlashInfer's CUDA
+// graph mode: a grid that does not depend on the lengths, a valid-block mask instead). Plans
+// straight into the workspace given; only when it is too small are the sizes asked for (FlashInfer
+// splits the rows once per call), and the result says so.
+CascadeSchedule cascade_schedule(const CascadeWorkspace& ws, int* qo_indptr, int* page_indptr, int groups, int row_bound, int n_heads,
+                                 int n_kv, int hd, bool fixed_grid, cudaStream_t stream);
 struct CascadePrefixArgs {
   const std::uint16_t* q = nullptr;  // (rows, n_heads, hd) BF16, the rows in group order
   const std::uint16_t* k_pages = nullptr;
@@ -244,6 +249,57 @@ void cascade_merge_cuda(const float* q, const int* map, const float* prefix_lse2
                         const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
                         int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
                         const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
+
+// The suffix side on FlashInfer's BatchDecodeWithPagedKVCacheKernel, the one instantiation
+// BatchDecodeWithPagedKVCacheDispatched picks for this shape (kernels/cascade_attention.cu says why
+// it is launched directly): F32 queries, BF16 pages of the --paged-kv block pools (page = block,
+// kCascadePageTokens positions, NHD), head_dim 128, 4 query heads per KV head (Llama 3 8B), F32
+// output. Other shapes and FP8 KV keep cascade_merge_cuda.
+bool cascade_suffix_supported(int n_heads, int n_kv, int hd, KvFormat kv);
+// FlashInfer's DecodePlanInfo as its 10 ints (grid, split, the offsets of its arrays).
+struct CascadeSuffixSchedule {
+  bool planned = false;  // false: the workspace was too small (float_bytes, int_bytes say what it needs)
+  std::array<std::int64_t, 10> info{};
+  std::size_t float_bytes = 0, int_bytes = 0;
+};
+// On the host (FlashInfer's DecodePlan), outside any capture, as cascade_schedule: indptr (rows +
+// 1) the suffix page table's row starts. Split-KV (chunks of at least 8 pages, merged by
+// cascade_state_merge_cuda) when rows x n_kv blocks leave the device idle; with fixed_grid the grid
+// and the split depend on the rows alone (split iff rows x n_kv is under one wave of blocks).
+CascadeSuffixSchedule cascade_suffix_schedule(const CascadeWorkspace& ws, int* indptr, int rows, int n_heads, int n_kv, int hd,
+                                              bool fixed_grid, cudaStream_t stream);
+struct CascadeSuffixArgs {
+  const float* q = nullptr;              // (rows, n_heads, hd) F32, batch order
+  const std::uint16_t* k_pages = nullptr;  // the layer's K block pool: (blocks, 16, n_kv, hd) BF16
+  const std::uint16_t* v_pages = nullptr;
+  const int* indptr = nullptr;         // (rows + 1), device: suffix_pages (src/cuda/cascade_plan.h)
+  const int* indices = nullptr;
+  const int* last_page_len = nullptr;  // (rows)
+  int rows = 0, n_heads = 0, n_kv = 0, hd = 0;
+  float sm_scale = 0.0f;  // 1 / sqrt(hd)
+  float* out = nullptr;   // (rows, n_heads, hd) F32, normalized: the states when the schedule does not split
+  float* lse = nullptr;   // (rows, n_heads), base 2 (-inf for an empty suffix)
+  const CascadeSuffixSchedule* schedule = nullptr;
+  CascadeWorkspace ws;
+};
+// Each row's attention over its own suffix. Twin: cpu::decode_attention over the suffix alone.
+void cascade_suffix_attention_cuda(const CascadeSuffixArgs& args, cudaStream_t stream);
+// Where cascade_suffix_attention_cuda leaves row t's states: chunks [chunk_indptr[t],
+// chunk_indptr[t + 1]) of o (chunks, n_heads, hd) and lse2 (chunks, n_heads) in FlashInfer's
+// float workspace when it splits, else (chunk_indptr null) the one state at row t of out and lse.
+struct CascadeSuffixStates {
+  const float* o = nullptr;
+  const float* lse2 = nullptr;
+  const int* chunk_indptr = nullptr;
+};
+CascadeSuffixStates cascade_suffix_states(const CascadeSuffixArgs& args);
+// out (T, n_heads, hd) F32: the cascade's prefix state at state_row(t, h) (as cascade_merge_cuda
+// reads it) merged by log-sum-exp with row t's suffix states (CascadeSuffixStates: normalized F32
+// outputs, base-2 log-sum-exp, -inf for an empty chunk), one pass for the batch. Twin: the host
+// merge of the states in double.
+void cascade_state_merge_cuda(const int* map, const float* prefix_lse2, const std::uint16_t* prefix_o, const float* suffix_o,
+                              const float* suffix_lse2, const int* chunk_indptr, int T, int n_heads, int n_kv, int hd, float* out,
+                              cudaStream_t stream);
 // out (rows, n_heads, hd) BF16 = bf16(q[order[r]]) for q (T, n_heads, hd) F32, round to nearest
 // even: the queries gathered into group order. Twin: bf16_from_float.
 void gather_queries_bf16_cuda(const float* q, const int* order, int rows, int n_heads, int hd, std::uint16_t* out, cudaStream_t stream);
