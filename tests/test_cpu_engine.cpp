@@ -365,8 +365,7 @@ TEST_P(HfFp8Models, CompressedTensorsCheckpointGivesTheOnlineFp8Numbers) {
   expect_fp8_close_to_hf(a, g, "compressed-tensors fp8");
 }
 
-namespace {
-
+// A tiny synthetic model of this dtype in dir / dtype (test_cpu_runs.cpp uses it too).
 std::shared_ptr<const Weights> synthetic(const test::TempDir& dir, const std::string& dtype) {
   SyntheticOptions o;
   o.shape = "tiny";
@@ -376,6 +375,8 @@ std::shared_ptr<const Weights> synthetic(const test::TempDir& dir, const std::st
   make_synthetic(o);
   return load(o.out);
 }
+
+namespace {
 
 // The logits of candidate (prompt 0, index 0) over `steps` decode steps, greedy or sampled,
 // decoded alone or in the middle of `others` distractor candidates (half on its own prefix, half

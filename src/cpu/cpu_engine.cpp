@@ -99,10 +99,10 @@ void CpuEngine::rope_angles(const std::vector<int>& pos) {
 }
 
 // One transformer layer over T = pos.size() tokens; token t sits at position pos[t], its K and V
-// go to cache_of(t) (a cache per token when own_caches, else one shared), and `attend` fills att_
-// from q_ and the caches.
-void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of, bool own_caches,
-                      const std::function<void()>& attend) {
+// go to cache_of(t) (the rows of one run, runs[i] .. runs[i + 1] - 1, to one cache in order), and
+// `attend` fills att_ from q_ and the caches.
+void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of,
+                      std::span<const std::size_t> runs, const std::function<void()>& attend) {
   const LayerWeights& L = w_->layers[static_cast<std::size_t>(l)];
   const std::size_t T = pos.size();
   const auto d = static_cast<std::size_t>(c_.dim), qd = static_cast<std::size_t>(c_.q_dim()), kd = static_cast<std::size_t>(c_.kv_dim());
@@ -126,10 +126,8 @@ void CpuEngine::layer(int l, const std::vector<int>& pos, const std::function<Ca
       cache.v[static_cast<std::size_t>(l)].append(v_.data() + t * kd);
     }
   };
-  // Tokens with caches of their own (a decode step's slots) go over the pool; a prefill's all
-  // append to one cache, in order.
-  if (own_caches) pool_.run(T, rotate_append);
-  else rotate_append(0, T);
+  // Runs (a decode step's slots) go over the pool; a run's rows append to its cache in order.
+  pool_.run(runs.size() - 1, [&](std::size_t r0, std::size_t r1) { rotate_append(runs[r0], runs[r1]); });
   const auto t_att = Clock::now();
   attend();
   add_since(t_att, &PhaseTimes::attention_ms);
@@ -202,7 +200,7 @@ void CpuEngine::prefill_pass(std::span<const PrefillSegment> pass, std::span<con
   rope_angles(pos);
   // Each prompt's rows append to its own cache in order (the rows of a segment are consecutive).
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t t) -> Cache& { return *cache[t]; }, false, [&] { attend_prefill(l, segments); });
+    layer(l, pos, [&](std::size_t t) -> Cache& { return *cache[t]; }, std::array<std::size_t, 2>{0, T}, [&] { attend_prefill(l, segments); });
   // The last rows of the prompts that end in this pass (consecutive prompts: every segment but
   // perhaps the last) gathered to the first rows of x_ (row k moves to row m <= k), then their logits.
   const auto d = static_cast<std::size_t>(c_.dim), V = static_cast<std::size_t>(c_.vocab_size);
@@ -219,19 +217,36 @@ void CpuEngine::prefill_pass(std::span<const PrefillSegment> pass, std::span<con
 }
 
 void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) {
-  const std::size_t T = slots.size();
+  const std::vector<int> ones(slots.size(), 1);
+  decode_runs(slots, ones, tokens, logits);
+}
+
+// A decode step of runs: slot i's counts[i] rows are consecutive rows of the batch, at consecutive
+// positions; every row's arithmetic is the one it gets in a step of its own (the GEMMs and the
+// prefix attention are row by row; its suffix attention covers its slot's positions up to its
+// own), so k rows of a run give the logits of k single steps bit for bit.
+void CpuEngine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
+                            std::span<float> logits) {
+  if (counts.size() != slots.size()) throw Error("decode: slots and counts sizes disagree");
+  std::vector<std::size_t> runs = {0};
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (counts[i] < 1) throw Error("decode: slot " + std::to_string(slots[i]) + " has a run of " + std::to_string(counts[i]) + " tokens");
+    runs.push_back(runs.back() + static_cast<std::size_t>(counts[i]));
+  }
+  const std::size_t T = runs.back();
   if (tokens.size() != T || logits.size() != T * static_cast<std::size_t>(c_.vocab_size))
     throw Error("decode: slots, tokens and logits sizes disagree");
   if (T == 0) return;
   std::vector<Slot*> batch(T);
   std::vector<int> pos(T);
-  for (std::size_t t = 0; t < T; ++t) {
-    batch[t] = &slot_at(slots[t]);
-    pos[t] = slot_length(slots[t]);
-    if (pos[t] >= c_.max_position_embeddings)
-      throw Error("slot " + std::to_string(slots[t]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
-    for (std::size_t u = 0; u < t; ++u)
-      if (slots[u] == slots[t]) throw Error("decode: slot " + std::to_string(slots[t]) + " appears twice in one step");
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    for (std::size_t u = 0; u < i; ++u)
+      if (slots[u] == slots[i]) throw Error("decode: slot " + std::to_string(slots[i]) + " appears twice in one step");
+    Slot* slot = &slot_at(slots[i]);
+    const int len = slot_length(slots[i]);
+    if (len + counts[i] > c_.max_position_embeddings)
+      throw Error("slot " + std::to_string(slots[i]) + " is at the context limit (" + std::to_string(c_.max_position_embeddings) + ")");
+    for (std::size_t t = runs[i]; t < runs[i + 1]; ++t) batch[t] = slot, pos[t] = len + static_cast<int>(t - runs[i]);
   }
   const auto t0 = Clock::now();
   timing_ = true;
@@ -244,10 +259,22 @@ void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, 
   const std::vector<PrefixGroup> groups = group_by_prefix(batch);  // once per step, not per layer
   rope_angles(pos);
   for (int l = 0; l < c_.n_layers; ++l)
-    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, true, [&] { attend_decode(l, batch, groups); });
+    layer(l, pos, [&](std::size_t t) -> Cache& { return batch[t]->kv; }, runs, [&] { attend_decode(l, batch, pos, groups); });
   logits_rows(0, T, logits.data());
   add_since(t0, &PhaseTimes::total_ms);
   times_.steps++;
+}
+
+void CpuEngine::truncate_slot(int s, int length) {
+  Slot& slot = slot_at(s);
+  const int prefix = prefix_at(slot.prefix).len;
+  if (length < prefix || length > slot_length(s))
+    throw Error("truncate_slot: slot " + std::to_string(s) + " holds " + std::to_string(slot_length(s)) + " positions, its prefix " +
+                std::to_string(prefix) + "; asked to keep " + std::to_string(length));
+  for (std::size_t l = 0; l < slot.kv.k.size(); ++l) {
+    slot.kv.k[l].truncate(static_cast<std::size_t>(length - prefix));
+    slot.kv.v[l].truncate(static_cast<std::size_t>(length - prefix));
+  }
 }
 
 }  // namespace cpu

@@ -67,6 +67,10 @@ class CpuEngine final : public Engine {
     return prefixes_.at(slot.prefix).len + static_cast<int>(slot.kv.k[0].rows());
   }
   void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
+  bool takes_runs() const override { return true; }
+  void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
+                   std::span<float> logits) override;
+  void truncate_slot(int s, int length) override;
   PhaseTimes take_phase_times() override { return std::exchange(times_, PhaseTimes{}); }
 
  private:
@@ -129,8 +133,11 @@ class CpuEngine final : public Engine {
     std::vector<std::size_t> rows;
   };
   std::vector<PrefixGroup> group_by_prefix(std::span<Slot* const> batch) const;
-  void attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups);
-  void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of, bool own_caches,
+  // batch[t]: row t's slot (a slot's rows consecutive, at consecutive positions pos[t]): row t
+  // attends to its slot's suffix up to its own position.
+  void attend_decode(int layer, std::span<Slot* const> batch, const std::vector<int>& pos, const std::vector<PrefixGroup>& groups);
+  // runs: boundaries of the row runs that append to one cache each, in order ({0, T}: all one).
+  void layer(int l, const std::vector<int>& pos, const std::function<Cache&(std::size_t)>& cache_of, std::span<const std::size_t> runs,
              const std::function<void()>& attend);
   void ffn(int layer, std::size_t T);
   void logits_rows(std::size_t first, std::size_t T, float* out);

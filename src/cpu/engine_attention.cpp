@@ -141,7 +141,7 @@ std::vector<CpuEngine::PrefixGroup> CpuEngine::group_by_prefix(std::span<Slot* c
 // Up to this many queries of one KV head read a BF16 cache in place (two register blocks of 6).
 constexpr std::size_t kInPlaceRows = 12;
 
-void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<PrefixGroup>& groups) {
+void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std::vector<int>& pos, const std::vector<PrefixGroup>& groups) {
   const std::size_t hd = static_cast<std::size_t>(c_.head_dim), qd = static_cast<std::size_t>(c_.q_dim());
   const std::size_t hdp = cpu::round_up(hd, 16);  // the row stride of prefix_values' output
   const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
@@ -185,7 +185,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
       std::vector<Softmax> sp(R);
       softmax_rows(scores.data(), R, Lp, sp.data());
       values_of(PV, off, Lp, scores.data(), Rp, acc);
-      // Suffix, per slot: its `group` query heads against the slot's own K and V, the same two
+      // Suffix, per row: its `group` query heads against its slot's K and V up to its position, the same two
       // blocked products (every query's sums in the same order as alone); then the log-sum-exp
       // merge into att.
       const std::size_t Gp = cpu::round_up(group, cpu::kPrefixRowBlock);
@@ -193,7 +193,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
         const Slot& S = *batch[rows[b]];
         const KvRows& SK = S.kv.k[static_cast<std::size_t>(layer)];
         const KvRows& SV = S.kv.v[static_cast<std::size_t>(layer)];
-        const std::size_t Ls = SK.rows();
+        const auto Ls = static_cast<std::size_t>(pos[rows[b]] + 1 - P.len);  // its own position and the slot's before it
         qt.assign(hd * Gp, 0.0f);
         for (std::size_t g = 0; g < group; ++g)
           for (std::size_t i = 0; i < hd; ++i) qt[i * Gp + g] = q_of(b * group + g)[i];

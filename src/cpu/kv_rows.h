@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/model/quantize.h"
+#include "bestofn/util/error.h"
 #include "bestofn/util/numeric.h"
 #include "cpu/prefix_attention.h"
 
@@ -95,6 +97,29 @@ class KvRows {
     }
   }
   std::size_t rows() const { return len_; }
+  // Drops rows n .. rows() - 1 (n <= rows()): their tiles' entries become zeros again, as append
+  // and the tile readers expect past the last row, and tiles wholly past n are freed.
+  void truncate(std::size_t n) {
+    if (n > len_) throw Error("KvRows::truncate: " + std::to_string(n) + " rows asked of " + std::to_string(len_));
+    const std::size_t tiles = (n + kTile - 1) / kTile, kept = std::min(len_, tiles * kTile);
+    for (std::size_t j = n; j < kept; ++j)
+      for (std::size_t e = 0; e < width_; ++e) {
+        const std::size_t i = at(j, e);
+        switch (kind_) {
+          case Kv::BF16: h_[i] = 0; break;
+          case Kv::FP8: c_[i] = 0; break;
+          default: f_[i] = 0.0f;
+        }
+      }
+    if (kind_ == Kv::FP8) {
+      std::fill(s_.begin() + static_cast<std::ptrdiff_t>(n * heads_), s_.begin() + static_cast<std::ptrdiff_t>(kept * heads_), 0.0f);
+      s_.resize(tiles * kTile * heads_);
+    }
+    h_.resize(kind_ == Kv::BF16 ? tiles * kTile * width_ : 0);
+    c_.resize(kind_ == Kv::FP8 ? tiles * kTile * width_ : 0);
+    f_.resize(kind_ == Kv::F32 ? tiles * kTile * width_ : 0);
+    len_ = n;
+  }
   // A BF16 cache read in place (cpu::prefix_scores_bf16 / prefix_values_bf16): one head's slice
   // (off = head * head_dim) of the first tile, tiles tile_stride() elements apart; nullptr for
   // other kinds and an empty cache.

@@ -131,6 +131,18 @@ class Engine {
   // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
   // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
   virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
+  // Verification of drafted tokens (--speculate): one step in which slots[i] takes counts[i] >= 1
+  // consecutive tokens (tokens holds them slot after slot), at positions slot_length(slots[i]) ..
+  // + counts[i] - 1, each attending causally to its slot's earlier positions and to the ones
+  // before it in its run; logits come back per token in the same order (sum(counts) x
+  // vocab_size). The caller drops the tokens it rejects with truncate_slot. Engines that do this
+  // say so with takes_runs(); the default takes runs of one token (decode) and refuses longer.
+  virtual bool takes_runs() const { return false; }
+  virtual void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
+                           std::span<float> logits);
+  // Drops the slot's positions from `length` on (its prefix's length <= length <= slot_length):
+  // its next token goes at `length`. The default only accepts length == slot_length.
+  virtual void truncate_slot(int slot, int length);
   // One step as decode, then row i sampled on the engine's device by the rule and draws of
   // sample_token (params.seed, prompt[i], candidate[i], step[i]): only the samples come back, not
   // the logits. Returns false, doing nothing, where the engine does not sample itself (the CPU
