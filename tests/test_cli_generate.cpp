@@ -23,6 +23,7 @@ TEST(CliGenerate, DoneWhenCommandIsReproducibleWhateverBatchAndThreads) {
   };
   EXPECT_EQ(with({"--batch", "1", "--threads", "1"}), a.out);
   EXPECT_EQ(with({"--batch", "3", "--threads", "2"}), a.out);
+  EXPECT_EQ(with({"--batch", "3", "--speculate", "4"}), a.out);  // drafts verified, the same rows
   EXPECT_NE(with({"--seed", "2"}), a.out);
   // An FP8 KV cache: the same reproducibility whatever --batch and --threads.
   const std::string fp8 = with({"--kv-cache", "fp8"});
@@ -49,6 +50,7 @@ TEST(CliGenerate, PrefillTokensDoNotChangeTheRows) {
   EXPECT_EQ(with("1"), all);
   EXPECT_EQ(with("7"), all);
   expect_failure({"generate", "--model", m, "--prompt", "x", "--prefill-tokens", "0"}, 2, {"--prefill-tokens"});
+  expect_failure({"generate", "--model", m, "--prompt", "x", "--speculate", "-1"}, 2, {"--speculate"});
 }
 
 TEST(CliGenerate, PromptFilesRowsInOrderAndAtomicOutput) {

@@ -15,7 +15,7 @@ void add_chat_template_flags(CLI::App* sub, CLI::Option* chat, std::string& form
 // --kv-cache auto|f32|bf16|fp8 into `value` (checked by CLI11); kv_cache_kind reads it.
 void add_kv_cache_flag(CLI::App* sub, std::string& value);
 
-// --model --tokenizer --quantize --device --threads --batch --prefill-tokens --cuda-prefix-gemm --fused-qkv
+// --model --tokenizer --quantize --device --threads --batch --prefill-tokens --speculate --cuda-prefix-gemm --fused-qkv
 // --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --cascade-attention --kv-cache
 void add_model_flags(CLI::App* sub, ModelOptions& f);
 // The CUDA engine's flags (--cuda-prefix-gemm ... --cuda-graphs, --kv-blocks) with --device cpu

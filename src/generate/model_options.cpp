@@ -69,6 +69,7 @@ GenerationOptions generation_options(const ModelOptions& f, const LoadedModel& m
   go.max_new_tokens = f.max_new_tokens;
   go.batch = f.batch;
   go.prefill_tokens = f.prefill_tokens;
+  go.speculate = f.speculate;
   go.overlap_stop_checks = f.device_sampling;  // the host waits on the device's samples: check text meanwhile
   go.stop = f.stop;
   go.eos_ids = m.weights->config.eos_token_ids;

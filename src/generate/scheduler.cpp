@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "bestofn/engine/engine.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/parallel.h"
+#include "bestofn/generate/drafts.h"
 #include "bestofn/generate/stop_strings.h"
 #include "bestofn/tokenizer/tokenizer.h"
 
@@ -28,6 +30,7 @@ struct PromptState {
   int prefix = -1;
   std::vector<float> logits;  // of the prompt's last position: every candidate's first draw
   int unfinished = 0;
+  std::unique_ptr<DraftIndex> drafts;  // --speculate: the prompt and its candidates' tokens
 };
 
 struct Active {
@@ -35,6 +38,7 @@ struct Active {
   Candidate c;
   std::unique_ptr<IncrementalDecoder> decoder;
   int next_token = -1;  // sampled, not yet fed to the engine
+  int doc = -1;         // its document in its prompt's DraftIndex (--speculate)
   // The last sampled token while its text is not decoded yet (check_text), and the end it makes
   // without looking at the text ("eos", "length"; empty: none).
   std::optional<int> unchecked;
@@ -93,42 +97,40 @@ class Run {
         continue;
       }
       const std::size_t B = feed.size();
-      std::vector<int> slots(B), tokens(B);
-      for (std::size_t b = 0; b < B; ++b) slots[b] = feed[b]->slot, tokens[b] = feed[b]->next_token;
+      std::vector<int> slots(B), tokens(B), fed(B);
+      for (std::size_t b = 0; b < B; ++b) slots[b] = feed[b]->slot, tokens[b] = feed[b]->next_token, fed[b] = engine_.slot_length(slots[b]);
+      std::vector<std::vector<int>> drafts = draft(feed);
+      stats_.steps++, stats_.candidate_steps += B;
+      if (std::any_of(drafts.begin(), drafts.end(), [](const auto& d) { return !d.empty(); })) {
+        verify(feed, check, drafts, fed, logits);
+        sweep();
+        if (on_step) on_step(stats_, finished_);
+        continue;
+      }
       // The engine samples itself when it can (--device-sampling: only the samples come back);
       // else the logits come back and the draws, independent per candidate, run here in parallel.
       std::vector<Sample> drawn(B);
       std::vector<std::uint64_t> prompt(B), candidate(B), step(B);
       for (std::size_t b = 0; b < B; ++b) std::tie(prompt[b], candidate[b], step[b]) = draw_ids(*feed[b]);
-      std::future<void> checking;  // check_text touches only the candidates' text, decoders and ends
-      if (!check.empty())
-        checking = std::async(std::launch::async, [this, check] {
-          for (Active* a : check) check_text(*a);
-        });
-      const auto t0 = Clock::now();
       bool sampled = false;
-      try {
+      step_checking(check, [&] {
         // (The device sampler draws from the whole logits row: with padded rows the host draws.)
         sampled = sample_vocab_ == vocab_ && engine_.decode_sample(slots, tokens, opt_.sampling, prompt, candidate, step, drawn);
         if (!sampled) {
           logits.resize(B * vocab_);
           engine_.decode(slots, tokens, logits);
         }
-      } catch (...) {
-        if (checking.valid()) checking.wait();  // the checks touch the candidates: let them finish first
-        throw;
-      }
-      stats_.decode_seconds += since(t0);
-      stats_.steps++;
-      if (checking.valid()) checking.get();
+      });
+      const auto t1 = Clock::now();
       if (!sampled)
         parallel_for(B, [&](std::size_t b0, std::size_t b1) {
           SamplerScratch local;
           for (std::size_t b = b0; b < b1; ++b) drawn[b] = draw(*feed[b], std::span<const float>(logits).subspan(b * vocab_, vocab_), local);
         });
+      stats_.sample_seconds += since(t1);
       for (std::size_t b = 0; b < B; ++b) {
         if (!feed[b]->c.finish_reason.empty()) continue;  // stopped by its previous token: this sample is dropped
-        accept_sync(*feed[b], drawn[b]);
+        accept_sync(*feed[b], drawn[b], fed[b] + 1);
         if (!opt_.overlap_stop_checks) check_text(*feed[b]);
       }
       sweep();
@@ -138,14 +140,105 @@ class Run {
   }
 
  private:
+  // Runs an engine step (timed as decode), the text of `check`'s unchecked tokens checked on
+  // another thread meanwhile (check_text touches only the candidates' text, decoders and ends).
+  void step_checking(const std::vector<Active*>& check, const std::function<void()>& step) {
+    std::future<void> checking;
+    if (!check.empty())
+      checking = std::async(std::launch::async, [this, check] {
+        for (Active* a : check) check_text(*a);
+      });
+    const auto t0 = Clock::now();
+    try {
+      step();
+    } catch (...) {
+      if (checking.valid()) checking.wait();  // the checks touch the candidates: let them finish first
+      throw;
+    }
+    stats_.decode_seconds += since(t0);
+    if (checking.valid()) checking.get();
+  }
+
   // The RNG indexes of a candidate's next draw: (prompt, candidate, step).
   std::tuple<std::uint64_t, std::uint64_t, std::uint64_t> draw_ids(const Active& a) const {
     const auto& rng = reqs_[a.c.prompt].rng_prompt;
     return {rng ? *rng : opt_.prompt_index_base + a.c.prompt, static_cast<std::uint64_t>(a.c.index), a.c.token_ids.size()};
   }
-  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s) const {
+  // The draw `ahead` tokens past the candidate's next one (a drafted position).
+  Sample draw(const Active& a, std::span<const float> logits, SamplerScratch& s, std::uint64_t ahead = 0) const {
     const auto [prompt, candidate, step] = draw_ids(a);
-    return sample_token(logits.first(sample_vocab_), opt_.sampling, prompt, candidate, step, s);
+    return sample_token(logits.first(sample_vocab_), opt_.sampling, prompt, candidate, step + ahead, s);
+  }
+
+  // --speculate: each fed candidate's drafts, at most as many as it may still take (one token
+  // short of max_new_tokens and of the context, as the token sampled after them is taken too).
+  std::vector<std::vector<int>> draft(const std::vector<Active*>& feed) {
+    std::vector<std::vector<int>> out(feed.size());
+    if (opt_.speculate <= 0) return out;
+    const auto t0 = Clock::now();
+    for (std::size_t b = 0; b < feed.size(); ++b) {
+      const Active& a = *feed[b];
+      const int room = std::min({opt_.speculate, opt_.max_new_tokens - static_cast<int>(a.c.token_ids.size()) - 1,
+                                 context_ - engine_.slot_length(a.slot) - 1});
+      if (room <= 0) continue;
+      // The context's last tokens: the prompt's tail, then the candidate's (the index reads kMaxNgram).
+      const auto& prompt = reqs_[a.c.prompt].prompt_ids;
+      const auto& mine = a.c.token_ids;
+      std::vector<int> tail;
+      const std::size_t want = DraftIndex::kMaxNgram, from_prompt = want > mine.size() ? std::min(want - mine.size(), prompt.size()) : 0;
+      tail.insert(tail.end(), prompt.end() - static_cast<std::ptrdiff_t>(from_prompt), prompt.end());
+      tail.insert(tail.end(), mine.end() - static_cast<std::ptrdiff_t>(std::min(want, mine.size())), mine.end());
+      out[b] = prompts_[a.c.prompt].drafts->propose(tail, room);
+    }
+    stats_.draft_seconds += since(t0);
+    return out;
+  }
+
+  // A step with drafts: candidate b is fed its next token and drafts[b] as one run (fed[b]: its
+  // length before the step). Row j's draw is taken; while it equals drafts[b][j] the next row's
+  // is taken too, each token through accept_sync and check_text as plain decoding would take it
+  // (the last one's text as the mode says); the rows past the last taken token are dropped.
+  void verify(const std::vector<Active*>& feed, const std::vector<Active*>& check, const std::vector<std::vector<int>>& drafts,
+              const std::vector<int>& fed, std::vector<float>& logits) {
+    const std::size_t B = feed.size();
+    std::vector<int> slots(B), counts(B), tokens;
+    std::vector<std::size_t> row(B + 1, 0);
+    for (std::size_t b = 0; b < B; ++b) {
+      slots[b] = feed[b]->slot, counts[b] = 1 + static_cast<int>(drafts[b].size());
+      tokens.push_back(feed[b]->next_token);
+      tokens.insert(tokens.end(), drafts[b].begin(), drafts[b].end());
+      row[b + 1] = row[b] + static_cast<std::size_t>(counts[b]);
+      stats_.drafted_tokens += drafts[b].size();
+    }
+    step_checking(check, [&] {
+      logits.resize(row[B] * vocab_);
+      engine_.decode_runs(slots, counts, tokens, logits);
+    });
+    const auto t1 = Clock::now();
+    std::vector<std::vector<Sample>> drawn(B);
+    parallel_for(B, [&](std::size_t b0, std::size_t b1) {
+      SamplerScratch local;
+      for (std::size_t b = b0; b < b1; ++b)
+        for (std::size_t j = 0; j < static_cast<std::size_t>(counts[b]); ++j) {
+          drawn[b].push_back(draw(*feed[b], std::span<const float>(logits).subspan((row[b] + j) * vocab_, vocab_), local, j));
+          if (j == drafts[b].size() || drawn[b].back().token != drafts[b][j]) break;
+        }
+    });
+    stats_.sample_seconds += since(t1);
+    for (std::size_t b = 0; b < B; ++b) {
+      Active& a = *feed[b];
+      if (!a.c.finish_reason.empty()) continue;  // stopped by its previous token: these samples are dropped
+      std::size_t taken = 0;
+      while (taken < drawn[b].size()) {
+        accept_sync(a, drawn[b][taken], fed[b] + static_cast<int>(taken) + 1);
+        if (++taken == drawn[b].size() || !a.sync_end.empty()) break;
+        check_text(a);  // a drafted token's text, before the next is taken
+        if (!a.c.finish_reason.empty()) break;
+      }
+      stats_.accepted_tokens += std::min(taken, drawn[b].size() - 1);
+      if (a.unchecked && !opt_.overlap_stop_checks) check_text(a);
+      if (a.feedable()) engine_.truncate_slot(a.slot, fed[b] + static_cast<int>(taken));
+    }
   }
 
   // Fill free slots with pending candidates; prefill prompts on first use.
@@ -175,7 +268,11 @@ class Run {
       a->c.prompt = p;
       a->c.index = i;
       a->decoder = std::make_unique<IncrementalDecoder>(tok_, false);
-      accept_sync(*a, draw(*a, ps.logits, s));
+      if (opt_.speculate > 0) {
+        if (!ps.drafts) ps.drafts = std::make_unique<DraftIndex>(reqs_[p].prompt_ids);
+        a->doc = ps.drafts->add_document();
+      }
+      accept_sync(*a, draw(*a, ps.logits, s), engine_.slot_length(*slot));
       check_text(*a);
       active_.push_back(std::move(a));
       sweep();
@@ -210,8 +307,9 @@ class Run {
   }
 
   // Takes a sampled token, what needs no text: the id, its logprob, and the ends it makes by
-  // itself (EOS; the length limit or the context). check_text does the rest.
-  void accept_sync(Active& a, const Sample& smp) {
+  // itself (EOS; the length limit or the context). check_text does the rest. fed: the positions
+  // the candidate's slot holds before this token.
+  void accept_sync(Active& a, const Sample& smp, int fed) {
     Candidate& c = a.c;
     // The CPU sampler says -1; the device sampler's logprob goes NaN or Inf with its logits.
     if (smp.token < 0 || static_cast<std::size_t>(smp.token) >= vocab_ || !std::isfinite(smp.logprob))
@@ -219,6 +317,7 @@ class Run {
                   " of candidate " + std::to_string(c.index) + " of prompt " + reqs_[c.prompt].id +
                   ": a NaN or Inf in its weights or their scales, or activations that overflow");
     c.token_ids.push_back(smp.token);
+    if (a.doc >= 0) prompts_[c.prompt].drafts->append(a.doc, smp.token);
     c.cumulative_logprob += smp.logprob;
     stats_.generated_tokens++;
     a.unchecked = smp.token;
@@ -229,7 +328,7 @@ class Run {
     // Prompt and generated tokens fill the context at most (HF's max_length, vLLM's
     // max_model_len): this token, not yet fed, is the last one that fits when the fed ones and it
     // make context_.
-    const bool at_context = engine_.slot_length(a.slot) + 1 >= context_;
+    const bool at_context = fed + 1 >= context_;
     if (static_cast<int>(c.token_ids.size()) >= opt_.max_new_tokens || at_context) {
       a.sync_end = "length";
       return;
@@ -275,6 +374,7 @@ class Run {
       engine_.release_prefix(ps.prefix);
       ps.prefix = -1;
       ps.logits = {};
+      ps.drafts.reset();
     }
   }
 
@@ -351,6 +451,9 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::
   if (options.batch < 1) throw Error("--batch must be at least 1");
   if (options.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
   if (options.prefill_tokens < 1) throw Error("--prefill-tokens must be at least 1");
+  if (options.speculate < 0) throw Error("--speculate must be at least 0");
+  if (options.speculate > 0 && !engine.takes_runs())
+    throw Error("--speculate: the " + engine.name() + " engine does not verify drafted tokens yet (several positions per slot in one step); use --speculate 0");
   return Run(engine, tokenizer, requests, options, on_done).go(on_step);
 }
 

@@ -20,6 +20,7 @@ struct ModelOptions {
   std::string chat_template;  // --chat-template: a Jinja file (else chat_format chooses)
   int max_new_tokens = 256, top_k = -1, threads = 0, batch = 64;
   int prefill_tokens = kDefaultPrefillTokens;  // --prefill-tokens (GenerationOptions::prefill_tokens)
+  int speculate = 0;  // --speculate (GenerationOptions::speculate)
   float temperature = -1.0f, top_p = -1.0f, min_p = 0.0f;  // < 0: from generation_config.json
   std::uint64_t seed = 0;
   std::vector<std::string> stop;

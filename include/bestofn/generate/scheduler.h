@@ -55,6 +55,14 @@ struct GenerationOptions {
   // can move the low bits of the logits (GEMM algorithms, attention splits), as any change of
   // --batch can. On with --device-sampling, where the host would otherwise idle.
   bool overlap_stop_checks = false;
+  // --speculate K (0: off): each candidate drafts up to K next tokens from its prompt and its
+  // siblings' text (DraftIndex, bestofn/generate/drafts.h) and the engine verifies them in the
+  // same step (Engine::decode_runs). A drafted token is taken when it equals the token the sampler
+  // draws at its position (the draws are counter-based, so that token depends only on the logits
+  // there), up to the first that does not, where the sampler's token is taken: the candidates
+  // are, token for token, those of plain decoding (engines whose logits do not depend on the
+  // batch: the CPU engine), at any temperature, with the same stops. Needs Engine::takes_runs().
+  int speculate = 0;
 };
 
 struct Candidate {
@@ -71,6 +79,11 @@ struct GenerationStats {
   std::uint64_t generated_tokens = 0, prompt_tokens = 0, steps = 0;
   std::uint64_t cancelled = 0;  // candidates dropped or stopped by options.cancelled
   double prefill_seconds = 0.0, decode_seconds = 0.0;
+  // --speculate: tokens drafted, drafted tokens taken, and candidates fed summed over the steps
+  // (generated tokens per candidate step: (generated_tokens - first tokens) / candidate_steps).
+  std::uint64_t drafted_tokens = 0, accepted_tokens = 0, candidate_steps = 0;
+  // Host time of the decode loop beside the engine's steps: the draft lookups and the sampling.
+  double draft_seconds = 0.0, sample_seconds = 0.0;
 };
 
 // The most a generate() run of these requests asks of the engine (Engine::reserve, called at its

@@ -1,0 +1,116 @@
+// --speculate on the real llama-260k (llama2.c's TinyStories model, ../shared; its text repeats,
+// so sibling drafts are taken): the candidates are those of plain decoding, every field, whatever
+// the draft length, batch, threads, temperature, top-p, stop strings, EOS and stop-check mode.
+// The prompts are token ids of its own 512-token vocabulary; the Llama 3 tokenizer only turns the
+// ids into text (ids below 512 are bytes and short pieces there), where the stop strings look.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "bestofn/engine/engine.h"
+#include "bestofn/generate/scheduler.h"
+#include "bestofn/model/weights.h"
+#include "bestofn/tokenizer/tokenizer.h"
+#include "bestofn/util/error.h"
+#include "test_util.h"
+
+using namespace bestofn;
+
+namespace {
+
+struct Llama260k {
+  std::shared_ptr<const Weights> w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
+  Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
+};
+
+Llama260k& model() {
+  static Llama260k m;
+  return m;
+}
+
+// Every field a generate JSONL row carries, the log-probability's bits included (%a).
+std::string rows(const std::vector<GenerationRequest>& reqs, const GenerationOptions& o, int threads, GenerationStats* stats,
+                 std::vector<Candidate>* keep = nullptr) {
+  EngineOptions eo;
+  eo.threads = threads;
+  auto e = make_cpu_engine(model().w, eo);
+  std::vector<std::string> out(64);
+  std::size_t n = 0;
+  const GenerationStats s = generate(*e, model().tok, reqs, o, [&](Candidate&& c) {
+    char lp[64];
+    std::snprintf(lp, sizeof lp, "%a", c.cumulative_logprob);
+    std::string row = reqs[c.prompt].id + "/" + std::to_string(c.index) + " " + c.finish_reason + " [" + c.stop.value_or("-") + "] " + lp + " " + c.text + " |";
+    for (int t : c.token_ids) row += " " + std::to_string(t);
+    out.at(c.prompt * 8 + static_cast<std::size_t>(c.index)) = row;
+    ++n;
+    if (keep) keep->push_back(c);
+  });
+  if (stats) *stats = s;
+  std::string all;
+  for (const auto& r : out) all += r + "\n";
+  return all + std::to_string(n) + " candidates\n";
+}
+
+}  // namespace
+
+TEST(Speculate, CandidatesAreThoseOfPlainDecoding) {
+  const std::vector<GenerationRequest> reqs = {{"a", {1}, 8, {}}, {"b", {1, 461, 401, 378}, 8, {}}, {"c", {1, 283, 264, 283, 452}, 8, {}}};
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationOptions o;
+    o.sampling.temperature = temperature;
+    o.sampling.top_p = temperature > 0 ? 0.9f : 1.0f;
+    o.sampling.seed = 7;
+    o.max_new_tokens = 32;
+    o.batch = 8;
+    // A stop string from the middle of a plain candidate's text and an EOS id (a newline byte
+    // of the TinyStories vocabulary), so that some candidates stop early, some mid-draft.
+    std::vector<Candidate> plain;
+    rows(reqs, o, 1, nullptr, &plain);
+    const Candidate& some = plain.at(plain.size() / 2);
+    o.stop = {model().tok.decode(std::vector<int>(some.token_ids.begin() + 12, some.token_ids.begin() + 14))};
+    o.eos_ids = {13};
+    GenerationStats base_stats;
+    const std::string base = rows(reqs, o, 1, &base_stats);
+    ASSERT_NE(base.find(" stop ["), std::string::npos) << base;
+    ASSERT_NE(base.find(" eos ["), std::string::npos) << base;
+    for (int k : {2, 4, 8})
+      for (int batch : {1, 8, 16}) {
+          const int threads = k == 4 ? 2 : 1;
+          o.speculate = k, o.batch = batch;
+          o.overlap_stop_checks = k == 8;
+          GenerationStats s;
+          EXPECT_EQ(rows(reqs, o, threads, &s), base) << "T " << temperature << " k " << k << " batch " << batch << " threads " << threads;
+          EXPECT_EQ(s.generated_tokens, base_stats.generated_tokens);
+          EXPECT_GT(s.accepted_tokens, 0u) << "no draft taken: the test would not test verification";
+          EXPECT_GT(s.generated_tokens - 24, s.candidate_steps) << "tokens per candidate step";
+          EXPECT_LE(s.accepted_tokens, s.drafted_tokens);
+        }
+    o.speculate = 0;
+  }
+}
+
+TEST(Speculate, RefusedByAnEngineThatDoesNotVerify) {
+  // An engine that keeps the default Engine::takes_runs(): a one-line error, before any work.
+  struct Plain : Engine {
+    std::unique_ptr<Engine> e = make_cpu_engine(model().w, {});
+    const ModelConfig& config() const override { return e->config(); }
+    std::string name() const override { return "plain"; }
+    int prefill(std::span<const int> t, std::span<float> l) override { return e->prefill(t, l); }
+    void release_prefix(int p) override { e->release_prefix(p); }
+    int add_slot(int p) override { return e->add_slot(p); }
+    void release_slot(int s) override { e->release_slot(s); }
+    int slot_length(int s) const override { return e->slot_length(s); }
+    void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e->decode(s, t, l); }
+    EngineOptions::Kv kv_cache() const override { return e->kv_cache(); }
+  } plain;
+  GenerationOptions o;
+  o.speculate = 2;
+  try {
+    generate(plain, model().tok, {{"a", {1}, 2, {}}}, o, [](Candidate&&) {});
+    FAIL() << "no error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--speculate"), std::string::npos) << err.what();
+  }
+  o.speculate = -1;
+  EXPECT_THROW(generate(*make_cpu_engine(model().w, {}), model().tok, {{"a", {1}, 2, {}}}, o, [](Candidate&&) {}), Error);
+}
