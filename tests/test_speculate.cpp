@@ -62,13 +62,13 @@ TEST(Speculate, CandidatesAreThoseOfPlainDecoding) {
     o.sampling.seed = 7;
     o.max_new_tokens = 32;
     o.batch = 8;
-    // A stop string from the middle of a plain candidate's text and an EOS id (a newline byte
-    // of the TinyStories vocabulary), so that some candidates stop early, some mid-draft.
+    // A stop string from the middle of a plain candidate's text and an EOS id from late in
+    // another's, so that some candidates stop early, some mid-draft.
     std::vector<Candidate> plain;
     rows(reqs, o, 1, nullptr, &plain);
     const Candidate& some = plain.at(plain.size() / 2);
     o.stop = {model().tok.decode(std::vector<int>(some.token_ids.begin() + 12, some.token_ids.begin() + 14))};
-    o.eos_ids = {13};
+    o.eos_ids = {plain.front().token_ids.at(24)};
     GenerationStats base_stats;
     const std::string base = rows(reqs, o, 1, &base_stats);
     ASSERT_NE(base.find(" stop ["), std::string::npos) << base;
