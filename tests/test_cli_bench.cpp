@@ -28,6 +28,11 @@ TEST(CliBench, PrintsOneJsonLinePerConfiguration) {
   EXPECT_EQ(frow[0]["kv_cache"], "fp8");
   EXPECT_LT(frow[0]["bytes_per_step"].get<double>(), rows[0]["bytes_per_step"].get<double>());
   EXPECT_NE(rows[0]["command"].get<std::string>().find("--n 1,3"), std::string::npos);
+  // --speculate 3: steps of 4 positions per candidate (the cost of verifying 3 drafts).
+  const auto sp = run_cli({"bench", "--synthetic", "tiny", "--n", "2", "--prompt-len", "8", "--steps", "2", "--json", "--speculate", "3"});
+  ASSERT_EQ(sp.exit_code, 0) << sp.err;
+  EXPECT_EQ(jsonl(sp.out).at(0)["positions_per_candidate"], 4);
+  EXPECT_EQ(rows[0]["positions_per_candidate"], 1);
   expect_failure({"bench", "--synthetic", "tiny", "--n", "1,x"}, 2, {"--n", "'x'"});
   expect_failure({"bench", "--n", "1"}, 2, {"--model"});
   // --keep-model: made once, reused for the same --synthetic and --dtype, refused for others

@@ -234,6 +234,24 @@ TEST(Eval, KnownSamplesCountExactly) {
   EXPECT_EQ(run_cli(strict).exit_code, 0);
 }
 
+// --speculate: the summary says what the drafts gave (the samples are plain decoding's:
+// tests/test_speculate.cpp).
+TEST(Eval, SpeculationIsInTheSummary) {
+  TempDir tmp;
+  // Greedy, one candidate at a time: the second and third draft from the first's text.
+  auto args = eval_args(tmp / "a", {"-n", "3", "--limit", "1", "--max-new-tokens", "12", "--speculate", "4", "--batch", "1", "--json"});
+  *(std::find(args.begin(), args.end(), "--temperature") + 1) = "0";
+  const auto r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json s = json::parse(r.out)["speculation"];
+  ASSERT_TRUE(s.is_object()) << r.out;
+  EXPECT_GT(s["acceptance_rate"].get<double>(), 0.5);
+  EXPECT_GT(s["drafted_tokens"].get<int>(), 0);
+  EXPECT_LE(s["accepted_tokens"].get<int>(), s["drafted_tokens"].get<int>());
+  EXPECT_GE(s["tokens_per_candidate_step"].get<double>(), 1.0);
+  for (const char* part : {"prefill_s", "decode_s", "draft_s", "sample_s"}) EXPECT_TRUE(s["time"][part].is_number()) << part;
+}
+
 TEST(Eval, StopOnPassAndUsageErrors) {
   TempDir tmp;
   const auto r = run_cli(eval_args(tmp / "a", {"-n", "3", "--limit", "2", "--max-new-tokens", "4", "--stop-on-pass", "--json"}));

@@ -35,6 +35,10 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_option("--steps", o->steps, "Timed decode steps per configuration")->check(CLI::Range(1, 1000000))->default_str("16");
   sub->add_option("--threads", o->engine.threads, "CPU threads (0 or unset: the cores this process may use, or $BESTOFN_THREADS)")->check(CLI::Range(0, 1024));
   sub->add_flag("--json", o->json, "One JSON line per configuration (default: a table)");
+  sub->add_option("--speculate", o->engine.speculate,
+                  "Time steps of K + 1 positions per candidate (K drafts verified, then rolled back): the cost side of generate --speculate")
+      ->check(CLI::Range(0, 64))
+      ->default_str("0");
   sub->add_flag("--cuda-prefix-gemm", o->engine.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
   sub->add_flag("--fused-qkv", o->engine.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
   sub->add_flag("--gemm-autotune", o->engine.gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");

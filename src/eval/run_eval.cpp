@@ -194,6 +194,14 @@ void add_run_facts(ordered_json& summary, const RunFacts& f) {
                      {"generation_waited_for_verifier_s", ps.waited}};
   summary["throughput"] = {{"tok_per_s", ps.generation_s > 0 ? static_cast<double>(ps.gs.generated_tokens) / ps.generation_s : 0.0},
                            {"samples_per_s", ps.wall > 0 ? static_cast<double>(ps.verified_now) / ps.wall : 0.0}};
+  if (const GenerationStats& g = ps.gs; g.drafted_tokens > 0)  // --speculate: what the drafts gave, where the time went
+    summary["speculation"] = {{"drafted_tokens", g.drafted_tokens},
+                              {"accepted_tokens", g.accepted_tokens},
+                              {"acceptance_rate", static_cast<double>(g.accepted_tokens) / static_cast<double>(g.drafted_tokens)},
+                              {"tokens_per_candidate_step", speculation_tokens_per_step(g)},
+                              {"steps", g.steps},
+                              {"time", {{"prefill_s", g.prefill_seconds}, {"decode_s", g.decode_seconds},
+                                        {"draft_s", g.draft_seconds}, {"sample_s", g.sample_seconds}}}};
   summary["device"] = f.device;
   if (!f.devices.empty()) summary["devices"] = f.devices;
   summary["workers"] = f.workers;

@@ -264,6 +264,10 @@ int run_generate(const GenerateOptions& o) {
   progress.finish(st, secs);
   spdlog::info("{} prompts, {} candidates, {} tokens in {:.2f} s ({:.1f} tok/s; prefill {:.2f} s, decode {:.2f} s, {} steps)", reqs.size(),
                total, st.generated_tokens, secs, static_cast<double>(st.generated_tokens) / secs, st.prefill_seconds, st.decode_seconds, st.steps);
+  if (st.drafted_tokens > 0)
+    spdlog::info("--speculate: {} of {} drafted tokens taken ({:.3f}), {:.3f} tokens per candidate step; draft lookups {:.2f} s, sampling {:.2f} s",
+                 st.accepted_tokens, st.drafted_tokens, static_cast<double>(st.accepted_tokens) / static_cast<double>(st.drafted_tokens),
+                 speculation_tokens_per_step(st), st.draft_seconds, st.sample_seconds);
   if (sandbox_errors > 0) {
     std::cerr << "bestofn: error: " << sandbox_errors << " candidate(s) could not be run (sandbox errors; see \"result\")\n";
     return kExitError;

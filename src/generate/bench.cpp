@@ -148,7 +148,7 @@ fs::path model_dir(const BenchOptions& o, std::optional<fs::path>& temp) {
 // Positions: the prompt, then per candidate 2 warm-up steps, --steps timed ones and (CUDA)
 // kProfileSteps profiling ones; more than the model's context is an Error.
 void check_positions(const BenchOptions& o, const ModelConfig& c) {
-  const int extra = o.steps + 2 + kProfileSteps;
+  const int extra = o.steps + 2 + kProfileSteps + o.engine.speculate;  // --speculate: a step's run reaches K further
   if (o.prompt_len + extra > c.max_position_embeddings)
     throw Error("--prompt-len " + std::to_string(o.prompt_len) + " with --steps " + std::to_string(o.steps) + " needs " +
                 std::to_string(o.prompt_len + extra) + " positions (2 warm-up and " + std::to_string(kProfileSteps) +
@@ -184,8 +184,18 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
       draw_step(static_cast<std::size_t>(n), 0);
   for (int i = 0; i < n; ++i) draw_candidate[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i);
   std::vector<Sample> samples(static_cast<std::size_t>(n));
+  // --speculate K: each candidate takes K + 1 positions per step, as when its K drafts are
+  // verified; then the K drafts are rolled back (all rejected: what a step costs, whatever is kept).
+  const int run = 1 + o.engine.speculate;
+  const std::vector<int> counts(static_cast<std::size_t>(n), run);
+  std::vector<int> run_tokens(static_cast<std::size_t>(n * run));
+  if (run > 1) logits.resize(V * run_tokens.size());
   auto one_step = [&] {
-    if (o.engine.device_sampling && engine.decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
+    if (run > 1) {
+      for (std::size_t i = 0; i < run_tokens.size(); ++i) run_tokens[i] = (tokens[i / static_cast<std::size_t>(run)] + static_cast<int>(i)) % c.vocab_size;
+      engine.decode_runs(slots, counts, run_tokens, logits);
+      for (int slot : slots) engine.truncate_slot(slot, engine.slot_length(slot) - o.engine.speculate);
+    } else if (o.engine.device_sampling && engine.decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
       for (auto& d : draw_step) ++d;
     else
       engine.decode(slots, tokens, logits);
@@ -243,7 +253,8 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   const double bytes = static_cast<double>(w.decode_bytes_per_step()) + static_cast<double>(kv_row) * (o.prompt_len + n * suffix);
   json row = {{"bench", "decode"}, {"device", engine.name()}, {"model", dir.string()}, {"synthetic", o.synthetic},
               {"quantization", w.quantization}, {"n", n}, {"prompt_len", o.prompt_len}, {"steps", o.steps},
-              {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"prefill_ms", m.prefill_ms},
+              {"ms_per_step", ms}, {"tok_per_s", n * 1000.0 / ms}, {"positions_per_candidate", 1 + o.engine.speculate},
+              {"prefill_ms", m.prefill_ms},
               {"prefill_tok_per_s", o.prompt_len * 1000.0 / m.prefill_ms}, {"bytes_per_step", bytes},
               {"gb_per_s", bytes / ms / 1e6}, {"threads", engine_threads(o.engine.threads)},
               {"kv_cache", kv_cache_name(engine.kv_cache())},
@@ -254,7 +265,7 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   }
   // FLOPs of a step: 2 per weight per token, plus attention's 4 hd per (query head, position).
   const double ctx = o.prompt_len + suffix;
-  const double flops = 2.0 * static_cast<double>(linear_params(c)) * n +
+  const double flops = 2.0 * static_cast<double>(linear_params(c)) * n * (1 + o.engine.speculate) +
                        4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim) * ctx * n;
   row["tflop_per_s"] = flops / ms / 1e9;
   if (!o.engine.device_sampling) {

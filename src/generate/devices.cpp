@@ -86,6 +86,8 @@ std::vector<GenerationRequest> deal(const std::vector<GenerationRequest>& reqs, 
 void add_stats(GenerationStats& total, const GenerationStats& s) {
   total.generated_tokens += s.generated_tokens, total.prompt_tokens += s.prompt_tokens, total.steps += s.steps;
   total.cancelled += s.cancelled, total.prefill_seconds += s.prefill_seconds, total.decode_seconds += s.decode_seconds;
+  total.drafted_tokens += s.drafted_tokens, total.accepted_tokens += s.accepted_tokens, total.candidate_steps += s.candidate_steps;
+  total.draft_seconds += s.draft_seconds, total.sample_seconds += s.sample_seconds;
 }
 
 }  // namespace

@@ -80,11 +80,16 @@ struct GenerationStats {
   std::uint64_t cancelled = 0;  // candidates dropped or stopped by options.cancelled
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   // --speculate: tokens drafted, drafted tokens taken, and candidates fed summed over the steps
-  // (generated tokens per candidate step: (generated_tokens - first tokens) / candidate_steps).
+  // (speculation_tokens_per_step).
   std::uint64_t drafted_tokens = 0, accepted_tokens = 0, candidate_steps = 0;
   // Host time of the decode loop beside the engine's steps: the draft lookups and the sampling.
   double draft_seconds = 0.0, sample_seconds = 0.0;
 };
+
+// Tokens a candidate took per engine step it was fed in: 1 without drafts (0 with no steps).
+inline double speculation_tokens_per_step(const GenerationStats& s) {
+  return s.candidate_steps > 0 ? static_cast<double>(s.candidate_steps + s.accepted_tokens) / static_cast<double>(s.candidate_steps) : 0.0;
+}
 
 // The most a generate() run of these requests asks of the engine (Engine::reserve, called at its
 // start): the batch (options.batch, or fewer candidates), the longest prompt, max_new_tokens, and
