@@ -176,9 +176,10 @@ class Run {
     std::vector<std::vector<int>> out(feed.size());
     if (opt_.speculate <= 0) return out;
     const auto t0 = Clock::now();
-    for (std::size_t b = 0; b < feed.size(); ++b) {
+    int spare = opt_.speculate_rows - static_cast<int>(feed.size());  // rows left for drafts
+    for (std::size_t b = 0; b < feed.size() && spare > 0; ++b) {
       const Active& a = *feed[b];
-      const int room = std::min({opt_.speculate, opt_.max_new_tokens - static_cast<int>(a.c.token_ids.size()) - 1,
+      const int room = std::min({opt_.speculate, spare, opt_.max_new_tokens - static_cast<int>(a.c.token_ids.size()) - 1,
                                  context_ - engine_.slot_length(a.slot) - 1});
       if (room <= 0) continue;
       // The context's last tokens: the prompt's tail, then the candidate's (the index reads kMaxNgram).
@@ -189,6 +190,7 @@ class Run {
       tail.insert(tail.end(), prompt.end() - static_cast<std::ptrdiff_t>(from_prompt), prompt.end());
       tail.insert(tail.end(), mine.end() - static_cast<std::ptrdiff_t>(std::min(want, mine.size())), mine.end());
       out[b] = prompts_[a.c.prompt].drafts->propose(tail, room);
+      spare -= static_cast<int>(out[b].size());
     }
     stats_.draft_seconds += since(t0);
     return out;

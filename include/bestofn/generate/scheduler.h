@@ -63,6 +63,10 @@ struct GenerationOptions {
   // are, token for token, those of plain decoding (engines whose logits do not depend on the
   // batch: the CPU engine), at any temperature, with the same stops. Needs Engine::takes_runs().
   int speculate = 0;
+  // Drafts are given, candidate by candidate, only while the step holds at most this many rows
+  // (fed tokens and drafts): up to a few rows a CPU step costs about one (it is bound by reading
+  // the weights), past that each row costs GEMM time, so that a full batch is decoded plainly.
+  int speculate_rows = 8;
 };
 
 struct Candidate {
