@@ -84,8 +84,6 @@ bool contains(const Value& container, const Value& item, int line) {
 
 class Renderer {
  public:
-  explicit Renderer(const std::tm& now) : now_(now) {}
-
   Value eval(const Expr& e, const ScopeP& s) {
     switch (e.k) {
       case EK::Lit: return e.lit;
@@ -401,7 +399,6 @@ class Renderer {
     return Flow::Normal;
   }
 
-  std::tm now_;
 };
 
 ScopeP globals(const std::tm& now) {
@@ -455,7 +452,7 @@ std::string render_jinja(const std::string& source, const std::string& name, con
     scope->parent = globals(now);
     for (const auto& [k, v] : variables.items()) scope->vars[k] = from_json(v);
     std::string out;
-    Renderer r(now);
+    Renderer r;
     if (r.exec(body, scope, out) != Flow::Normal) throw TemplateError{0, "break or continue outside a loop"};
     return out;
   } catch (const TemplateError& e) {
