@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "bestofn/util/numeric.h"
 #include "cpu/attention.h"
 #include "cuda/gemm_algo_cache.h"
+#include "cuda/part_shelf.h"
 #include "cuda/plan.h"
 #include "test_util.h"
 
@@ -391,3 +393,52 @@ TEST(CudaPlan, PrefillPassRowsPutTheEndingPromptsFirst) {
 
 }  // namespace
 }  // namespace bestofn::cuda
+
+// The prompt KV parts made before a run (src/cuda/part_shelf.h): with one part per prompt, each
+// that prompt's length, every prompt finds a part in any order of prefills and releases, and a
+// part is never handed to two live prompts. A random order that also re-prefills nothing (each
+// prompt once, as a run does); 200 runs over 1..60 prompts of 1..900 tokens, many ties.
+TEST(PartShelf, OnePartPerPromptFitsEveryOrderOfPrefillsAndReleases) {
+  std::mt19937 rng(32);
+  for (int run = 0; run < 200; ++run) {
+    std::vector<int> lengths(1 + rng() % 60);
+    for (int& len : lengths) len = 1 + static_cast<int>(rng() % (run % 2 ? 900 : 12));
+    bestofn::cuda::PartShelf<int> shelf;  // the part is its own id
+    const auto made = bestofn::cuda::shelf_lengths(lengths, 1LL << 40);
+    ASSERT_EQ(made.size(), lengths.size());
+    std::vector<int> capacity;
+    for (const int len : made) shelf.put(len, static_cast<int>(capacity.size())), capacity.push_back(len);
+    std::vector<int> order(lengths.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::pair<int, int>> live;  // (prompt, part)
+    std::set<int> held;
+    for (const int p : order) {
+      while (!live.empty() && rng() % 3 == 0) {  // some prompts finish before the next prefill
+        const std::size_t i = rng() % live.size();
+        shelf.put(capacity[static_cast<std::size_t>(live[i].second)], live[i].second);
+        held.erase(live[i].second);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      const auto part = shelf.take(lengths[static_cast<std::size_t>(p)]);
+      ASSERT_TRUE(part) << "run " << run << ": no part for prompt " << p << " of " << lengths[static_cast<std::size_t>(p)];
+      EXPECT_GE(capacity[static_cast<std::size_t>(*part)], lengths[static_cast<std::size_t>(p)]);
+      EXPECT_TRUE(held.insert(*part).second) << "part " << *part << " handed out twice";
+      live.emplace_back(p, *part);
+    }
+  }
+}
+
+TEST(PartShelf, BestFitAndTheBudget) {
+  bestofn::cuda::PartShelf<char> shelf;
+  shelf.put(50, 'a');
+  shelf.put(10, 'b');
+  shelf.put(30, 'c');
+  EXPECT_EQ(shelf.take(11), 'c');  // the smallest of at least 11 rows
+  EXPECT_EQ(shelf.take(51), std::nullopt);
+  EXPECT_EQ(shelf.take(10), 'b');
+  EXPECT_EQ(shelf.size(), 1u);
+  // Shortest first while the rows fit the budget: 5 + 7 + 9 <= 25 < 5 + 7 + 9 + 20.
+  EXPECT_EQ(bestofn::cuda::shelf_lengths({20, 9, 5, 7}, 25), (std::vector<int>{5, 7, 9}));
+  EXPECT_EQ(bestofn::cuda::shelf_lengths({20, 9}, 4), std::vector<int>{});
+}

@@ -558,6 +558,7 @@ TEST(Scheduler, ReserveCoversEveryCallOfTheRun) {
   EXPECT_EQ(s.longest_prompt, 20);
   EXPECT_EQ(s.prefill_prompts, 3);  // 3 + 5 + 9 = 17 fit, 3 + 5 + 9 + 20 do not
   EXPECT_EQ(s.prefill_rows, 20);    // the longest prompt alone, past the budget
+  EXPECT_EQ(s.prompt_lengths, (std::vector<int>{3, 5, 9, 20}));  // the prompt KV parts reserve() makes
   o.batch = 100, o.prefill_tokens = 1000;
   EXPECT_EQ(run_shape(by_hand, o).max_batch, 8);  // every candidate
   EXPECT_EQ(run_shape(by_hand, o).prefill_rows, 37);

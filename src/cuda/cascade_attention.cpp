@@ -30,18 +30,27 @@ std::size_t CascadeAttention::page_bytes() const {
   return static_cast<std::size_t>(kCascadePageTokens) * static_cast<std::size_t>(n_kv_) * static_cast<std::size_t>(hd_) * 2;
 }
 
+void CascadeAttention::reserve_pages(int pages) {
+  if (pages > runs_.free_pages()) grow_pool(runs_.pages() + pages - runs_.free_pages());
+}
+
+// Every layer's pool grown to `pages`, keeping the pages in use (at prefill or reserve, never in a step).
+void CascadeAttention::grow_pool(int pages) {
+  const int old = runs_.pages();
+  for (std::size_t l = 0; l < k_pages_.size(); ++l) {
+    k_pages_[l].grow(static_cast<std::size_t>(pages) * page_bytes(), static_cast<std::size_t>(old) * page_bytes(), stream_);
+    v_pages_[l].grow(static_cast<std::size_t>(pages) * page_bytes(), static_cast<std::size_t>(old) * page_bytes(), stream_);
+  }
+  runs_.grow(pages);
+}
+
 int CascadeAttention::add_prefix(std::span<const std::uint16_t* const> k, std::span<const std::uint16_t* const> v, int len) {
   if (static_cast<int>(k.size()) != n_layers_ || static_cast<int>(v.size()) != n_layers_ || len < 1)
     throw Error("CascadeAttention::add_prefix", "expected " + std::to_string(n_layers_) + " layers of at least one row");
   const int pages = pages_for(len, kCascadePageTokens);
   int first = runs_.take(pages);
-  if (first < 0) {  // grow every layer's pool, keeping the pages in use (at prefill, never in a step)
-    const int old = runs_.pages(), grown = runs_.grown_size(pages);
-    for (std::size_t l = 0; l < k_pages_.size(); ++l) {
-      k_pages_[l].grow(static_cast<std::size_t>(grown) * page_bytes(), static_cast<std::size_t>(old) * page_bytes(), stream_);
-      v_pages_[l].grow(static_cast<std::size_t>(grown) * page_bytes(), static_cast<std::size_t>(old) * page_bytes(), stream_);
-    }
-    runs_.grow(grown);
+  if (first < 0) {
+    grow_pool(runs_.grown_size(pages));
     first = runs_.take(pages);
     if (first < 0) throw Error("CascadeAttention::add_prefix", "no run of " + std::to_string(pages) + " pages after growing the pool");
   }

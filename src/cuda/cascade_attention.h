@@ -70,6 +70,9 @@ class CascadeAttention {
   // no free run is long enough (a stream-ordered copy of the pool, then a synchronization).
   int add_prefix(std::span<const std::uint16_t* const> k, std::span<const std::uint16_t* const> v, int len);
   void release_prefix(int first_page) { runs_.give(first_page); }
+  // Before a run: the pool grown so that `pages` more are free (Engine::reserve; add_prefix then
+  // grows it only when no free run is long enough).
+  void reserve_pages(int pages);
 
   // --paged-kv: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool
   // at pools.k + l x pools.layer_stride; `blocks` blocks of kCascadePageTokens rows, the scratch
@@ -100,6 +103,7 @@ class CascadeAttention {
 
  private:
   std::size_t page_bytes() const;
+  void grow_pool(int pages);
   // Plans into (f, i, pinned) with `plan` (a CascadeWorkspace -> schedule), growing them once when
   // the schedule asks for more.
   template <class Plan>

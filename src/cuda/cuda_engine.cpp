@@ -151,6 +151,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   logits_.resize(static_cast<std::size_t>(std::max(bucket, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
   prefill_logits_.resize(static_cast<std::size_t>(std::max(shape.prefill_prompts, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
   arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
+  reserve_prefix_parts(shape.prompt_lengths);
   // Unpaged: a part of max_new_tokens rows (what a candidate feeds, and one for the speculation)
   // for each slot of the largest batch.
   if (!paged_) {
@@ -161,6 +162,35 @@ void CudaEngine::reserve(const RunShape& shape) {
       reserve(spare_parts_.back(), reserved_rows_, true);
     }
   }
+}
+
+// A KV part per prompt of the run, each the prompt's length, shortest first within a quarter of the
+// device memory free now (a run with more allocates the rest at their prefill, counted); the
+// cascade's page pool grown to hold them all too. Parts of an earlier run are dropped first.
+void CudaEngine::reserve_prefix_parts(const std::vector<int>& lengths) {
+  prefix_shelf_.clear();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * kv_row_bytes();
+  int pages = 0;
+  for (const int len : shelf_lengths(lengths, static_cast<long long>(free_bytes / 4 / row))) {
+    KvPart part;
+    reserve(part, len, true);
+    prefix_shelf_.put(len, std::move(part));
+    pages += pages_for(len, kCascadePageTokens);
+  }
+  prefix_shelf_on_ = true;
+  if (cascade_) cascade_->reserve_pages(pages);
+}
+
+KvPart CudaEngine::take_prefix_part(int rows) {
+  if (auto part = prefix_shelf_.take(rows)) {
+    part->len = 0;
+    return std::move(*part);
+  }
+  KvPart part;
+  reserve(part, rows);
+  return part;
 }
 
 // Grows a part keeping its rows: the 2 x layers runs of `len` rows (K and V of each layer) move
@@ -315,7 +345,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   for (int t : tokens)
     if (t < 0 || t >= c_.vocab_size) throw Error("token id " + std::to_string(t) + " is outside the vocabulary (" + std::to_string(c_.vocab_size) + ")");
   auto p = std::make_unique<Prefix>();
-  reserve(p->kv, T);
+  p->kv = take_prefix_part(T);
   scratch(T);
   logits_.resize(static_cast<std::size_t>(c_.vocab_size) * 4);
   // The index arrays: ids, positions, then per layer the cache rows of each position.
@@ -384,7 +414,7 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
   for (const auto& tokens : prompts) {
     lengths.push_back(static_cast<int>(tokens.size()));
     made.push_back(std::make_unique<Prefix>());
-    reserve(made.back()->kv, lengths.back());
+    made.back()->kv = take_prefix_part(lengths.back());
   }
   // Per pass: ids, positions, segment of each row, then per layer the cache rows of each row (k,
   // then v) and the cache base of each segment (k, then v).

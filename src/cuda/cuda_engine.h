@@ -22,6 +22,7 @@
 #include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
 #include "cuda/paged_kv.h"
+#include "cuda/part_shelf.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
@@ -91,6 +92,7 @@ class CudaEngine final : public Engine {
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
     if (cascade_ && pre.cascade_page >= 0) cascade_->release_prefix(pre.cascade_page);
+    if (prefix_shelf_on_ && pre.kv.capacity > 0) prefix_shelf_.put(pre.kv.capacity, std::move(pre.kv));
     prefixes_.erase(p);
   }
   int add_slot(int p) override {
@@ -300,6 +302,12 @@ class CudaEngine final : public Engine {
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
   std::vector<KvPart> spare_parts_;
+  // The prompts' KV parts made by reserve(), one per prompt of the run at its length, taken at
+  // prefill by best fit and put back at release_prefix (src/cuda/part_shelf.h).
+  PartShelf<KvPart> prefix_shelf_;
+  bool prefix_shelf_on_ = false;
+  KvPart take_prefix_part(int rows);
+  void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
   struct {
     long long in_place = 0, copied = 0;

@@ -443,6 +443,7 @@ RunShape run_shape(const std::vector<GenerationRequest>& requests, const Generat
   }
   r.prefill_prompts = std::max(fit, 1);
   r.prefill_rows = static_cast<int>(std::max<long long>(r.longest_prompt, std::min<long long>(r.prefill_tokens, tokens)));
+  r.prompt_lengths = lengths;
   r.sampling = options.sampling;
   return r;
 }

@@ -87,6 +87,7 @@ struct RunShape {
   int prefill_tokens = 8192;  // rows of one prefill pass (max_pass_tokens)
   int prefill_prompts = 1;  // prompts in one prefill_many
   int prefill_rows = 1;     // rows (the prompts' tokens) in one prefill_many
+  std::vector<int> prompt_lengths;  // every prompt's tokens, shortest first (each may be held at once)
   std::optional<SamplingParams> sampling;  // decode_sample's parameters, when the run samples on the engine
 };
 
