@@ -320,10 +320,12 @@ class Renderer {
       }
       case NK::Macro: {
         const Node* def = &n;
-        const ScopeP closure = s;
+        // The macro's scope holds the macro: a weak reference back, or the two would never be freed.
+        const std::weak_ptr<Scope> closure = s;
         s->vars[n.text] = Value::func(n.text, [this, def, closure](Args& a) {
           auto local = std::make_shared<Scope>();
-          local->parent = closure;
+          local->parent = closure.lock();
+          if (!local->parent) fail(a.line, "macro '" + def->text + "' called after the scope that defined it ended");
           if (a.pos.size() > def->names.size()) fail(a.line, "macro '" + def->text + "' takes not more than " + std::to_string(def->names.size()) + " argument(s)");
           for (size_t k = 0; k < def->names.size(); ++k) {
             Value v = a.get(k, def->names[k].c_str());
