@@ -1,12 +1,12 @@
 # libFuzzer targets (fuzz/): a separate CMake project built with clang++ (whatever compiler builds
 # the rest) through ExternalProject, when clang++ is present and BESTOFN_FUZZ is on. Each target
 # gets two tests, labelled "fuzz": a corpus seeded from real files (scripts/fuzz_corpus.sh), then a
-# bounded run (BESTOFN_FUZZ_SECONDS, default 20) that also replays the committed crashers in
+# bounded run (BESTOFN_FUZZ_SECONDS, default 10) that also replays the committed crashers in
 # tests/data/fuzz_regressions/<target>/ first. A crash, a sanitizer report, a leak, an input that
 # runs longer than 25 s or an RSS above 2 GB fails the test; the input is left in
 # <build>/fuzz/artifacts/.
 option(BESTOFN_FUZZ "Build the libFuzzer targets (needs clang++ and libclang-rt-14-dev)" ON)
-set(BESTOFN_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz test runs its target")
+set(BESTOFN_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz test runs its target")
 set(BESTOFN_FUZZ_TARGETS safetensors safetensors_index model_config tokenizer_json tokenizer datasets samples_jsonl
     stop_strings utf8)
 find_program(BESTOFN_CLANGXX NAMES clang++ clang++-14)

@@ -123,7 +123,7 @@ TEST(SmolLM2, EvalOnRealHumanEvalProblemsGivesRealVerdicts) {
   test::TempDir tmp;
   const auto r = test::run_cli({"eval", "--model", dir.string(), "--dataset", "humaneval", "--data-dir", test::shared_path("data").string(),
                                 "--chat", "--tasks", "HumanEval/23,HumanEval/53,HumanEval/45", "-n", "1", "--temperature", "0",
-                                "--max-new-tokens", "96", "--k", "1", "--out-dir", (tmp / "out").string(), "--device", "cpu"});
+                                "--max-new-tokens", "64", "--k", "1", "--out-dir", (tmp / "out").string(), "--device", "cpu"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::map<std::string, std::string> verdict;
   for (const auto& row : test::read_jsonl(tmp / "out" / "results.jsonl")) {
