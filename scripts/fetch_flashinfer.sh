@@ -6,8 +6,8 @@
 # DEST/include (FlashInfer), DEST/cccl (the wheel's CCCL, which cmake/Cuda.cmake puts before the
 # toolkit's for that one file), DEST/LICENSE and DEST/MANIFEST. The files are the ones `nvcc -M`
 # lists for the .cu (so nvcc is needed: CUDACXX, PATH, or /usr/local/cuda/bin/nvcc). The wheel
-# (101 MB) is read from $BESTOFN_FLASHINFER_WHEEL, else from ~/.cache/bestofn, else downloaded
-# from PyPI into that cache; its sha256 is checked either way. scripts/setup.sh runs this into
+# (101 MB) is read from $BESTOFN_FLASHINFER_WHEEL, else from ~/.cache/bestofn/wheels, else downloaded
+# from PyPI into that cache (scripts/pypi_wheel.py); its sha256 is checked either way. scripts/setup.sh runs this into
 # .flashinfer/, scripts/stage_deps.sh into .deps/flashinfer/ (for the GPU machine, offline).
 set -euo pipefail
 
@@ -22,24 +22,10 @@ die() { echo "fetch_flashinfer.sh: $*" >&2; exit 1; }
 nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x $nvcc ]] || die "needs nvcc to list the headers kernels/cascade_attention.cu includes (set CUDACXX)"
 
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/bestofn
-wheel=${BESTOFN_FLASHINFER_WHEEL:-$cache/$wheel_name}
-if [[ ! -f $wheel ]]; then
-  mkdir -p "$cache"
-  echo "fetch_flashinfer.sh: downloading $wheel_name from PyPI"
-  # The wheel's address from PyPI's JSON API (no pip needed; a mirror may give it relative to the
-  # API's address), then the file itself; its sha256 is checked below.
-  python3 - "$version" "$wheel_name" "$wheel.part" <<'EOF'
-import json, sys, urllib.parse, urllib.request
-version, name, out = sys.argv[1:]
-api = "https://pypi.org/pypi/flashinfer-python/json"
-meta = json.load(urllib.request.urlopen(api, timeout=60))
-urls = [urllib.parse.urljoin(api, u["url"]) for u in meta["releases"].get(version, []) if u["filename"] == name]
-if not urls:
-    sys.exit(f"fetch_flashinfer.sh: PyPI lists no {name}")
-urllib.request.urlretrieve(urls[0], out)
-EOF
-  mv "$wheel.part" "$wheel"
+if [[ -n ${BESTOFN_FLASHINFER_WHEEL:-} ]]; then
+  wheel=$BESTOFN_FLASHINFER_WHEEL
+else  # the cache, else PyPI into it (scripts/pypi_wheel.py, which checks the sha256 too)
+  wheel=$(python3 "$root/scripts/pypi_wheel.py" flashinfer-python "$version" "$wheel_name" "$sha256") || die "could not get $wheel_name"
 fi
 got=$(sha256sum "$wheel" | cut -d' ' -f1)
 [[ $got == "$sha256" ]] || die "$wheel: sha256 $got, expected $sha256"

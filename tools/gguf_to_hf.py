@@ -188,7 +188,10 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     a = ap.parse_args()
     path = a.gguf
-    reader = GGUFReader(path)
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError) as e:  # a missing file, a file that is not GGUF, a torn one
+        fail(path, f"not a readable GGUF file: {e}")
     arch = field(reader, "general.architecture", path)
     if arch != "llama":
         fail(path, f"general.architecture '{arch}' is not supported (only llama)")
