@@ -1,33 +1,42 @@
-# libFuzzer targets (fuzz/): a separate CMake project built with clang++ (whatever compiler builds
-# the rest) through ExternalProject, when clang++ is present and BESTOFN_FUZZ is on. Each target
-# gets two tests, labelled "fuzz": a corpus seeded from real files (scripts/fuzz_corpus.sh), then a
-# bounded run (BESTOFN_FUZZ_SECONDS, default 10) that also replays the committed crashers in
+# libFuzzer targets (fuzz/): built by the sanitizer build (clang++, -DBESTOFN_SANITIZE=ON, which
+# scripts/setup.sh makes in build-asan/), whose parsers are instrumented for them; run by the main
+# build's ctest, like the sanitizer build's unit tests (cmake/Sanitize.cmake). Each target gets two
+# tests, labelled "fuzz": a corpus seeded from real files (scripts/fuzz_corpus.sh), then a bounded
+# run (BESTOFN_FUZZ_SECONDS, default 10) that also replays the committed crashers in
 # tests/data/fuzz_regressions/<target>/ first. A crash, a sanitizer report, a leak, an input that
 # runs longer than 25 s or an RSS above 2 GB fails the test; the input is left in
 # <build>/fuzz/artifacts/.
-option(BESTOFN_FUZZ "Build the libFuzzer targets (needs clang++ and libclang-rt-14-dev)" ON)
+option(BESTOFN_FUZZ "Build the libFuzzer targets in a sanitizer build made by clang++ (needs libclang-rt-14-dev)" ON)
 set(BESTOFN_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz test runs its target")
 set(BESTOFN_FUZZ_TARGETS safetensors safetensors_index model_config tokenizer_json tokenizer datasets samples_jsonl
     stop_strings utf8)
-find_program(BESTOFN_CLANGXX NAMES clang++ clang++-14)
-if(NOT BESTOFN_FUZZ OR NOT BESTOFN_CLANGXX)
-  message(STATUS "bestofn: no libFuzzer targets (BESTOFN_FUZZ=${BESTOFN_FUZZ}, clang++: ${BESTOFN_CLANGXX})")
+# What the targets cover, instrumented for libFuzzer's coverage in the sanitizer build.
+set(BESTOFN_FUZZ_PARSERS src/util/dtype.cpp src/model/safetensors.cpp src/util/json_file.cpp src/model/model_config.cpp
+    src/util/utf8.cpp src/tokenizer/bpe.cpp src/tokenizer/tokenizer.cpp src/tokenizer/tokenizer_json.cpp
+    src/tokenizer/pre_tokenizer.cpp src/tokenizer/nfc.cpp src/util/text_file.cpp src/eval/datasets.cpp
+    src/eval/dataset_manifest.cpp src/generate/stop_strings.cpp)
+
+# The sanitizer build: build the targets (it records whether it did, for the main build to read).
+if(BESTOFN_SANITIZE)
+  set(_built OFF)
+  if(BESTOFN_FUZZ AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    set_property(SOURCE ${BESTOFN_FUZZ_PARSERS} APPEND PROPERTY COMPILE_OPTIONS -fsanitize=fuzzer-no-link)
+    add_subdirectory(fuzz)
+    set(_built ON)
+    message(STATUS "bestofn: libFuzzer targets ON (${CMAKE_CXX_COMPILER})")
+  else()
+    message(STATUS "bestofn: no libFuzzer targets (BESTOFN_FUZZ=${BESTOFN_FUZZ}, compiler ${CMAKE_CXX_COMPILER_ID}: they need clang++)")
+  endif()
+  set(BESTOFN_FUZZ_BUILT ${_built} CACHE INTERNAL "This sanitizer build builds the libFuzzer targets in fuzz/")
   return()
 endif()
 
-include(ExternalProject)
-set(_fuzz_bin ${CMAKE_BINARY_DIR}/fuzz)
-ExternalProject_Add(bestofn_fuzz
-  SOURCE_DIR ${CMAKE_SOURCE_DIR}/fuzz
-  BINARY_DIR ${_fuzz_bin}
-  PREFIX ${CMAKE_BINARY_DIR}/fuzz-prefix
-  CMAKE_ARGS -DCMAKE_CXX_COMPILER=${BESTOFN_CLANGXX} -DCMAKE_BUILD_TYPE=Release
-             -DBESTOFN_STAGED_DEPS=${BESTOFN_STAGED_DEPS}
-  BUILD_ALWAYS ON
-  INSTALL_COMMAND "")
-message(STATUS "bestofn: libFuzzer targets ON (${BESTOFN_CLANGXX}), ${BESTOFN_FUZZ_SECONDS} s per target")
-
-if(NOT BESTOFN_BUILD_TESTS)
+if(NOT BESTOFN_BUILD_TESTS OR NOT BESTOFN_ASAN_BUILD)
+  return()
+endif()
+file(STRINGS ${BESTOFN_ASAN_BUILD}/CMakeCache.txt _fuzz_built REGEX "^BESTOFN_FUZZ_BUILT:INTERNAL=")
+if(NOT _fuzz_built MATCHES "=ON$")
+  message(STATUS "bestofn: no fuzz tests: ${BESTOFN_ASAN_BUILD} builds no libFuzzer targets")
   return()
 endif()
 set(_shared "$ENV{BESTOFN_SHARED}")
@@ -40,6 +49,7 @@ if(NOT EXISTS ${_shared}/tokenizers AND NOT "$ENV{BESTOFN_REQUIRE_TEST_DATA}" ST
   message(STATUS "bestofn: the fuzz tests are skipped: ${_shared} is missing (their corpora are seeded from it)")
   return()
 endif()
+set(_fuzz_bin ${CMAKE_BINARY_DIR}/fuzz)
 file(MAKE_DIRECTORY ${_fuzz_bin}/artifacts)
 foreach(_t IN LISTS BESTOFN_FUZZ_TARGETS)
   set(_corpus ${_fuzz_bin}/corpus/${_t})
@@ -51,10 +61,11 @@ foreach(_t IN LISTS BESTOFN_FUZZ_TARGETS)
     list(APPEND _dirs ${CMAKE_SOURCE_DIR}/tests/data/fuzz_regressions/${_t})
   endif()
   add_test(NAME fuzz_${_t}
-    COMMAND ${_fuzz_bin}/fuzz_${_t} -max_total_time=${BESTOFN_FUZZ_SECONDS} -timeout=25 -rss_limit_mb=2048
+    COMMAND ${BESTOFN_ASAN_BUILD}/fuzz/fuzz_${_t} -max_total_time=${BESTOFN_FUZZ_SECONDS} -timeout=25 -rss_limit_mb=2048
             -max_len=16384 -print_final_stats=1 -artifact_prefix=${_fuzz_bin}/artifacts/${_t}- ${_dirs}
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(fuzz_${_t} PROPERTIES FIXTURES_REQUIRED fuzz_corpus_${_t} LABELS fuzz
-    ENVIRONMENT "BESTOFN_SHARED=${_shared};BESTOFN_FUZZ_MODEL=${_fuzz_bin}/corpus/safetensors_index-model"
+    ENVIRONMENT "BESTOFN_SHARED=${_shared};BESTOFN_FUZZ_MODEL=${_fuzz_bin}/corpus/safetensors_index-model;UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
     TIMEOUT 600 COST ${BESTOFN_FUZZ_SECONDS})
 endforeach()
+message(STATUS "bestofn: fuzz tests of ${BESTOFN_ASAN_BUILD}/fuzz, ${BESTOFN_FUZZ_SECONDS} s per target")

@@ -17,7 +17,7 @@
 namespace bestofn::cuda {
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kRopeBlock = 256;
 
 // bestofn::bf16_from_float bit for bit: round to nearest even, NaN kept quiet with its sign.
 __device__ __forceinline__ std::uint16_t bf16_from_float(float x) {
@@ -38,19 +38,19 @@ __device__ __forceinline__ void rotate(float a, float b, float c, float s, float
 }  // namespace
 
 // q (T, n_heads, hd) rotated in place; k, v (T, n_kv * hd); inv_freq (hd / 2); pos (T); k_rows /
-// v_rows (T) pointers to cache rows of format F (src/cuda/kernels.h). grid = T, block = kBlock;
+// v_rows (T) pointers to cache rows of format F (src/cuda/kernels.h). grid = T, block = kRopeBlock;
 // FP8: kv_dim floats of dynamic shared memory (the rotated k row, quantized per head after).
 template <KvFormat F>
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kRopeBlock)
     kernel_rope_kv_write(float* q, const float* k, const float* v, const int* pos, const float* inv_freq, int n_heads,
                          int n_kv, int hd, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows) {
-  static_assert(kBlock == rowops::kBlock, "the FP8 row quantizer reduces over rowops::kBlock threads");
+  static_assert(kRopeBlock == rowops::kBlock, "the FP8 row quantizer reduces over rowops::kBlock threads");
   const int t = static_cast<int>(blockIdx.x), half = hd / 2;
   const std::size_t kv_dim = static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd);
   const float p = static_cast<float>(pos[t]);
   // q: each (head, i) pair in place
   float* qt = q + static_cast<std::size_t>(t) * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(hd);
-  for (int idx = static_cast<int>(threadIdx.x); idx < n_heads * half; idx += kBlock) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < n_heads * half; idx += kRopeBlock) {
     const int h = idx / half, i = idx % half;
     const float angle = __fmul_rn(p, inv_freq[i]);
     float* x = qt + h * hd;
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kBlock)
     // k rotated into shared memory, then each head of k and of v quantized as one row (codes,
     // then the scales after the row's kv_dim codes): every thread runs every head's quantizer.
     extern __shared__ float k_rot[];  // (kv_dim)
-    for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kBlock) {
+    for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kRopeBlock) {
       const int h = idx / half, i = idx % half;
       const float angle = __fmul_rn(p, inv_freq[i]);
       rotate(kt[h * hd + i], kt[h * hd + i + half], cosf(angle), sinf(angle), k_rot[h * hd + i], k_rot[h * hd + i + half]);
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kBlock)
   } else {
     // k: rotated, rounded to BF16 into the cache row
     std::uint16_t* kr = k_rows[t];
-    for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kBlock) {
+    for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kRopeBlock) {
       const int h = idx / half, i = idx % half;
       const float angle = __fmul_rn(p, inv_freq[i]);
       float x0, x1;
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kBlock)
     }
     // v: rounded to BF16 into the cache row
     std::uint16_t* vr = v_rows[t];
-    for (std::size_t i = threadIdx.x; i < kv_dim; i += kBlock) vr[i] = bf16_from_float(vt[i]);
+    for (std::size_t i = threadIdx.x; i < kv_dim; i += kRopeBlock) vr[i] = bf16_from_float(vt[i]);
   }
 }
 
@@ -111,7 +111,7 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
                                           std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(n_kv * hd));
   if (T == 0) return;
   const auto kernel = kv == KvFormat::FP8 ? kernel_rope_kv_write<KvFormat::FP8> : kernel_rope_kv_write<KvFormat::BF16>;
-  kernel<<<static_cast<unsigned>(T), kBlock, shared, stream>>>(q, k, v, pos, inv_freq, n_heads, n_kv, hd, k_rows, v_rows);
+  kernel<<<static_cast<unsigned>(T), kRopeBlock, shared, stream>>>(q, k, v, pos, inv_freq, n_heads, n_kv, hd, k_rows, v_rows);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -78,8 +78,8 @@ struct ArgMaxOp {
 
 // ==== the multi-block sampler ====
 
-constexpr int kWarps = 4;  // warps per block of the row passes; one chunk per warp at a time
-constexpr int kPassThreads = 32 * kWarps;
+constexpr int kPassWarps = 4;  // warps per block of the row passes; one chunk per warp at a time
+constexpr int kPassThreads = 32 * kPassWarps;
 constexpr int kFinishThreads = 512;
 constexpr int kItems = sp::kTileCap / kFinishThreads;  // keys per thread in the tile sort
 static_assert(kItems * kFinishThreads == sp::kTileCap);
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kPassThreads) kernel_chunks(const float* logit
   const float zmax = info.zmax, cut = sp::fsub(zmax, sp::kDropNats);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int c_end = min(s.nb, (p + 1) * s.cpb);
-  for (int c = p * s.cpb + warp; c < c_end; c += kWarps) {
+  for (int c = p * s.cpb + warp; c < c_end; c += kPassWarps) {
     const int base = c * sp::kChunk;
     double mass = 0.0, all = 0.0;
     int count = 0;

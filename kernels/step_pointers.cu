@@ -8,13 +8,13 @@
 namespace bestofn::cuda {
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kPointerBlock = 256;
 
 // One thread per (layer, row): i = l T + t. Six 8-byte stores, coalesced across t.
-__global__ void __launch_bounds__(kBlock)
+__global__ void __launch_bounds__(kPointerBlock)
     kernel_expand_step_pointers(const StepRowDesc* desc, int T, int n_layers, std::uint64_t* rows, std::uint64_t* ptrs) {
   const std::size_t n = static_cast<std::size_t>(T);
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * kBlock + threadIdx.x;
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * kPointerBlock + threadIdx.x;
   if (i >= n * static_cast<std::size_t>(n_layers)) return;
   const std::size_t l = i / n, t = i % n;
   const StepRowDesc d = desc[t];
@@ -34,8 +34,8 @@ void expand_step_pointers_cuda(const StepRowDesc* desc, int T, int n_layers, std
                                cudaStream_t stream) {
   if (T <= 0 || n_layers <= 0) return;
   const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(n_layers);
-  const auto blocks = static_cast<unsigned>((n + kBlock - 1) / kBlock);
-  kernel_expand_step_pointers<<<blocks, kBlock, 0, stream>>>(desc, T, n_layers, reinterpret_cast<std::uint64_t*>(rows),
+  const auto blocks = static_cast<unsigned>((n + kPointerBlock - 1) / kPointerBlock);
+  kernel_expand_step_pointers<<<blocks, kPointerBlock, 0, stream>>>(desc, T, n_layers, reinterpret_cast<std::uint64_t*>(rows),
                                                               reinterpret_cast<std::uint64_t*>(ptrs));
   CUDA_CHECK(cudaGetLastError());
 }
