@@ -9,6 +9,7 @@
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
 #include "bestofn/util/error.h"
+#include "runs_util.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -63,52 +64,17 @@ TEST(CpuEngine, RunsGiveTheLogitsOfSingleStepsAndRollBack) {
     const int ea = e->prefill(prompt_a, first), eb = e->prefill(prompt_b, first);
     std::vector<int> slots;
     for (std::size_t s = 0; s < kSlots; ++s) slots.push_back(e->add_slot(s == 3 ? eb : ea));
-    std::vector<std::size_t> at(kSlots, 0);
     int mismatches = 0, rows = 0;
-    while (at[0] < kLen || at[1] < kLen || at[2] < kLen || at[3] < kLen) {
-      std::vector<int> ids, counts, toks;
-      std::vector<std::size_t> good;
-      for (std::size_t s = 0; s < kSlots; ++s) {
-        if (at[s] == kLen) continue;
-        const std::size_t n = std::min<std::size_t>(1 + rng() % 6, kLen - at[s]), wrong = rng() % 4;
-        ids.push_back(slots[s]), good.push_back(n);
-        toks.insert(toks.end(), streams[s].begin() + static_cast<std::ptrdiff_t>(at[s]), streams[s].begin() + static_cast<std::ptrdiff_t>(at[s] + n));
-        for (std::size_t k = 0; k < wrong; ++k) toks.push_back(static_cast<int>(rng() % V));
-        counts.push_back(static_cast<int>(n + wrong));
-      }
-      std::vector<float> logits(toks.size() * V);
-      e->decode_runs(ids, counts, toks, logits);
-      std::size_t row = 0, i = 0;
-      for (std::size_t s = 0; s < kSlots; ++s) {
-        if (at[s] == kLen) continue;
-        for (std::size_t j = 0; j < good[i]; ++j, ++rows) {
-          const std::span<const float> got(logits.data() + (row + j) * V, V), ref_row(want[s].data() + (at[s] + j) * V, V);
-          mismatches += !same_bits(got, ref_row);
-        }
-        const int keep = e->slot_length(slots[s]) - (counts[i] - static_cast<int>(good[i]));
-        e->truncate_slot(slots[s], keep);
-        ASSERT_EQ(e->slot_length(slots[s]), (s == 3 ? 2 : 6) + static_cast<int>(at[s] + good[i]));
-        row += static_cast<std::size_t>(counts[i]), at[s] += good[i], ++i;
-      }
-    }
+    test::feed_runs(*e, slots, streams, rng, [&](std::size_t s, std::size_t pos, std::span<const float> got) {
+      mismatches += !same_bits(got, std::span<const float>(want[s].data() + pos * V, V));
+      ++rows;
+    });
     EXPECT_EQ(mismatches, 0) << "of " << rows << " rows";
   }
 }
 
 TEST(CpuEngine, RunsRefuseBadInput) {
   test::TempDir dir;
-  const auto w = synthetic(dir, "bf16");
-  auto e = make_cpu_engine(w, {});
-  const auto V = static_cast<std::size_t>(w->config.vocab_size);
-  std::vector<float> first(V), logits(3 * V);
-  const int p = e->prefill(std::vector<int>{1, 2, 3}, first);
-  const int s = e->add_slot(p);
-  EXPECT_THROW(e->decode_runs(std::vector<int>{s}, std::vector<int>{0}, std::vector<int>{}, std::span<float>()), Error);
-  EXPECT_THROW(e->decode_runs(std::vector<int>{s}, std::vector<int>{2}, std::vector<int>{4, 5, 6}, logits), Error);
-  e->decode_runs(std::vector<int>{s}, std::vector<int>{3}, std::vector<int>{4, 5, 6}, logits);
-  EXPECT_EQ(e->slot_length(s), 6);
-  EXPECT_THROW(e->truncate_slot(s, 2), Error);  // into the prefix
-  EXPECT_THROW(e->truncate_slot(s, 7), Error);  // past its end
-  e->truncate_slot(s, 3);
-  EXPECT_EQ(e->slot_length(s), 3);
+  auto e = make_cpu_engine(synthetic(dir, "bf16"), {});
+  test::expect_runs_refuse_bad_input(*e);
 }

@@ -333,6 +333,63 @@ TEST(CudaPlan, KvBlockPoolAdmitsByFreeBlocksAndBudgets) {
   EXPECT_THROW(pool.admit(-1), Error);
 }
 
+// --speculate on --paged-kv: a run takes every block its positions reach in one step, and the
+// blocks of rejected positions go back into the slot's promise, so admission is as before.
+TEST(CudaPlan, RunsTakeEveryBlockTheyReachAndGiveBackTheRejected) {
+  KvBlockPool pool(10, 16);
+  PagedSlot a, b;
+  ASSERT_TRUE(pool.admit(3));
+  a.budget_left = 3;
+  ASSERT_TRUE(pool.admit(2));
+  b.budget_left = 2;
+  PagedSlot* both[] = {&a, &b};
+  // a: rows 0..14 (one block); b: a run reaching row 33 (three blocks, one past its promise of 2).
+  take_blocks(pool, both, std::vector<int>{14, 33});
+  EXPECT_EQ(a.blocks.size(), 1u);
+  EXPECT_EQ(b.blocks.size(), 3u);
+  EXPECT_EQ(a.budget_left, 2);
+  EXPECT_EQ(b.budget_left, 0);
+  EXPECT_EQ(pool.free_blocks(), 6);
+  EXPECT_EQ(pool.promised(), 2);  // a's two left
+  // Rows up to 15 again take nothing; row 16 starts a's second block.
+  take_blocks(pool, both, std::vector<int>{15, 33});
+  EXPECT_EQ(a.blocks.size(), 1u);
+  take_blocks(pool, both, std::vector<int>{16, 33});
+  EXPECT_EQ(a.blocks.size(), 2u);
+  // b keeps rows 0..16 (17 rows: two blocks); its third goes back, promised to it again.
+  const int third = b.blocks[2];
+  shrink_blocks(pool, b, 17);
+  EXPECT_EQ(b.blocks.size(), 2u);
+  EXPECT_EQ(b.budget_left, 1);
+  EXPECT_EQ(pool.free_blocks(), 6);
+  EXPECT_EQ(pool.promised(), 2);  // a's one, b's one again
+  EXPECT_EQ(pool.take(), third);   // the block itself is free
+  pool.give(third);
+  shrink_blocks(pool, b, 32);      // nothing past 32 rows: nothing changes
+  EXPECT_EQ(b.blocks.size(), 2u);
+  // Nothing is taken when the pool cannot give what lies outside the promises.
+  KvBlockPool small(4, 16);
+  PagedSlot c;
+  ASSERT_TRUE(small.admit(1));
+  c.budget_left = 1;
+  PagedSlot* one[] = {&c};
+  try {
+    take_blocks(small, one, std::vector<int>{80});  // 6 blocks: 5 outside a pool of 4
+    ADD_FAILURE() << "took past the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of KV blocks"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(c.blocks.empty());
+  EXPECT_EQ(small.free_blocks(), 4);
+  take_blocks(small, one, std::vector<int>{63});  // 4 blocks: 1 promised, 3 outside
+  EXPECT_EQ(c.blocks.size(), 4u);
+  EXPECT_EQ(small.promised(), 0);
+  shrink_blocks(small, c, 0);
+  EXPECT_TRUE(c.blocks.empty());
+  EXPECT_EQ(small.free_blocks(), 4);
+  EXPECT_EQ(c.budget_left, 4);
+}
+
 }  // namespace
 }  // namespace bestofn::cuda
 

@@ -210,6 +210,76 @@ TEST(StepPlan, ChecksTheBatchInOnePass) {
   for (int i = 0; i < 5; ++i) planner.check(b.rows);
 }
 
+// --speculate's runs (Engine::decode_runs): a slot's consecutive positions as consecutive rows,
+// each written at its own cache row (through the block table, across a block boundary when paged)
+// and attending to its slot up to itself; a row that does not continue its run is refused.
+TEST(StepPlan, RunsAreConsecutiveRowsOneCacheRowEach) {
+  for (const bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "unpaged");
+    StepPlanner planner(config(paged, false));
+    Batch b(4, 2, paged, 11);
+    // Row 1's slot takes a run of 4: positions suffix 14..17 (rows 15 and 16 straddle a block).
+    StepRow head = b.rows[1];
+    head.suffix_len = 14;
+    if (paged) {
+      b.blocks[1] = {40, 7};
+      head.blocks = b.blocks[1];
+    } else {
+      b.slot_part[1].cap = 32;
+      head.suffix_kv = b.slot_part[1].layout();
+    }
+    std::vector<StepRow> rows = {b.rows[0]};
+    for (int j = 0; j < 4; ++j) {
+      StepRow r = head;
+      r.run = j, r.suffix_len = 14 + j, r.token = 100 + j;
+      rows.push_back(r);
+    }
+    rows.push_back(b.rows[2]), rows.push_back(b.rows[3]);
+    planner.check(rows);
+    const StepLayout lay = planner.layout(7, false, false, planner.table_entries(rows));
+    std::vector<char> out(lay.bytes);
+    planner.write(rows, lay, nullptr, {}, out.data());
+    std::vector<int> pos(7), lens(14);
+    std::memcpy(pos.data(), out.data() + lay.pos, 7 * 4);
+    std::memcpy(lens.data(), out.data() + lay.lens, 14 * 4);
+    std::vector<StepRowDesc> desc(7);
+    std::memcpy(desc.data(), out.data() + lay.desc, 7 * sizeof(StepRowDesc));
+    for (int j = 0; j < 4; ++j) {
+      const auto t = static_cast<std::size_t>(1 + j);
+      EXPECT_EQ(pos[t], head.prefix_len + 14 + j);
+      EXPECT_EQ(lens[t], head.prefix_len);
+      EXPECT_EQ(lens[7 + t], 14 + j + 1) << "row " << t << " attends to its slot up to itself";
+      const int suffix_row = 14 + j;
+      const std::uint64_t want = paged ? static_cast<std::uint64_t>(b.blocks[1][static_cast<std::size_t>(suffix_row / kBlockTokens)]) * kBlockTokens +
+                                             static_cast<std::uint64_t>(suffix_row % kBlockTokens)
+                                       : static_cast<std::uint64_t>(suffix_row);
+      EXPECT_EQ(desc[t].write, want * kRowBytes) << "row " << t;
+    }
+    EXPECT_EQ(desc[2].write, (paged ? 40u * kBlockTokens + 15 : 15u) * kRowBytes);
+    EXPECT_EQ(desc[3].write, (paged ? 7u * kBlockTokens + 0 : 16u) * kRowBytes);
+    auto refused = [&](std::vector<StepRow> bad, const std::string& what) {
+      try {
+        planner.check(bad);
+        ADD_FAILURE() << what << " passed";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not follow its run's previous position"), std::string::npos) << e.what();
+      }
+    };
+    std::vector<StepRow> gap = rows;
+    gap[3].suffix_len = 17;  // skips a position
+    refused(gap, "a run with a gap");
+    std::vector<StepRow> apart = rows;
+    std::swap(apart[4], apart[5]);  // run position 3 after another slot's row
+    refused(apart, "a run split by another row");
+    std::vector<StepRow> alone = {rows[2]};  // run position 1 without position 0
+    refused(alone, "a run without its start");
+    std::vector<StepRow> twice = rows;
+    twice[6] = rows[1];  // the slot again, as a new run
+    EXPECT_THROW(planner.check(twice), Error);
+    planner.check(rows);
+  }
+}
+
 TEST(StepPlan, StagedArraysAndExpandedPointersMatchTheHostLoop) {
   for (const bool paged : {false, true}) {
     SCOPED_TRACE(paged ? "paged" : "unpaged");

@@ -132,6 +132,16 @@ class CudaEngine final : public Engine {
       throw Error("decode: slots, tokens and logits sizes disagree");
     step(slots, tokens, logits.data(), nullptr);
   }
+  // --speculate: runs of positions per slot as consecutive rows of one step (StepRow::run), every
+  // row's K/V written before any row attends, each attending to its slot up to its own position;
+  // not with --cascade-attention or --cuda-prefix-gemm, whose attention plans rows per prefix group.
+  bool takes_runs() const override { return !cascade_ && !prefix_gemm_; }
+  std::string why_no_runs() const override {
+    return takes_runs() ? std::string() : "the cuda engine does not verify drafted tokens with --cascade-attention or --cuda-prefix-gemm";
+  }
+  void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
+                   std::span<float> logits) override;
+  void truncate_slot(int s, int length) override;
   bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
                      std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
                      std::span<const std::uint64_t> step_index, std::span<Sample> out) override {
@@ -237,8 +247,11 @@ class CudaEngine final : public Engine {
   };
   // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
   // from the speculation when it holds (patch_step), else in full (plan_step); then point_step.
-  StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
-  void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  // runs (--speculate): each row's place in its slot's run (StepRow::run); empty: a plain step.
+  StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+                        std::span<const int> runs = {});
+  void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+                 std::span<const int> runs = {});
   bool patch_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
   void point_step(StepPlan& s, const Draws* draws);
   // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
@@ -249,7 +262,8 @@ class CudaEngine final : public Engine {
   void attend_decode(int l, const StepPlan& s);
   // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
   // samples copied back.
-  void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws);
+  void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
+            std::span<const int> runs = {});
   // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
   GraphKey graph_key(const StepPlan& s, const Draws* draws) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.

@@ -20,26 +20,29 @@ namespace bestofn::cuda {
 // O(batch) host work: the rows' descriptors gathered, checked and grouped by the step planner
 // (src/cuda/step_plan.h: stamps, not searches), written straight into a pinned staging buffer and
 // uploaded in one copy; the per-layer pointers are expanded on the device by forward.
-CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
+CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+                                              std::span<const int> runs) {
   StepPlan s;
   s.real = static_cast<int>(slots.size());
   bool patched = false;
   try {
-    patched = ahead_ && ahead_->valid() && patch_step(s, slots, tokens, draws);
+    // A step of runs is never the speculated one ("every row again, one further").
+    patched = runs.empty() && ahead_ && ahead_->valid() && patch_step(s, slots, tokens, draws);
   } catch (...) {
     ahead_->drop();
     throw;
   }
   if (!patched) {
     if (ahead_) ahead_->drop();
-    plan_step(s, slots, tokens, draws);
+    plan_step(s, slots, tokens, draws, runs);
   }
   point_step(s, draws);
   return s;
 }
 
 // The full plan: every row's descriptors gathered, checked, the arrays written and uploaded.
-void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
+void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+                           std::span<const int> runs) {
   const int T = s.real;
   const auto n_real = static_cast<std::size_t>(T);
   std::vector<StepRow>& rows = step_rows_;
@@ -49,26 +52,29 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
     Slot& slot = slot_at(slots[i]);
     const Prefix& pre = prefix_at(slot.prefix);
     StepRow& r = rows[i];
-    r.slot = slots[i], r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len, r.token = tokens[i];
+    r.run = runs.empty() ? 0 : runs[i];
+    r.slot = slots[i], r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len + r.run, r.token = tokens[i];
     r.prefix_kv = pre.kv.layout();
     r.blocks = {};
     s.batch[i] = &slot;
   }
   planner_->check(rows);  // nothing below runs for a batch that fails its checks
-  // Each row's suffix: the slot's own part, grown first (part 1), or the block pools with a block
-  // taken where this step's row starts one (--paged-kv).
+  // Each row's suffix: the slot's own part, grown first (part 1), or the block pools with the
+  // blocks taken that this step's rows reach (--paged-kv). A run's last row reaches the furthest:
+  // the blocks and the growth are its, and the rows' layouts are read after every part has grown.
+  auto last_of_run = [&](std::size_t i) { return i + 1 == n_real || rows[i + 1].run == 0; };
   if (paged_) {
-    std::vector<PagedSlot*> paged(n_real);
-    std::vector<int> lens(n_real);
-    for (std::size_t i = 0; i < n_real; ++i) paged[i] = &s.batch[i]->paged, lens[i] = s.batch[i]->kv.len;
+    std::vector<PagedSlot*> paged;
+    std::vector<int> lens;
+    for (std::size_t i = 0; i < n_real; ++i)
+      if (last_of_run(i)) paged.push_back(&s.batch[i]->paged), lens.push_back(rows[i].suffix_len);
     paged_->take(paged, lens);
     const KvLayout pools = paged_->layout();
     for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = pools, rows[i].blocks = s.batch[i]->paged.blocks;
   } else {
-    for (std::size_t i = 0; i < n_real; ++i) {
-      reserve(s.batch[i]->kv, s.batch[i]->kv.len + 1);
-      rows[i].suffix_kv = s.batch[i]->kv.layout();
-    }
+    for (std::size_t i = 0; i < n_real; ++i)
+      if (last_of_run(i)) reserve(s.batch[i]->kv, rows[i].suffix_len + 1);
+    for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = s.batch[i]->kv.layout();
   }
   const int Tn = s.T = planner_->padded(T);
   grow_ahead(Tn);
@@ -210,10 +216,11 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
 // may still allocate, counted: a slot fed past its reserved part (unpaged), --cuda-prefix-gemm's
 // scratch (its group sizes), --cascade-attention's own buffers, a prefill (each prompt's KV part,
 // and a pass longer than reserved), a graph's capture and instantiation.
-void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws) {
+void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
+                      std::span<const int> runs) {
   use_device();
   if (slots.empty()) return;
-  const StepPlan s = prepare_step(slots, tokens, draws);
+  const StepPlan s = prepare_step(slots, tokens, draws, runs);
   // The batch's rows come back, not the padding's: n of them, first; the samples' logprobs sit
   // after all T ids.
   const auto n = static_cast<std::size_t>(s.real), padded = static_cast<std::size_t>(s.T), V = static_cast<std::size_t>(c_.vocab_size);
@@ -228,7 +235,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
   } else {
     forward(s, draws);
   }
-  for (Slot* slot : s.batch) slot->kv.len++;
+  for (Slot* slot : s.batch) slot->kv.len++;  // a run's slot once per row
   total.reset();
   // The step's one synchronization: the logits, or (--device-sampling) only the samples, back;
   // step t+1 is speculated on the host in between, while the device runs this one.
@@ -236,7 +243,7 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), padded * 8, cudaMemcpyDeviceToHost, stream_));
   else
     CUDA_CHECK(cudaMemcpyAsync(host_logits, logits_.get(), n * V * 4, cudaMemcpyDeviceToHost, stream_));
-  speculate_next(slots, s, draws);
+  if (runs.empty()) speculate_next(slots, s, draws);  // after runs, the caller truncates what it rejects first
   sync_stream(stream_);
   if (draws) {
     const auto* tok = pinned_.get<const int>();
@@ -244,6 +251,37 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
     for (std::size_t i = 0; i < n; ++i) draws->out[i] = {tok[i], lp[i]};
   }
   timer_.end_step();
+}
+
+// --speculate's runs: slot i's counts[i] positions as consecutive rows of one step (prepare_step
+// checks them, StepRow::run). The rows write their K/V before any row attends (rope_kv_write_cuda
+// of the layer, then attend_decode), so each attends to its slot up to its own position.
+void CudaEngine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
+                             std::span<float> logits) {
+  if (counts.size() != slots.size()) throw Error("decode: slots and counts sizes disagree");
+  if (!takes_runs() && std::any_of(counts.begin(), counts.end(), [](int c) { return c != 1; })) throw Error(why_no_runs());
+  std::vector<int> rows, runs;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (counts[i] < 1) throw Error("decode: slot " + std::to_string(slots[i]) + " has a run of " + std::to_string(counts[i]) + " tokens");
+    for (int j = 0; j < counts[i]; ++j) rows.push_back(slots[i]), runs.push_back(j);
+  }
+  if (tokens.size() != rows.size() || logits.size() != rows.size() * static_cast<std::size_t>(c_.vocab_size))
+    throw Error("decode: slots, tokens and logits sizes disagree");
+  const bool plain = rows.size() == slots.size();
+  step(rows, tokens, logits.data(), nullptr, plain ? std::span<const int>() : std::span<const int>(runs));
+}
+
+void CudaEngine::truncate_slot(int s, int length) {
+  use_device();
+  Slot& slot = slot_at(s);
+  const int prefix = prefix_at(slot.prefix).kv.len;
+  if (length < prefix || length > slot_length(s))
+    throw Error("truncate_slot: slot " + std::to_string(s) + " holds " + std::to_string(slot_length(s)) + " positions, its prefix " +
+                std::to_string(prefix) + "; asked to keep " + std::to_string(length));
+  if (length == slot_length(s)) return;
+  slot.kv.len = length - prefix;  // the rows past it are overwritten by the next step's
+  if (paged_) paged_->shrink(slot.paged, slot.kv.len);
+  if (ahead_) ahead_->drop();  // a speculation of this slot would write past its new end
 }
 
 GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {

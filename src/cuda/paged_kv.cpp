@@ -43,23 +43,4 @@ void PagedKv::release(PagedSlot& s) {
   s.blocks.clear(), s.budget_left = 0;
 }
 
-void PagedKv::take(std::span<PagedSlot* const> slots, std::span<const int> lens) {
-  auto needs = [&](std::size_t i) { return pool_.blocks_for(lens[i] + 1) > static_cast<int>(slots[i]->blocks.size()); };
-  int outside = 0;  // blocks this step takes outside every promise
-  for (std::size_t i = 0; i < slots.size(); ++i)
-    if (needs(i) && slots[i]->budget_left == 0) ++outside;
-  if (outside > pool_.free_blocks() - pool_.promised())
-    throw Error("--paged-kv: out of KV blocks (" + std::to_string(pool_.free_blocks()) + " free, " + std::to_string(pool_.promised()) +
-                " promised to admitted candidates, " + std::to_string(outside) + " needed); admit candidates with try_add_slot");
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    if (!needs(i)) continue;
-    PagedSlot& s = *slots[i];
-    const int b = pool_.take();
-    if (b < 0) throw Error("--paged-kv: the block pool ran dry inside a promise (a bug)");
-    pool_.taken(s.budget_left);
-    s.budget_left = std::max(s.budget_left - 1, 0);
-    s.blocks.push_back(b);
-  }
-}
-
 }  // namespace bestofn::cuda

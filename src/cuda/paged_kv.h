@@ -13,11 +13,6 @@
 
 namespace bestofn::cuda {
 
-struct PagedSlot {
-  std::vector<int> blocks;  // the block table
-  int budget_left = 0;      // blocks promised at admission and not yet taken
-};
-
 class PagedKv {
  public:
   static constexpr int kBlockTokens = 16;
@@ -29,10 +24,12 @@ class PagedKv {
   // every earlier promise not yet taken.
   bool admit(PagedSlot& s, int max_tokens);
   void release(PagedSlot& s);
-  // A block for every slot whose next row (at lens[i]) starts a block, or an error with nothing
-  // taken when the pool cannot give them outside the promises. The block tables are the slots' own
-  // (PagedSlot::blocks); the step planner stages them.
-  void take(std::span<PagedSlot* const> slots, std::span<const int> lens);
+  // Blocks for every slot up to its row lens[i] (take_blocks: the next row, or a run's last), or an
+  // error with nothing taken when the pool cannot give them outside the promises. The block tables
+  // are the slots' own (PagedSlot::blocks); the step planner stages them.
+  void take(std::span<PagedSlot* const> slots, std::span<const int> lens) { take_blocks(pool_, slots, lens); }
+  // The blocks past the slot's first `rows` rows back into its promise (truncate_slot).
+  void shrink(PagedSlot& s, int rows) { shrink_blocks(pool_, s, rows); }
   std::size_t row(const PagedSlot& s, int j) const {
     return static_cast<std::size_t>(s.blocks[static_cast<std::size_t>(j / kBlockTokens)]) * kBlockTokens +
            static_cast<std::size_t>(j % kBlockTokens);

@@ -79,6 +79,42 @@ void KvBlockPool::taken(int budget_left_before) {
 
 void KvBlockPool::retire(int budget_left) { promised_ -= std::max(budget_left, 0); }
 
+void KvBlockPool::untake(int block) {
+  give(block);
+  promised_++;
+}
+
+void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span<const int> lens) {
+  if (lens.size() != slots.size()) throw Error("take_blocks: slots and lengths sizes disagree");
+  auto lacking = [&](std::size_t i) {
+    return std::max(pool.blocks_for(lens[i] + 1) - static_cast<int>(slots[i]->blocks.size()), 0);
+  };
+  long long outside = 0;  // blocks this step takes outside every promise
+  for (std::size_t i = 0; i < slots.size(); ++i) outside += std::max(lacking(i) - slots[i]->budget_left, 0);
+  if (outside > pool.free_blocks() - pool.promised())
+    throw Error("--paged-kv: out of KV blocks (" + std::to_string(pool.free_blocks()) + " free, " + std::to_string(pool.promised()) +
+                " promised to admitted candidates, " + std::to_string(outside) + " needed); admit candidates with try_add_slot");
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    PagedSlot& s = *slots[i];
+    for (int n = lacking(i); n > 0; --n) {
+      const int b = pool.take();
+      if (b < 0) throw Error("--paged-kv: the block pool ran dry inside a promise (a bug)");
+      pool.taken(s.budget_left);
+      s.budget_left = std::max(s.budget_left - 1, 0);
+      s.blocks.push_back(b);
+    }
+  }
+}
+
+void shrink_blocks(KvBlockPool& pool, PagedSlot& slot, int rows) {
+  const auto keep = static_cast<std::size_t>(pool.blocks_for(std::max(rows, 0)));
+  while (slot.blocks.size() > keep) {
+    pool.untake(slot.blocks.back());
+    slot.blocks.pop_back();
+    slot.budget_left++;
+  }
+}
+
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
   if (shards.empty()) return std::nullopt;
   const Linear& first = *shards.front();

@@ -70,9 +70,20 @@ StepPlanner::StepPlanner(const StepPlanConfig& c) : c_(c) {
 void StepPlanner::check(std::span<const StepRow> rows) {
   if (rows.empty()) throw Error("decode: an empty batch");
   const std::uint32_t e = next_epoch(epoch_, slot_seen_, prefix_seen_);
-  for (const StepRow& r : rows) {
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    const StepRow& r = rows[t];
     std::uint32_t& seen = stamp_of(slot_seen_, r.slot);
-    if (seen == e) throw Error("decode: slot " + std::to_string(r.slot) + " appears twice in one step");
+    if (r.run > 0) {  // the next position of the run in the row before, nothing else
+      const StepRow* prev = t > 0 ? &rows[t - 1] : nullptr;
+      if (!prev || prev->slot != r.slot || prev->run != r.run - 1 || prev->suffix_len + 1 != r.suffix_len ||
+          prev->prefix != r.prefix)
+        throw Error("decode: row " + std::to_string(t) + " (slot " + std::to_string(r.slot) + ", run position " + std::to_string(r.run) +
+                    ") does not follow its run's previous position");
+    } else if (seen == e) {
+      throw Error("decode: slot " + std::to_string(r.slot) + " appears twice in one step");
+    } else if (r.run < 0) {
+      throw Error("decode: row " + std::to_string(t) + " has run position " + std::to_string(r.run));
+    }
     seen = e;
     if (r.prefix_len + r.suffix_len >= c_.max_positions)
       throw Error("slot " + std::to_string(r.slot) + " is at the context limit (" + std::to_string(c_.max_positions) + ")");

@@ -62,7 +62,10 @@ void expand_step_pointers(std::span<const StepRowDesc> desc, int n_layers, std::
 
 // What the planner is told about one batch row.
 struct StepRow {
-  int slot = 0;         // the slot handle (a slot twice in one step is an error)
+  int slot = 0;         // the slot handle (twice in one step only as a run, below)
+  int run = 0;          // --speculate: the row's place in its slot's run of consecutive positions
+                        // (Engine::decode_runs): run r > 0 follows run r - 1 of the same slot,
+                        // one position further; each row attends to its slot up to its own position
   int prefix = 0;       // the prefix handle (rows of one prefix form a group)
   int prefix_len = 0;   // positions of the prefix
   int suffix_len = 0;   // the slot's suffix rows before this step
@@ -133,8 +136,9 @@ class StepPlanner {
   const StepPlanConfig& config() const { return c_; }
   int padded(int T) const { return c_.pad ? bucket_of(T) : T; }
 
-  // Throws a one-line bestofn::Error, with nothing changed, for an empty batch, a slot twice, a
-  // slot at the context limit, or a token outside the vocabulary. O(rows).
+  // Throws a one-line bestofn::Error, with nothing changed, for an empty batch, a slot twice
+  // other than as a run (consecutive rows, run 0, 1, 2, ..., suffix lengths one apart), a slot at
+  // the context limit, or a token outside the vocabulary. O(rows).
   void check(std::span<const StepRow> rows);
   // The rows of each prefix, the padding rows (when padded > T) last. O(rows).
   const StepGroups& group(std::span<const StepRow> rows);

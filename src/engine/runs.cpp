@@ -9,10 +9,14 @@
 
 namespace bestofn {
 
+std::string Engine::why_no_runs() const {
+  return "the " + name() + " engine does not verify drafted tokens yet (several positions per slot in one step)";
+}
+
 void Engine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
                          std::span<float> logits) {
   if (std::any_of(counts.begin(), counts.end(), [](int c) { return c != 1; }) || counts.size() != slots.size())
-    throw Error("the " + name() + " engine does not verify drafted tokens (several positions per slot in one step): use --speculate 0");
+    throw Error(why_no_runs() + ": use --speculate 0");
   decode(slots, tokens, logits);
 }
 

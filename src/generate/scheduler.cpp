@@ -456,7 +456,7 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::
   if (options.prefill_tokens < 1) throw Error("--prefill-tokens must be at least 1");
   if (options.speculate < 0) throw Error("--speculate must be at least 0");
   if (options.speculate > 0 && !engine.takes_runs())
-    throw Error("--speculate: the " + engine.name() + " engine does not verify drafted tokens yet (several positions per slot in one step); use --speculate 0");
+    throw Error("--speculate: " + engine.why_no_runs() + "; use --speculate 0");
   return Run(engine, tokenizer, requests, options, on_done).go(on_step);
 }
 

@@ -139,6 +139,8 @@ class Engine {
   // vocab_size). The caller drops the tokens it rejects with truncate_slot. Engines that do this
   // say so with takes_runs(); the default takes runs of one token (decode) and refuses longer.
   virtual bool takes_runs() const { return false; }
+  // Why not, in one line naming the engine (and the options that stop it), when takes_runs() is false.
+  virtual std::string why_no_runs() const;
   virtual void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
                            std::span<float> logits);
   // Drops the slot's positions from `length` on (its prefix's length <= length <= slot_length):
