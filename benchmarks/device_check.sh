@@ -150,11 +150,15 @@ full() {
   step bench_8b_graphs_256 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \
     --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
+  # Issue 35's cost side: steps of K + 1 positions per candidate (K = 0, 1, 3, 7) at N = 1, 8, 64.
+  step bench_8b_speculate 120 bash -c "for k in 0 1 3 7; do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
+    build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64 --prompt-len 512 --steps 32 \
+    --split-attention --fused-qkv --gemm-autotune --cuda-graphs --speculate \$k --json; done >> $OUT/bench_cuda_8b.jsonl"
   # The new paths under compute-sanitizer.
   step memcheck 90 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_ops \
     --gtest_filter='*/cascade*:*/gather_queries*:*/sample_token*:*/expand_step*:*/prefill_attention_segments*' > $OUT/memcheck.log 2>&1 && \
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
-    --gtest_filter='GpuEngine.Cascade*:GpuEngine.GraphsReplay*:GpuEngine.PrefillMany*' >> $OUT/memcheck.log 2>&1"
+    --gtest_filter='GpuEngine.Cascade*:GpuEngine.GraphsReplay*:GpuEngine.PrefillMany*:GpuEngine.Runs*' >> $OUT/memcheck.log 2>&1"
   step bench_260k 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda --n 1,8,64 \
     --prompt-len 64 --steps 64 --json >> $OUT/bench_misc.jsonl"
   # Part 1 (no flags) for reference, as on 2026-11-30.
