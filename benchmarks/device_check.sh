@@ -97,7 +97,7 @@ full() {
   step ctest_gpu 150 bash -c ctest_gpu
   # The measured deviations behind the tolerances (ctest shows a passing test's output only on failure).
   step accuracy 60 bash -c "build-device/tests/test_gpu_gemm | grep -E 'accuracy|OK|FAILED'; build-device/tests/test_gpu_engine \
-    --gtest_filter='GpuEngine.Synthetic*:GpuEngine.Llama260k*' | grep -E 'deviation|sensitivity|OK \]|FAILED'"
+    --gtest_filter='GpuEngine.Synthetic*:GpuEngine.Llama260k*:GpuEngine.SmallM*:GpuEngine.Runs*' | grep -E 'deviation|sensitivity|OK \]|FAILED'"
   # The FP8 GEMM curve to M = 2048 (benchmarks/cost_model.py reads its large-M throughput).
   step gemm_fp8 120 build-device/benchmarks/gemm_fp8 --out "$OUT/gemm_fp8.json"
   # The engine on a synthetic Llama-3.1-8B FP8 model made here (9 GB, not carried), then on
@@ -150,15 +150,20 @@ full() {
   step bench_8b_graphs_256 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \
     --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
+  # Issue 34: --small-m-linear against cuBLASLt side by side (N = 1, 4, 8; 256 steps over a
+  # 512-token prompt): ms per step, gb_per_s_frac_of_copy, the split (gemm: the linear layers).
+  step bench_8b_small_m 120 bash -c "for f in '' --small-m-linear; do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
+    build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,4,8 --prompt-len 512 --steps 256 \
+    --split-attention --fused-qkv --gemm-autotune --cuda-graphs \$f --json; done >> $OUT/bench_cuda_8b.jsonl"
   # Issue 35's cost side: steps of K + 1 positions per candidate (K = 0, 1, 3, 7) at N = 1, 8, 64.
   step bench_8b_speculate 120 bash -c "for k in 0 1 3 7; do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
     build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,8,64 --prompt-len 512 --steps 32 \
     --split-attention --fused-qkv --gemm-autotune --cuda-graphs --speculate \$k --json; done >> $OUT/bench_cuda_8b.jsonl"
   # The new paths under compute-sanitizer.
   step memcheck 90 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_ops \
-    --gtest_filter='*/cascade*:*/gather_queries*:*/sample_token*:*/expand_step*:*/prefill_attention_segments*' > $OUT/memcheck.log 2>&1 && \
+    --gtest_filter='*/cascade*:*/gather_queries*:*/sample_token*:*/expand_step*:*/prefill_attention_segments*:*/linear_fp8_small_m*' > $OUT/memcheck.log 2>&1 && \
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
-    --gtest_filter='GpuEngine.Cascade*:GpuEngine.GraphsReplay*:GpuEngine.PrefillMany*:GpuEngine.Runs*' >> $OUT/memcheck.log 2>&1"
+    --gtest_filter='GpuEngine.Cascade*:GpuEngine.GraphsReplay*:GpuEngine.PrefillMany*:GpuEngine.Runs*:GpuEngine.SmallM*' >> $OUT/memcheck.log 2>&1"
   step bench_260k 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda --n 1,8,64 \
     --prompt-len 64 --steps 64 --json >> $OUT/bench_misc.jsonl"
   # Part 1 (no flags) for reference, as on 2026-11-30.

@@ -254,6 +254,31 @@ TEST(GpuEngine, SyntheticFp8ModelsMatchTheCpuEngine) {
   }
 }
 
+// --small-m-linear (src/cuda/small_m_linear.h): 8 rows a step, so every FP8 linear layer runs the
+// weight-streaming kernel, which sums the CPU's exact products in F32 in another order (no 14-bit
+// tensor-core accumulation): the logits must stay within 1.5 times what the CPU itself moves when
+// every GEMM output is off by 2^-20 relative (a ~16x tighter contract than cuBLASLt's 2^-14 above),
+// with and without --fused-qkv (the fused q/k/v and gate/up layers through the same kernel).
+TEST(GpuEngine, SmallMLinearMatchesTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  for (const char* scheme : {"channel", "tensor"}) {
+    auto w = synthetic_tiny(dir, "fp8", scheme, 21);
+    auto cpu_e = make_cpu_engine(w, bf16_kv());
+    const Trace cpu = trace(*cpu_e, 4, 32, nullptr);
+    const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-20);
+    std::printf("[ sensitivity] %s: CPU with GEMM outputs off by 2^-20: max %.3g, mean %.3g\n", scheme, sens.max, sens.mean);
+    for (const bool fused : {false, true}) {
+      EngineOptions o;
+      o.cuda.small_m_linear = true;
+      o.cuda.fused_qkv = fused;
+      auto gpu_e = cuda::make_cuda_engine(w, o);
+      compare(trace(*gpu_e, 4, 32, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max + 1e-5, 0.0, 1e9f,
+              std::string(scheme) + " --small-m-linear" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean + 1e-6);
+    }
+  }
+}
+
 // Qwen2 (q/k/v biases: the bias in the FP8 epilogue, or bias_add_cuda after a BF16 / F32 GEMM; in
 // the fused q/k/v GEMM, one concatenated bias) and Qwen3 (per-head q/k norm: rmsnorm_cuda in place
 // before rope_kv) against the CPU engine, whose numbers match transformers (HfModels in

@@ -30,6 +30,7 @@
 #include "bestofn/util/numeric.h"
 #include "cpu/ops.h"
 #include "cuda/kernels.h"
+#include "cuda/small_m_linear.h"
 #include "gpu_op_names.h"
 #include "gpu_op_rows.h"
 #include "gpu_test_util.h"
@@ -382,6 +383,41 @@ void scale_output() {
   }
 }
 
+// --- --small-m-linear's FP8 linear for 1..8 tokens against its host twin small_m_linear_twin, bit
+// for bit (src/cuda/small_m_linear.h: the lanes' order, the butterfly, the scales and the bias
+// rounded apart): inputs that end mid-round of the lanes' loads, per-channel and per-tensor scales,
+// with and without a bias, and a shape it refuses. ---
+void linear_fp8_small_m() {
+  std::uint64_t seed = 1700;
+  for (const int in : {16, 528, 4096, 14336}) {
+    const int out = in == 14336 ? 64 : 257;
+    for (int T = 1; T <= cuda::kSmallMMaxRows; ++T) {
+      for (const bool per_channel : {true, false}) {
+        SCOPED_TRACE(case_name("linear_fp8_small_m", T, out, seed) + ", in " + std::to_string(in) + (per_channel ? "" : ", per tensor"));
+        const auto n_w = static_cast<std::size_t>(out) * static_cast<std::size_t>(in), n_x = static_cast<std::size_t>(T) * static_cast<std::size_t>(in);
+        const std::vector<float> wf = test::random_floats(n_w, seed++, 0.05f), xf = test::random_floats(n_x, seed++, 2.0f);
+        std::vector<std::uint8_t> wq(n_w), xq(n_x);
+        std::vector<float> sw(static_cast<std::size_t>(out)), sx(static_cast<std::size_t>(T));
+        quantize_fp8_rows(wf.data(), static_cast<std::size_t>(out), static_cast<std::size_t>(in), wq.data(), sw.data());
+        quantize_fp8_rows(xf.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), xq.data(), sx.data());
+        if (!per_channel) sw.assign(1, sw[0]);
+        const std::vector<float> bias = test::random_floats(static_cast<std::size_t>(out), seed++, 0.5f);
+        const bool with_bias = T % 2 == 0;
+        std::vector<float> cpu(static_cast<std::size_t>(T) * static_cast<std::size_t>(out));
+        cuda::small_m_linear_twin(wq.data(), xq.data(), sx.data(), sw.data(), per_channel, with_bias ? bias.data() : nullptr, T, out, in,
+                                  cpu.data());
+        const cuda::DeviceBuffer d_w = test::to_gpu(wq), d_x = test::to_gpu(xq), d_sw = test::to_gpu(sw), d_sx = test::to_gpu(sx),
+                                 d_b = test::to_gpu(bias);
+        cuda::DeviceBuffer d_y(cpu.size() * 4);
+        cuda::linear_fp8_small_m_cuda(d_w.get<std::uint8_t>(), d_x.get<std::uint8_t>(), d_sx.get<float>(), d_sw.get<float>(), per_channel,
+                                      with_bias ? d_b.get<float>() : nullptr, T, out, in, d_y.get<float>(), nullptr);
+        EXPECT_EQ(compare_bits(test::from_gpu<float>(d_y, cpu.size()), cpu, static_cast<std::size_t>(out)), "");
+      }
+    }
+  }
+  EXPECT_THROW(cuda::linear_fp8_small_m_cuda(nullptr, nullptr, nullptr, nullptr, true, nullptr, 9, 16, 16, nullptr, nullptr), Error);
+}
+
 // --- swiglu: the same expression `g / (1 + exp(-g)) * up` and IEEE division on both sides, but
 // CUDA's expf (max 2 ulp) is not the CPU's exp (exp_poly, within 2 ulp; glibc's exp only
 // for g < -88). The two exps differ by up to 4 ulp, passed into 1 + exp scaled by
@@ -550,6 +586,8 @@ const OpRow kRows[] = {
     {"scale_output_cuda", "the store step of cpu::linear (and its bias add)", "bit for bit: the same two rounded multiplies (and add)",
      scale_output},
     {"bias_add_cuda", "the bias add of cpu::linear", "bit for bit: one rounded add", bias_add},
+    {"linear_fp8_small_m_cuda", "cuda::small_m_linear_twin (within 2 gamma_K sum |w a| of cpu::linear: test_small_m_linear)",
+     "bit for bit: the same exact products added in the stated order, the scales and bias rounded apart", linear_fp8_small_m},
     {"swiglu_cuda", "cpu::swiglu", "relative 8 eps: CUDA's expf and the CPU's exp differ by a few ulp", swiglu},
     {"swiglu_quant_fp8_cuda", "cpu::swiglu, then quantize_fp8_rows / quantize_fp8_row",
      "one E4M3 step: the exp's last bits may move a value across a rounding boundary", swiglu_quant_fp8},

@@ -31,7 +31,8 @@ std::unique_ptr<Engine> auto_on_cpu(std::shared_ptr<const Weights> weights, cons
   for (const auto& [on, flag] : {std::pair{o.prefix_gemm, "--cuda-prefix-gemm"}, {o.fused_qkv, "--fused-qkv"},
                                  {o.gemm_autotune, "--gemm-autotune"}, {o.paged_kv, "--paged-kv"}, {o.kv_blocks > 0, "--kv-blocks"},
                                  {o.device_sampling, "--device-sampling"}, {o.split_attention, "--split-attention"},
-                                 {o.graphs, "--cuda-graphs"}, {o.cascade_attention, "--cascade-attention"}})
+                                 {o.graphs, "--cuda-graphs"}, {o.cascade_attention, "--cascade-attention"},
+                                 {o.small_m_linear, "--small-m-linear"}})
     if (on) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
   if (!ignored.empty()) spdlog::warn("--device auto is running the CPU engine, which ignores {} (CUDA engine paths)", ignored);
   return make_cpu_engine(std::move(weights), options);

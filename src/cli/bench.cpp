@@ -47,6 +47,7 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--split-attention", o->engine.split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", o->engine.cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
   sub->add_flag("--cascade-attention", o->engine.cascade_attention, "CUDA: all prompts' shared-prefix attention in one tensor-core launch per layer; with --paged-kv (BF16 KV) the suffixes in one paged-decode launch");
+  sub->add_flag("--small-m-linear", o->engine.small_m_linear, "CUDA: FP8 linear layers of 1-8 rows as one weight-streaming kernel");
   add_kv_cache_flag(sub, o->engine.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {

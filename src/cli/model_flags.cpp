@@ -63,6 +63,9 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
                 "CUDA: every prompt's shared-prefix attention in one tensor-core launch per layer (FlashInfer; head_dim 128); "
                 "with --paged-kv and BF16 KV the candidates' suffixes in one paged-decode launch (FlashInfer; 4 query heads per KV "
                 "head), else by a per-candidate kernel");
+  sub->add_flag("--small-m-linear", f.small_m_linear,
+                "CUDA: FP8 linear layers of steps with 1-8 rows as one weight-streaming kernel with the scales fused (in place of "
+                "cuBLASLt's GEMM and the scale kernel; not yet timed on a GPU)");
   add_kv_cache_flag(sub, f.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "auto");
 }
@@ -72,7 +75,7 @@ void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) 
     const CLI::Option* device = sub->get_option("--device");
     if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
     for (const char* flag : {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--kv-blocks", "--device-sampling",
-                             "--split-attention", "--cuda-graphs", "--cascade-attention"})
+                             "--split-attention", "--cuda-graphs", "--cascade-attention", "--small-m-linear"})
       if (sub->get_option_no_throw(flag) && sub->count(flag))
         throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
   });

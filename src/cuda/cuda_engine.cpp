@@ -15,6 +15,7 @@
 #include "cuda/ceilings.h"
 #include "cuda/cuda_api.h"
 #include "cuda/kernels.h"
+#include "cuda/small_m_linear.h"
 
 namespace bestofn::cuda {
 
@@ -43,6 +44,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   gemm_ = std::make_unique<Gemm>(stream_, algo_cache_.get());
   timer_.set_stream(stream_);
   prefix_gemm_ = opt.cuda.prefix_gemm;
+  small_m_ = opt.cuda.small_m_linear;
   if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
   device_sampling_ = opt.cuda.device_sampling;
   split_attention_ = opt.cuda.split_attention;
@@ -218,10 +220,7 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   switch (l.type) {
     case GemmInput::FP8:
       timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
-      timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
-      timed("scale", [&] {
-        scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());
-      });
+      fp8_product(l, w, T, y);
       return;  // the bias, if any, added in the epilogue
     case GemmInput::BF16:
       timed("act_quant", [&] {
@@ -237,7 +236,20 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
 
 void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   const auto phase = timer_.scope(PhaseTimer::Gemm);
-  timed("gemm", [&] { gemm_->run(GemmInput::FP8, l.w.buf.get(), act_q_.get(), y, l.out, l.in, T); });
+  fp8_product(l, l.w.buf.get(), T, y);
+}
+
+// The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
+// --small-m-linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
+void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y) {
+  if (small_m_ && small_m_linear_fits(T, l.out, l.in)) {
+    timed("gemm", [&] {
+      linear_fp8_small_m_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),
+                              l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_);
+    });
+    return;
+  }
+  timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
   timed("scale", [&] {
     scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());
   });

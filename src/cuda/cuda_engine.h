@@ -198,6 +198,8 @@ class CudaEngine final : public Engine {
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
   void grow_ahead(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
+  // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table).
+  void fp8_product(const DevLinear& l, const void* w, int T, float* y);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
   void linear_quantized(const DevLinear& l, int T, float* y);
   // One transformer layer over T rows; row t sits at position pos[t] and its K and V go to the
@@ -337,6 +339,7 @@ class CudaEngine final : public Engine {
   bool split_attention_ = false;
   std::unique_ptr<GraphCache> graphs_;  // --cuda-graphs
   bool prefix_gemm_ = false;
+  bool small_m_ = false;  // --small-m-linear
   std::unique_ptr<PrefixAttention> prefix_attn_;
   std::unique_ptr<PagedKv> paged_;  // --paged-kv
   std::unique_ptr<CascadeAttention> cascade_;  // --cascade-attention

@@ -50,6 +50,13 @@ void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStr
 void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream,
                        const float* bias = nullptr);
 
+// --small-m-linear: y (T, out) = the FP8 linear layer of 1..8 tokens in one launch, weights w
+// (out, in) and activations a (T, in) E4M3 codes, sx (T), sw (out or 1), bias (out) or null, in
+// src/cuda/small_m_linear.h's order. Twin: small_m_linear_twin (bit for bit); against cpu::linear,
+// the additions' roundings apart. Throws for a shape small_m_linear_fits refuses.
+void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
+                             const float* bias, int T, int out, int in, float* y, cudaStream_t stream);
+
 // y (T, out) row-major: y[t, o] += bias[o] (the bias of a BF16 or F32 linear layer, after its
 // GEMM). Twin: the bias add of cpu::linear.
 void bias_add_cuda(float* y, int T, int out, const float* bias, cudaStream_t stream);

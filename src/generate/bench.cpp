@@ -280,7 +280,8 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   if (const auto& p = described.cuda)
     row["paths"] = {{"cuda_prefix_gemm", p->prefix_gemm}, {"fused_qkv", p->fused_qkv}, {"gemm_autotune", p->gemm_autotune},
                     {"paged_kv", p->paged_kv}, {"device_sampling", p->device_sampling},
-                    {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}, {"cascade_attention", p->cascade_attention}};
+                    {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}, {"cascade_attention", p->cascade_attention},
+                    {"small_m_linear", p->small_m_linear}};
   if (o.engine.cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
     row["graph_replays"] = m.graph_replays;
     const Engine::GraphStats g = engine.graph_stats();

@@ -33,6 +33,7 @@ EngineOptions engine_options(const ModelOptions& f) {
   eo.cuda.split_attention = f.split_attention;
   eo.cuda.graphs = f.cuda_graphs;
   eo.cuda.cascade_attention = f.cascade_attention;
+  eo.cuda.small_m_linear = f.small_m_linear;
   eo.kv = kv_cache_kind(f.kv_cache);
   return eo;
 }

@@ -34,6 +34,7 @@ struct CudaOptions {
   bool split_attention = false;   // decode attention splits each row's positions over blocks when T is small (flash-decoding)
   bool graphs = false;            // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
   bool cascade_attention = false; // every prefix group's attention in one tensor-core launch per layer (FlashInfer), merged with each suffix
+  bool small_m_linear = false;    // FP8 linear layers of 1..8 tokens as one weight-streaming kernel (src/cuda/small_m_linear.h)
 };
 
 struct EngineOptions {

@@ -1,0 +1,134 @@
+// --small-m-linear's host twin (src/cuda/small_m_linear.h) without a GPU: its order on sums that
+// are exact whatever the order, its lanes and butterfly on sums that are not, and the bound that
+// ties it to cpu::linear (the CPU engine's FP8 linear: the same exact products, its own order);
+// tests/test_gpu_gemm.cpp compares the kernel with this twin bit for bit on a device.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "bestofn/model/quantize.h"
+#include "bestofn/model/weights.h"
+#include "bestofn/util/numeric.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+#include "cuda/small_m_linear.h"
+
+namespace bestofn::cuda {
+namespace {
+
+// Finite E4M3 codes (no 0x7f / 0xff: a checkpoint holds no NaN weights).
+std::vector<std::uint8_t> codes(std::size_t n, std::mt19937& rng) {
+  std::vector<std::uint8_t> c(n);
+  for (auto& v : c) {
+    v = static_cast<std::uint8_t>(rng() % 256);
+    if ((v & 0x7f) == 0x7f) v = static_cast<std::uint8_t>(v - 1);
+  }
+  return c;
+}
+
+TEST(SmallMLinear, FitsOneToEightTokensAndInputsOfSixteen) {
+  EXPECT_TRUE(small_m_linear_fits(1, 1, 16));
+  EXPECT_TRUE(small_m_linear_fits(8, 4096, 14336));
+  EXPECT_FALSE(small_m_linear_fits(0, 4096, 4096));
+  EXPECT_FALSE(small_m_linear_fits(9, 4096, 4096));  // cuBLASLt's GEMM from 9 rows on
+  EXPECT_FALSE(small_m_linear_fits(1, 4096, 4104));  // not a multiple of 16
+  EXPECT_FALSE(small_m_linear_fits(1, 0, 4096));
+}
+
+// Small integer products: every partial sum is exact, so the twin gives the exact sum, scaled and
+// biased as stated (one rounding each), at every T, with inputs that end mid-load-round.
+TEST(SmallMLinear, ExactSumsThenTheScalesAndTheBias) {
+  const int out = 5;
+  for (const int in : {16, 48, 512, 528, 1040}) {
+    for (int T = 1; T <= kSmallMMaxRows; ++T) {
+      std::vector<std::uint8_t> w(static_cast<std::size_t>(out * in)), a(static_cast<std::size_t>(T * in));
+      std::vector<double> exact(static_cast<std::size_t>(T * out), 0.0);
+      // Codes of 1, 2, -1, -2 (0x38, 0x40, 0xb8, 0xc0).
+      const std::uint8_t vals[] = {0x38, 0x40, 0xb8, 0xc0};
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] = vals[(i * 7 + 3) % 4];
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = vals[(i * 5 + 1) % 4];
+      for (int t = 0; t < T; ++t)
+        for (int o = 0; o < out; ++o)
+          for (int k = 0; k < in; ++k)
+            exact[static_cast<std::size_t>(t * out + o)] +=
+                static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) * fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]);
+      std::vector<float> sx(static_cast<std::size_t>(T)), sw(out), bias(out), y(static_cast<std::size_t>(T * out));
+      for (int t = 0; t < T; ++t) sx[static_cast<std::size_t>(t)] = 0.013f * static_cast<float>(t + 1);
+      for (int o = 0; o < out; ++o) sw[static_cast<std::size_t>(o)] = 0.7f / static_cast<float>(o + 3), bias[static_cast<std::size_t>(o)] = 0.1f * static_cast<float>(o);
+      small_m_linear_twin(w.data(), a.data(), sx.data(), sw.data(), true, bias.data(), T, out, in, y.data());
+      for (int t = 0; t < T; ++t)
+        for (int o = 0; o < out; ++o) {
+          const std::size_t i = static_cast<std::size_t>(t * out + o);
+          volatile float v = static_cast<float>(exact[i]);  // exact: |sum| <= 4 in < 2^24
+          v = v * sx[static_cast<std::size_t>(t)];
+          v = v * sw[static_cast<std::size_t>(o)];
+          v = v + bias[static_cast<std::size_t>(o)];
+          EXPECT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(static_cast<float>(v))) << "in " << in << " T " << T;
+        }
+    }
+  }
+}
+
+// Where the order shows: lane 0 holds 2^16 (k = 0) and lane 1 sixteen products of 2^-9 (k = 16..31),
+// each under half an ulp of 2^16. Summed in k order they are lost one by one (2^16); summed per lane
+// first, lane 1 gives 2^-5 exactly and the butterfly 2^16 + 2^-5: the contract's order.
+TEST(SmallMLinear, LanesSumTheirOwnCodesThenTheButterfly) {
+  const int in = 32;
+  std::vector<std::uint8_t> w(in, 0x38), a(in, 0x00);  // weights 1, activations 0
+  a[0] = 0x78, w[0] = 0x78;                             // 2^8 x 2^8 = 2^16
+  for (int k = 16; k < 32; ++k) a[static_cast<std::size_t>(k)] = 0x01;  // the least subnormal, 2^-9
+  const float one = 1.0f;
+  float y = 0;
+  small_m_linear_twin(w.data(), a.data(), &one, &one, false, nullptr, 1, 1, in, &y);
+  EXPECT_EQ(y, 65536.0f + 0x1p-5f);
+  float straight = 0;
+  for (int k = 0; k < in; ++k) straight += fp8_e4m3_to_float(w[static_cast<std::size_t>(k)]) * fp8_e4m3_to_float(a[static_cast<std::size_t>(k)]);
+  EXPECT_EQ(straight, 65536.0f);
+}
+
+// Against cpu::linear, the CPU engine's FP8 linear on the same activations (quantized as it
+// quantizes them): both sum the same exact products, each in its own order, so |twin - cpu| <=
+// 2 gamma_K sum |w a| (times the scales), plus the two final roundings of each.
+TEST(SmallMLinear, WithinTheAdditionsRoundingsOfTheCpuEngine) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  cpu::ThreadPool pool(1);
+  for (const int in : {64, 528, 4096}) {
+    for (const bool per_channel : {true, false}) {
+      const int out = 37, T = 5;
+      const auto w = codes(static_cast<std::size_t>(out * in), rng);
+      Linear l;
+      l.weight = Tensor{"w", DType::F8_E4M3, {out, in}, w.data(), w.size()};
+      for (int o = 0; o < (per_channel ? out : 1); ++o) l.weight_scale.push_back(std::fabs(u(rng)) * 1e-3f + 1e-4f);
+      std::vector<float> x(static_cast<std::size_t>(T * in));
+      for (auto& v : x) v = u(rng);
+      std::vector<float> y_cpu(static_cast<std::size_t>(T * out)), y(static_cast<std::size_t>(T * out));
+      cpu::linear(l, x.data(), static_cast<std::size_t>(T), y_cpu.data(), pool);
+      std::vector<std::uint8_t> a(x.size());
+      std::vector<float> sx(static_cast<std::size_t>(T));
+      quantize_fp8_rows(x.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), a.data(), sx.data());
+      small_m_linear_twin(w.data(), a.data(), sx.data(), l.weight_scale.data(), per_channel, nullptr, T, out, in, y.data());
+      const double gamma = in * 0x1p-24 / (1 - in * 0x1p-24);
+      int differ = 0;
+      for (int t = 0; t < T; ++t)
+        for (int o = 0; o < out; ++o) {
+          double mag = 0;
+          for (int k = 0; k < in; ++k)
+            mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) *
+                             fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]));
+          const double scale = static_cast<double>(sx[static_cast<std::size_t>(t)]) * l.weight_scale[per_channel ? static_cast<std::size_t>(o) : 0];
+          const std::size_t i = static_cast<std::size_t>(t * out + o);
+          const double bound = 2 * gamma * mag * scale * 1.0000005 + 4 * 0x1p-24 * std::fabs(static_cast<double>(y_cpu[i]));
+          EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_cpu[i]), bound) << "in " << in << " [" << t << ", " << o << "]";
+          differ += y[i] != y_cpu[i];
+        }
+      RecordProperty("differ_in_" + std::to_string(in), differ);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bestofn::cuda
