@@ -6,7 +6,8 @@
 // One warp per output row, 8 rows per block. Each lane loads 16 weight codes (16 bytes) at k = i *
 // 512 + lane * 16 and the same 16 activation codes of each token (the activations are a few KB,
 // L1/L2-resident across the warps), sums the exact products in order, then the warp's butterfly;
-// lane 0 applies sx[t], sw[o] and the bias, rounded apart (never contracted).
+// lane 0 applies sx[t], sw[o] and the bias, rounded apart (never contracted), and with accumulate
+// adds the result to y (the residual stream: one launch for x += W a).
 #include <cstdint>
 #include <string>
 
@@ -40,7 +41,7 @@ template <int M>
 __global__ void __launch_bounds__(kSmallMThreads)
     kernel_linear_fp8_small_m(const std::uint8_t* __restrict__ w, const std::uint8_t* __restrict__ a, const float* __restrict__ sx,
                               const float* __restrict__ sw, bool per_channel, const float* __restrict__ bias, float* __restrict__ y,
-                              int out, int in) {
+                              int out, int in, bool accumulate) {
   const int lane = static_cast<int>(threadIdx.x) % kSmallMLanes;
   const int o = static_cast<int>(blockIdx.x) * kSmallMRowsPerBlock + static_cast<int>(threadIdx.x) / kSmallMLanes;
   if (o >= out) return;
@@ -62,34 +63,36 @@ __global__ void __launch_bounds__(kSmallMThreads)
   const float s = sw[per_channel ? o : 0];
 #pragma unroll
   for (int t = 0; t < M; ++t) {
-    const float v = __fmul_rn(__fmul_rn(acc[t], sx[t]), s);
-    y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)] = bias ? __fadd_rn(v, bias[o]) : v;
+    float v = __fmul_rn(__fmul_rn(acc[t], sx[t]), s);
+    if (bias) v = __fadd_rn(v, bias[o]);
+    float& dst = y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)];
+    dst = accumulate ? __fadd_rn(dst, v) : v;
   }
 }
 
 template <int M>
 void launch_small_m(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel, const float* bias,
-                    float* y, int out, int in, cudaStream_t stream) {
+                    float* y, int out, int in, bool accumulate, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((out + kSmallMRowsPerBlock - 1) / kSmallMRowsPerBlock);
-  kernel_linear_fp8_small_m<M><<<blocks, kSmallMThreads, 0, stream>>>(w, a, sx, sw, per_channel, bias, y, out, in);
+  kernel_linear_fp8_small_m<M><<<blocks, kSmallMThreads, 0, stream>>>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate);
 }
 
 }  // namespace
 
 void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
-                             const float* bias, int T, int out, int in, float* y, cudaStream_t stream) {
+                             const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate) {
   if (!small_m_linear_fits(T, out, in))
     throw Error("linear_fp8_small_m_cuda: " + std::to_string(T) + " tokens, " + std::to_string(out) + " x " + std::to_string(in) +
                 " (1-" + std::to_string(kSmallMMaxRows) + " tokens, in a multiple of " + std::to_string(kSmallMCodes) + ")");
   switch (T) {
-    case 1: launch_small_m<1>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 2: launch_small_m<2>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 3: launch_small_m<3>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 4: launch_small_m<4>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 5: launch_small_m<5>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 6: launch_small_m<6>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    case 7: launch_small_m<7>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
-    default: launch_small_m<8>(w, a, sx, sw, per_channel, bias, y, out, in, stream); break;
+    case 1: launch_small_m<1>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 2: launch_small_m<2>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 3: launch_small_m<3>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 4: launch_small_m<4>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 5: launch_small_m<5>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 6: launch_small_m<6>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    case 7: launch_small_m<7>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
+    default: launch_small_m<8>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -386,7 +386,7 @@ void scale_output() {
 // --- --small-m-linear's FP8 linear for 1..8 tokens against its host twin small_m_linear_twin, bit
 // for bit (src/cuda/small_m_linear.h: the lanes' order, the butterfly, the scales and the bias
 // rounded apart): inputs that end mid-round of the lanes' loads, per-channel and per-tensor scales,
-// with and without a bias, and a shape it refuses. ---
+// with and without a bias, written or added to y (the residual add), and a shape it refuses. ---
 void linear_fp8_small_m() {
   std::uint64_t seed = 1700;
   for (const int in : {16, 528, 4096, 14336}) {
@@ -402,15 +402,15 @@ void linear_fp8_small_m() {
         quantize_fp8_rows(xf.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), xq.data(), sx.data());
         if (!per_channel) sw.assign(1, sw[0]);
         const std::vector<float> bias = test::random_floats(static_cast<std::size_t>(out), seed++, 0.5f);
-        const bool with_bias = T % 2 == 0;
-        std::vector<float> cpu(static_cast<std::size_t>(T) * static_cast<std::size_t>(out));
-        cuda::small_m_linear_twin(wq.data(), xq.data(), sx.data(), sw.data(), per_channel, with_bias ? bias.data() : nullptr, T, out, in,
-                                  cpu.data());
+        const bool with_bias = T % 2 == 0, accumulate = T % 3 != 1;  // the residual add fused: y holds x
+        std::vector<float> cpu = test::random_floats(static_cast<std::size_t>(T) * static_cast<std::size_t>(out), seed++, 3.0f);
         const cuda::DeviceBuffer d_w = test::to_gpu(wq), d_x = test::to_gpu(xq), d_sw = test::to_gpu(sw), d_sx = test::to_gpu(sx),
-                                 d_b = test::to_gpu(bias);
-        cuda::DeviceBuffer d_y(cpu.size() * 4);
+                                 d_b = test::to_gpu(bias), d_y = test::to_gpu(cpu);
+        cuda::small_m_linear_twin(wq.data(), xq.data(), sx.data(), sw.data(), per_channel, with_bias ? bias.data() : nullptr, T, out, in,
+                                  cpu.data(), accumulate);
         cuda::linear_fp8_small_m_cuda(d_w.get<std::uint8_t>(), d_x.get<std::uint8_t>(), d_sx.get<float>(), d_sw.get<float>(), per_channel,
-                                      with_bias ? d_b.get<float>() : nullptr, T, out, in, d_y.get<float>(), nullptr);
+                                      with_bias ? d_b.get<float>() : nullptr, T, out, in, d_y.get<float>(), nullptr,
+                                      accumulate);
         EXPECT_EQ(compare_bits(test::from_gpu<float>(d_y, cpu.size()), cpu, static_cast<std::size_t>(out)), "");
       }
     }

@@ -68,6 +68,11 @@ TEST(SmallMLinear, ExactSumsThenTheScalesAndTheBias) {
           v = v + bias[static_cast<std::size_t>(o)];
           EXPECT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(static_cast<float>(v))) << "in " << in << " T " << T;
         }
+      // accumulate: the residual stream plus the same value, one rounded add.
+      std::vector<float> x(y.size()), want(y.size());
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = 1000.0f + 0.37f * static_cast<float>(i), want[i] = x[i] + y[i];
+      small_m_linear_twin(w.data(), a.data(), sx.data(), sw.data(), true, bias.data(), T, out, in, x.data(), true);
+      EXPECT_EQ(x, want) << "in " << in << " T " << T;
     }
   }
 }

@@ -239,6 +239,27 @@ void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   fp8_product(l, l.w.buf.get(), T, y);
 }
 
+// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): with --small-m-linear
+// on an FP8 layer of 1..8 rows the kernel adds its result to x_ itself (the residual add fused, the
+// same rounded add); else the product into o_, then residual_add_cuda.
+void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
+  if (l.type == GemmInput::FP8 && small_m_ && small_m_linear_fits(T, l.out, l.in)) {
+    const auto phase = timer_.scope(PhaseTimer::Gemm);
+    if (in) timed("act_quant", [&] { quantize_act_fp8_cuda(in, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
+    timed("gemm", [&] {
+      linear_fp8_small_m_cuda(l.w.buf.get<std::uint8_t>(), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(), l.per_channel,
+                              l.bias_or_null(), T, l.out, l.in, x_.get<float>(), stream_, /*accumulate=*/true);
+    });
+    return;
+  }
+  if (in)
+    linear(l, in, T, o_.get<float>());
+  else
+    linear_quantized(l, T, o_.get<float>());
+  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
+  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
+}
+
 // The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
 // --small-m-linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
 void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y) {
@@ -258,7 +279,6 @@ void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y)
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                        const std::function<void()>& attend) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
   // kv cache <- k, v; x += W_o attend(q, kv)
@@ -296,14 +316,12 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
     const auto phase = timer_.scope(PhaseTimer::Attention);
     timed("attention", attend);
   }
-  linear(L.wo, att_.get<float>(), T, o_.get<float>());
-  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
+  residual_linear(L.wo, att_.get<float>(), T);
   ffn(l, T);
 }
 
 void CudaEngine::ffn(int l, int T) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
   // --fused-qkv on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
@@ -318,8 +336,7 @@ void CudaEngine::ffn(int l, int T) {
       swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
     });
-    linear_quantized(L.w_down, T, o_.get<float>());
-    timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
+    residual_linear(L.w_down, nullptr, T);
     return;
   }
   timed("norm", [&] { rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_); });
@@ -331,8 +348,7 @@ void CudaEngine::ffn(int l, int T) {
     linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
   }
   timed("swiglu", [&] { swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_); });
-  linear(L.w_down, gate_.get<float>(), T, o_.get<float>());
-  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
+  residual_linear(L.w_down, gate_.get<float>(), T);
 }
 
 // Rows [first, first + T), left in out, or logits_ (sized by the caller).

@@ -198,6 +198,9 @@ class CudaEngine final : public Engine {
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
   void grow_ahead(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
+  // x_ += l(in), the residual add fused into --small-m-linear's kernel where it runs; in null: l's
+  // input already quantized in act_q_ / act_s_.
+  void residual_linear(const DevLinear& l, const float* in, int T);
   // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table).
   void fp8_product(const DevLinear& l, const void* w, int T, float* y);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).

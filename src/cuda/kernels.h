@@ -52,10 +52,11 @@ void scale_output_cuda(float* y, int T, int out, const float* sx, const float* s
 
 // --small-m-linear: y (T, out) = the FP8 linear layer of 1..8 tokens in one launch, weights w
 // (out, in) and activations a (T, in) E4M3 codes, sx (T), sw (out or 1), bias (out) or null, in
-// src/cuda/small_m_linear.h's order. Twin: small_m_linear_twin (bit for bit); against cpu::linear,
-// the additions' roundings apart. Throws for a shape small_m_linear_fits refuses.
+// src/cuda/small_m_linear.h's order; accumulate: y += the result (x += W a, the residual add
+// fused). Twin: small_m_linear_twin (bit for bit); against cpu::linear, the additions' roundings
+// apart. Throws for a shape small_m_linear_fits refuses.
 void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
-                             const float* bias, int T, int out, int in, float* y, cudaStream_t stream);
+                             const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate = false);
 
 // y (T, out) row-major: y[t, o] += bias[o] (the bias of a BF16 or F32 linear layer, after its
 // GEMM). Twin: the bias add of cpu::linear.

@@ -12,7 +12,7 @@ bool small_m_linear_fits(int T, int out, int in) {
 }
 
 void small_m_linear_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
-                         const float* bias, int T, int out, int in, float* y) {
+                         const float* bias, int T, int out, int in, float* y, bool accumulate) {
   const auto K = static_cast<std::size_t>(in);
   constexpr std::size_t kStride = static_cast<std::size_t>(kSmallMLanes) * kSmallMCodes;
   for (int t = 0; t < T; ++t) {
@@ -31,7 +31,9 @@ void small_m_linear_twin(const std::uint8_t* w, const std::uint8_t* a, const flo
       }
       float v = lane[0] * sx[t];
       v = v * sw[per_channel ? o : 0];
-      y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)] = bias ? v + bias[o] : v;
+      if (bias) v = v + bias[o];
+      float& dst = y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)];
+      dst = accumulate ? dst + v : v;
     }
   }
 }

@@ -14,7 +14,9 @@
 // - the 32 lane sums are combined by a butterfly: for d = 16, 8, 4, 2, 1, each lane's sum v becomes
 //   v + (lane l ^ d)'s v; lane 0's result is the sum;
 // - then the scales left to right as the scale kernel (and cpu::linear's store step), then the
-//   bias, one rounded add.
+//   bias, one rounded add;
+// - accumulate (the residual stream, x += W a): y[t, o] + that value, one rounded add, as the CPU
+//   engine's residual loop adds a layer's output.
 // The CPU engine sums the same exact products in its own order (cpu/gemm_fp8.h), so the two differ
 // by the additions' roundings alone: |twin - cpu| <= 2 gamma_K sum_k |w a| scaled, gamma_K = K u /
 // (1 - K u), u = 2^-24 (tests/test_small_m_linear.cpp).
@@ -34,8 +36,8 @@ bool small_m_linear_fits(int T, int out, int in);
 
 // The host twin, bit for bit the kernel's result: w (out, in) codes row-major, a (T, in) codes,
 // sx (T) per-token activation scales, sw (out) when per_channel else (1), bias (out) or null.
-// y (T, out) row-major.
+// y (T, out) row-major; accumulate: added to what y holds.
 void small_m_linear_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
-                         const float* bias, int T, int out, int in, float* y);
+                         const float* bias, int T, int out, int in, float* y, bool accumulate = false);
 
 }  // namespace bestofn::cuda
