@@ -32,7 +32,8 @@ fi
 # labelled "asan" (cmake/Sanitize.cmake). BESTOFN_SETUP_ASAN=0 skips it. It is made by clang++ at
 # -O1 with line tables (what the sanitizers' reports need): on 2 cores that builds in about 8
 # minutes where g++ -O2 -g took 30, and its tests run faster too. No benchmarks. It also builds the
-# libFuzzer targets (fuzz/) from its own parsers, which the main build's ctest runs (cmake/Fuzz.cmake).
+# libFuzzer targets (fuzz/) from its own parsers, which the main build's ctest runs (cmake/Fuzz.cmake;
+# -DBESTOFN_FUZZ=ON given: a build-asan/ configured before this took OFF, and its cache kept it).
 asan=()
 if [ "${BESTOFN_SETUP_ASAN:-1}" != 0 ]; then
   # A build-asan that another compiler configured (g++, before) starts afresh: changing the compiler
@@ -43,7 +44,7 @@ if [ "${BESTOFN_SETUP_ASAN:-1}" != 0 ]; then
   fi
   cmake "${fresh[@]}" -S . -B build-asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" -DBESTOFN_SANITIZE=ON \
-        -DBESTOFN_CUDA=OFF -DBESTOFN_NATIVE=OFF -DBESTOFN_BUILD_BENCHMARKS=OFF
+        -DBESTOFN_CUDA=OFF -DBESTOFN_NATIVE=OFF -DBESTOFN_BUILD_BENCHMARKS=OFF -DBESTOFN_FUZZ=ON
   cmake --build build-asan -j "$(nproc)"
   asan=(-DBESTOFN_ASAN_BUILD="$PWD/build-asan")
 fi
