@@ -2,12 +2,12 @@
 # scripts/setup.sh makes in build-asan/), whose parsers are instrumented for them; run by the main
 # build's ctest, like the sanitizer build's unit tests (cmake/Sanitize.cmake). Each target gets two
 # tests, labelled "fuzz": a corpus seeded from real files (scripts/fuzz_corpus.sh), then a bounded
-# run (BESTOFN_FUZZ_SECONDS, default 10) that also replays the committed crashers in
+# run (BESTOFN_FUZZ_SECONDS, default 7: CI's 30 minutes) that also replays the committed crashers in
 # tests/data/fuzz_regressions/<target>/ first. A crash, a sanitizer report, a leak, an input that
 # runs longer than 25 s or an RSS above 2 GB fails the test; the input is left in
 # <build>/fuzz/artifacts/.
 option(BESTOFN_FUZZ "Build the libFuzzer targets in a sanitizer build made by clang++ (needs libclang-rt-14-dev)" ON)
-set(BESTOFN_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz test runs its target")
+set(BESTOFN_FUZZ_SECONDS 7 CACHE STRING "Seconds each fuzz test runs its target")
 set(BESTOFN_FUZZ_TARGETS safetensors safetensors_index model_config tokenizer_json tokenizer datasets samples_jsonl
     stop_strings utf8)
 # What the targets cover, instrumented for libFuzzer's coverage in the sanitizer build.

@@ -84,6 +84,8 @@ void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const
   if (!small_m_linear_fits(T, out, in))
     throw Error("linear_fp8_small_m_cuda: " + std::to_string(T) + " tokens, " + std::to_string(out) + " x " + std::to_string(in) +
                 " (1-" + std::to_string(kSmallMMaxRows) + " tokens, in a multiple of " + std::to_string(kSmallMCodes) + ")");
+  if (reinterpret_cast<std::uintptr_t>(w) % 16 != 0 || reinterpret_cast<std::uintptr_t>(a) % 16 != 0)
+    throw Error("linear_fp8_small_m_cuda: the weights and activations must start on 16 bytes (its loads are 16 bytes)");
   switch (T) {
     case 1: launch_small_m<1>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;
     case 2: launch_small_m<2>(w, a, sx, sw, per_channel, bias, y, out, in, accumulate, stream); break;

@@ -337,11 +337,13 @@ TEST(CudaPlan, KvBlockPoolAdmitsByFreeBlocksAndBudgets) {
 // blocks of rejected positions go back into the slot's promise, so admission is as before.
 TEST(CudaPlan, RunsTakeEveryBlockTheyReachAndGiveBackTheRejected) {
   KvBlockPool pool(10, 16);
-  PagedSlot a, b;
-  ASSERT_TRUE(pool.admit(3));
-  a.budget_left = 3;
-  ASSERT_TRUE(pool.admit(2));
-  b.budget_left = 2;
+  auto admitted = [&](int budget) {
+    PagedSlot s;
+    EXPECT_TRUE(pool.admit(budget));
+    s.budget = s.budget_left = budget;
+    return s;
+  };
+  PagedSlot a = admitted(3), b = admitted(2);
   PagedSlot* both[] = {&a, &b};
   // a: rows 0..14 (one block); b: a run reaching row 33 (three blocks, one past its promise of 2).
   take_blocks(pool, both, std::vector<int>{14, 33});
@@ -356,22 +358,30 @@ TEST(CudaPlan, RunsTakeEveryBlockTheyReachAndGiveBackTheRejected) {
   EXPECT_EQ(a.blocks.size(), 1u);
   take_blocks(pool, both, std::vector<int>{16, 33});
   EXPECT_EQ(a.blocks.size(), 2u);
-  // b keeps rows 0..16 (17 rows: two blocks); its third goes back, promised to it again.
+  EXPECT_EQ(pool.promised(), 1);
+  // b keeps rows 0..16 (17 rows: two blocks, its whole promise): its third, taken outside the
+  // promise, goes back to the pool and is promised to no one.
   const int third = b.blocks[2];
   shrink_blocks(pool, b, 17);
   EXPECT_EQ(b.blocks.size(), 2u);
-  EXPECT_EQ(b.budget_left, 1);
+  EXPECT_EQ(b.budget_left, 0);
   EXPECT_EQ(pool.free_blocks(), 6);
-  EXPECT_EQ(pool.promised(), 2);  // a's one, b's one again
-  EXPECT_EQ(pool.take(), third);   // the block itself is free
+  EXPECT_EQ(pool.promised(), 1);  // a's one
+  EXPECT_EQ(pool.take(), third);  // the block itself is free
   pool.give(third);
-  shrink_blocks(pool, b, 32);      // nothing past 32 rows: nothing changes
+  shrink_blocks(pool, b, 32);     // nothing past 32 rows: nothing changes
   EXPECT_EQ(b.blocks.size(), 2u);
+  // A block inside the promise comes back promised again: b down to 1 block has 1 of its 2 left.
+  shrink_blocks(pool, b, 3);
+  EXPECT_EQ(b.blocks.size(), 1u);
+  EXPECT_EQ(b.budget_left, 1);
+  EXPECT_EQ(pool.promised(), 2);
+  EXPECT_EQ(pool.free_blocks(), 7);
   // Nothing is taken when the pool cannot give what lies outside the promises.
   KvBlockPool small(4, 16);
   PagedSlot c;
   ASSERT_TRUE(small.admit(1));
-  c.budget_left = 1;
+  c.budget = c.budget_left = 1;
   PagedSlot* one[] = {&c};
   try {
     take_blocks(small, one, std::vector<int>{80});  // 6 blocks: 5 outside a pool of 4
@@ -384,10 +394,15 @@ TEST(CudaPlan, RunsTakeEveryBlockTheyReachAndGiveBackTheRejected) {
   take_blocks(small, one, std::vector<int>{63});  // 4 blocks: 1 promised, 3 outside
   EXPECT_EQ(c.blocks.size(), 4u);
   EXPECT_EQ(small.promised(), 0);
+  // All back: its promise is what it was admitted with (1), not the 4 blocks it held, so another
+  // slot can still be admitted for the other 3.
   shrink_blocks(small, c, 0);
   EXPECT_TRUE(c.blocks.empty());
   EXPECT_EQ(small.free_blocks(), 4);
-  EXPECT_EQ(c.budget_left, 4);
+  EXPECT_EQ(c.budget_left, 1);
+  EXPECT_EQ(small.promised(), 1);
+  EXPECT_TRUE(small.admit(3));
+  EXPECT_THROW(small.repromise(1), Error);  // past the free blocks
 }
 
 }  // namespace

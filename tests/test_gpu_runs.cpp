@@ -82,7 +82,7 @@ TEST(GpuEngine, RunsMatchTheCpuEnginesSingleSteps) {
     SCOPED_TRACE(p.name);
     EngineOptions o = base;
     o.cuda.paged_kv = p.paged, o.cuda.split_attention = p.split, o.cuda.graphs = p.graphs;
-    o.cuda.kv_blocks = 16;  // 16 positions each: 4 slots of 40 + 9 rejected positions need 3-4 blocks each
+    o.cuda.kv_blocks = 16;  // 16 positions each: a run reaches suffix row 42 at most, 3 blocks per slot
     auto e = cuda::make_cuda_engine(w, o);
     ASSERT_TRUE(e->takes_runs());
     std::vector<float> first(V);

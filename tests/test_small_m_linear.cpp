@@ -1,7 +1,8 @@
 // --small-m-linear's host twin (src/cuda/small_m_linear.h) without a GPU: its order on sums that
 // are exact whatever the order, its lanes and butterfly on sums that are not, and the bound that
 // ties it to cpu::linear (the CPU engine's FP8 linear: the same exact products, its own order);
-// tests/test_gpu_gemm.cpp compares the kernel with this twin bit for bit on a device.
+// tests/test_gpu_ops.cpp (the linear_fp8_small_m_cuda row) compares the kernel with this twin bit for
+// bit on a device.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -92,6 +93,25 @@ TEST(SmallMLinear, LanesSumTheirOwnCodesThenTheButterfly) {
   float straight = 0;
   for (int k = 0; k < in; ++k) straight += fp8_e4m3_to_float(w[static_cast<std::size_t>(k)]) * fp8_e4m3_to_float(a[static_cast<std::size_t>(k)]);
   EXPECT_EQ(straight, 65536.0f);
+}
+
+// The butterfly's pairing: lane 0 sums 2^24 (sixteen rounds of sixteen products of 2^16, exact),
+// lanes 1..31 one product of 1 each. Lane l meets lane l ^ d for d = 16, 8, 4, 2, 1: lane 0 + lane 16
+// loses its 1 (2^24 + 1 rounds to even), then gains 2, 4, 8, 16: 2^24 + 30. Lanes added in order
+// 0, 1, 2, ... would lose every 1 (2^24); the exact sum is 2^24 + 31.
+TEST(SmallMLinear, TheButterflyPairsLaneLWithLaneLXorD) {
+  const int in = 8192;
+  std::vector<std::uint8_t> w(in, 0x38), a(in, 0x00);
+  for (int round = 0; round < in / 512; ++round)
+    for (int j = 0; j < 16; ++j) w[static_cast<std::size_t>(round * 512 + j)] = 0x78, a[static_cast<std::size_t>(round * 512 + j)] = 0x78;
+  for (int lane = 1; lane < 32; ++lane) a[static_cast<std::size_t>(lane * 16)] = 0x38;  // 1 x 1 in round 0
+  const float one = 1.0f;
+  float y = 0;
+  small_m_linear_twin(w.data(), a.data(), &one, &one, false, nullptr, 1, 1, in, &y);
+  EXPECT_EQ(y, 16777216.0f + 30.0f);
+  float in_order = 16777216.0f;
+  for (int lane = 1; lane < 32; ++lane) in_order += 1.0f;
+  EXPECT_EQ(in_order, 16777216.0f);
 }
 
 // Against cpu::linear, the CPU engine's FP8 linear on the same activations (quantized as it

@@ -44,7 +44,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
       ->default_str(std::to_string(kDefaultPrefillTokens));
   sub->add_option("--speculate", f.speculate,
                   "Draft up to K next tokens per candidate from its prompt and its siblings' text (n-gram lookup, no draft model) "
-                  "and verify them in the same step (not with --cascade-attention or --cuda-prefix-gemm); the candidates are those of --speculate 0, token for token (0: off)")
+                  "and verify them in the same step (not with --cascade-attention or --cuda-prefix-gemm); on the CPU engine the candidates are those of "
+                  "--speculate 0, token for token (CUDA: docs/commands.md) (0: off)")
       ->check(CLI::Range(0, 64))
       ->default_str("0");
   sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (Hydragen), for prompts with 2+ candidates in a step");

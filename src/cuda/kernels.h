@@ -54,7 +54,7 @@ void scale_output_cuda(float* y, int T, int out, const float* sx, const float* s
 // (out, in) and activations a (T, in) E4M3 codes, sx (T), sw (out or 1), bias (out) or null, in
 // src/cuda/small_m_linear.h's order; accumulate: y += the result (x += W a, the residual add
 // fused). Twin: small_m_linear_twin (bit for bit); against cpu::linear, the additions' roundings
-// apart. Throws for a shape small_m_linear_fits refuses.
+// apart. Throws for a shape small_m_linear_fits refuses, or w / a not 16-byte aligned.
 void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                              const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate = false);
 

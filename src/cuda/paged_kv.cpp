@@ -33,14 +33,14 @@ PagedKv::PagedKv(int n_layers, std::size_t row_bytes, int blocks, bool scratch_b
 bool PagedKv::admit(PagedSlot& s, int max_tokens) {
   const int budget = pool_.blocks_for(std::max(max_tokens, 0));
   if (!pool_.admit(budget)) return false;
-  s.budget_left = budget;
+  s.budget = s.budget_left = budget;
   return true;
 }
 
 void PagedKv::release(PagedSlot& s) {
   pool_.retire(s.budget_left);
   for (int b : s.blocks) pool_.give(b);
-  s.blocks.clear(), s.budget_left = 0;
+  s.blocks.clear(), s.budget = s.budget_left = 0;
 }
 
 }  // namespace bestofn::cuda

@@ -79,9 +79,9 @@ void KvBlockPool::taken(int budget_left_before) {
 
 void KvBlockPool::retire(int budget_left) { promised_ -= std::max(budget_left, 0); }
 
-void KvBlockPool::untake(int block) {
-  give(block);
-  promised_++;
+void KvBlockPool::repromise(int n) {
+  if (n < 0 || promised_ + n > static_cast<long long>(free_.size())) throw Error("KvBlockPool", "cannot promise " + std::to_string(n) + " blocks again");
+  promised_ += n;
 }
 
 void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span<const int> lens) {
@@ -109,10 +109,12 @@ void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span
 void shrink_blocks(KvBlockPool& pool, PagedSlot& slot, int rows) {
   const auto keep = static_cast<std::size_t>(pool.blocks_for(std::max(rows, 0)));
   while (slot.blocks.size() > keep) {
-    pool.untake(slot.blocks.back());
+    pool.give(slot.blocks.back());
     slot.blocks.pop_back();
-    slot.budget_left++;
   }
+  const int left = std::max(slot.budget - static_cast<int>(slot.blocks.size()), 0);
+  if (left > slot.budget_left) pool.repromise(left - slot.budget_left);
+  slot.budget_left = std::max(left, slot.budget_left);
 }
 
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {

@@ -73,9 +73,9 @@ class KvBlockPool {
   long long promised() const { return promised_; }  // budgeted blocks not yet taken
   void taken(int budget_left_before);
   void retire(int budget_left);
-  // A block a budgeted slot took and no longer needs (--speculate's rejected positions): free
-  // again and promised again to that slot, whose budget_left the caller raises by one.
-  void untake(int block);
+  // n more blocks promised again to a slot whose blocks went back through give (shrink_blocks:
+  // only what its admitted budget still covers).
+  void repromise(int n);
 
  private:
   int block_tokens_;
@@ -87,15 +87,17 @@ class KvBlockPool {
 // A slot's blocks (--paged-kv): its table and what is left of its promise.
 struct PagedSlot {
   std::vector<int> blocks;  // the block table
-  int budget_left = 0;      // blocks promised at admission and not yet taken
+  int budget = 0;           // blocks promised at admission (0: admitted without a promise)
+  int budget_left = 0;      // of those, not yet taken: max(budget - blocks held, 0)
 };
 // Blocks for each slot's rows up to and including row lens[i] (a step's row, or the last row of
 // its --speculate run): as many as the table lacks, from the slot's promise first. Throws a
 // one-line bestofn::Error, with nothing taken, when the pool cannot give those outside the
 // promises.
 void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span<const int> lens);
-// Keeps the blocks of the slot's first `rows` rows and gives the rest back into its promise
-// (truncate_slot after --speculate's rejected positions).
+// Keeps the blocks of the slot's first `rows` rows and gives the rest back to the pool
+// (truncate_slot after --speculate's rejected positions); as many of them as its admitted budget
+// covers are promised to it again (never more than it was admitted with).
 void shrink_blocks(KvBlockPool& pool, PagedSlot& slot, int rows);
 
 // Several linear layers on the same input as one (--fused-qkv): weights concatenated along the
