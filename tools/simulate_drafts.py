@@ -130,16 +130,23 @@ def main():
     p.add_argument("--truncate", type=int, default=0, help="replay only each candidate's first N tokens (0: all)")
     p.add_argument("--row-cost", type=float, default=0.03, help="a draft row's cost, as a fraction of a one-row step")
     a = p.parse_args()
-    prompts = {}
-    for line in open(a.prompt_ids):
-        r = json.loads(line)
-        prompts[r["id"]] = r["ids"]
-    cands = collections.OrderedDict()
-    for line in open(a.candidates):
-        r = json.loads(line)
-        toks = r["token_ids"][: a.truncate] if a.truncate else r["token_ids"]
-        if r["id"] in cands or not a.problems or len(cands) < a.problems:
-            cands.setdefault(r["id"], []).append(toks)
+    try:
+        prompts = {}
+        for line in open(a.prompt_ids):
+            r = json.loads(line)
+            prompts[r["id"]] = r["ids"]
+        cands = collections.OrderedDict()
+        for line in open(a.candidates):
+            r = json.loads(line)
+            toks = r["token_ids"][: a.truncate] if a.truncate else r["token_ids"]
+            if r["id"] in cands or not a.problems or len(cands) < a.problems:
+                cands.setdefault(r["id"], []).append(toks)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"simulate_drafts.py: {a.candidates} / {a.prompt_ids}: {type(e).__name__}: {e}")
+    if not cands or not prompts:
+        sys.exit(f"simulate_drafts.py: {a.candidates} / {a.prompt_ids}: no candidates or no prompts")
+    if missing := [pid for pid in cands if pid not in prompts]:
+        sys.exit(f"simulate_drafts.py: {a.prompt_ids}: no ids for prompt {missing[0]!r}")
     policies = {
         "latest4": lambda: Latest(4),
         "latest8": lambda: Latest(8),

@@ -219,7 +219,7 @@ void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
   const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
   switch (l.type) {
     case GemmInput::FP8:
-      timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
+      quantize_input(l, x, T);
       fp8_product(l, w, T, y);
       return;  // the bias, if any, added in the epilogue
     case GemmInput::BF16:
@@ -243,13 +243,10 @@ void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
 // on an FP8 layer of 1..8 rows the kernel adds its result to x_ itself (the residual add fused, the
 // same rounded add); else the product into o_, then residual_add_cuda.
 void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
-  if (l.type == GemmInput::FP8 && small_m_ && small_m_linear_fits(T, l.out, l.in)) {
+  if (small_m_takes(l, T)) {
     const auto phase = timer_.scope(PhaseTimer::Gemm);
-    if (in) timed("act_quant", [&] { quantize_act_fp8_cuda(in, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
-    timed("gemm", [&] {
-      linear_fp8_small_m_cuda(l.w.buf.get<std::uint8_t>(), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(), l.per_channel,
-                              l.bias_or_null(), T, l.out, l.in, x_.get<float>(), stream_, /*accumulate=*/true);
-    });
+    if (in) quantize_input(l, in, T);
+    fp8_product(l, l.w.buf.get(), T, x_.get<float>(), /*accumulate=*/true);
     return;
   }
   if (in)
@@ -260,16 +257,26 @@ void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
   timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
 }
 
+bool CudaEngine::small_m_takes(const DevLinear& l, int T) const {
+  return small_m_ && l.type == GemmInput::FP8 && small_m_linear_fits(T, l.out, l.in);
+}
+
+// x (T, l.in) quantized per l's scheme into act_q_ / act_s_ (an FP8 layer's input).
+void CudaEngine::quantize_input(const DevLinear& l, const float* x, int T) {
+  timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
+}
+
 // The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
 // --small-m-linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
-void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y) {
-  if (small_m_ && small_m_linear_fits(T, l.out, l.in)) {
+void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate) {
+  if (small_m_takes(l, T)) {
     timed("gemm", [&] {
       linear_fp8_small_m_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),
-                              l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_);
+                              l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_, accumulate);
     });
     return;
   }
+  if (accumulate) throw Error("fp8_product: only --small-m-linear's kernel adds to its output");
   timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
   timed("scale", [&] {
     scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());

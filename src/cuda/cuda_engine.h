@@ -201,8 +201,12 @@ class CudaEngine final : public Engine {
   // x_ += l(in), the residual add fused into --small-m-linear's kernel where it runs; in null: l's
   // input already quantized in act_q_ / act_s_.
   void residual_linear(const DevLinear& l, const float* in, int T);
-  // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table).
-  void fp8_product(const DevLinear& l, const void* w, int T, float* y);
+  // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table);
+  // accumulate (small_m_takes only): added to y.
+  void fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate = false);
+  // --small-m-linear's kernel runs l for T rows (an FP8 layer of 1..8 rows).
+  bool small_m_takes(const DevLinear& l, int T) const;
+  void quantize_input(const DevLinear& l, const float* x, int T);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
   void linear_quantized(const DevLinear& l, int T, float* y);
   // One transformer layer over T rows; row t sits at position pos[t] and its K and V go to the

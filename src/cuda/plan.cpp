@@ -112,9 +112,11 @@ void shrink_blocks(KvBlockPool& pool, PagedSlot& slot, int rows) {
     pool.give(slot.blocks.back());
     slot.blocks.pop_back();
   }
+  // budget_left is max(budget - blocks held, 0) (take_blocks keeps it so): what the blocks given
+  // back free of that is promised again.
   const int left = std::max(slot.budget - static_cast<int>(slot.blocks.size()), 0);
-  if (left > slot.budget_left) pool.repromise(left - slot.budget_left);
-  slot.budget_left = std::max(left, slot.budget_left);
+  pool.repromise(left - slot.budget_left);
+  slot.budget_left = left;
 }
 
 std::optional<FusedLinear> fuse_linears(std::span<const Linear* const> shards) {
