@@ -151,8 +151,14 @@ full() {
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \
     --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
   # Issue 34: --small-m-linear against cuBLASLt side by side (N = 1, 4, 8; 256 steps over a
-  # 512-token prompt): ms per step, gb_per_s_frac_of_copy, the split (gemm: the linear layers).
-  step bench_8b_small_m 120 bash -c "for f in '' --small-m-linear; do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
+  # 512-token prompt): ms per step, gb_per_s_frac_of_copy, the split (gemm: the linear layers),
+  # graph_nodes (the launches of a step); cuBLASLt, the split small-m layer (13 launches), the
+  # fused one (6), the fused one's grid cap at 1 and 4 blocks per SM, with PDL and L2 prefetch, and
+  # with the FP8 lm_head.
+  step bench_8b_small_m 200 bash -c "for f in '' '--small-m-linear --small-m-split' --small-m-linear \
+    '--small-m-linear --small-m-blocks-per-sm 1' '--small-m-linear --small-m-blocks-per-sm 4' '--small-m-linear --small-m-pdl' \
+    '--small-m-linear --quantize-lm-head'; \
+    do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
     build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,4,8 --prompt-len 512 --steps 256 \
     --split-attention --fused-qkv --gemm-autotune --cuda-graphs \$f --json; done >> $OUT/bench_cuda_8b.jsonl"
   # Issue 35's cost side: steps of K + 1 positions per candidate (K = 0, 1, 3, 7) at N = 1, 8, 64.

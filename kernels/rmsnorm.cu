@@ -15,14 +15,7 @@ namespace {
 
 using rowops::kBlock;
 
-// 1 / sqrt(mean(x^2) + eps) of one row x (dim), on the whole block; every thread gets it.
-// Explicitly rounded division and square root, like the CPU's `1.0f / std::sqrt(ss / dim + eps)`.
-__device__ float inv_rms(const float* x, int dim, float eps) {
-  float ss = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < dim; i += kBlock) ss += x[i] * x[i];
-  ss = rowops::block_sum(ss);
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(ss, static_cast<float>(dim)) + eps));
-}
+using rowops::inv_rms;
 
 }  // namespace
 

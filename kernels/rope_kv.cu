@@ -12,28 +12,15 @@
 #include "bestofn/util/error.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
+#include "rope.cuh"
 #include "row_ops.cuh"
 
 namespace bestofn::cuda {
 namespace {
 
 constexpr int kRopeBlock = 256;
-
-// bestofn::bf16_from_float bit for bit: round to nearest even, NaN kept quiet with its sign.
-__device__ __forceinline__ std::uint16_t bf16_from_float(float x) {
-  const unsigned bits = __float_as_uint(x);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-// Rotates the pair (a, b) = (x[i], x[i + half]) by the angle with cosine c and sine s. GCC 12 with
-// -march=native compiles cpu::rope to exactly these fused forms (fma(a, c, -(b s)) and
-// fma(b, c, a s), read from the disassembly of ops.cpp.o); writing them out keeps nvcc from
-// contracting differently, so the results agree bit for bit wherever cosf / sinf do.
-__device__ __forceinline__ void rotate(float a, float b, float c, float s, float& x0, float& x1) {
-  x0 = fmaf(a, c, -__fmul_rn(b, s));
-  x1 = fmaf(b, c, __fmul_rn(a, s));
-}
+using ropeops::bf16_from_float;
+using ropeops::rotate;
 
 }  // namespace
 
@@ -47,12 +34,11 @@ __global__ void __launch_bounds__(kRopeBlock)
   static_assert(kRopeBlock == rowops::kBlock, "the FP8 row quantizer reduces over rowops::kBlock threads");
   const int t = static_cast<int>(blockIdx.x), half = hd / 2;
   const std::size_t kv_dim = static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd);
-  const float p = static_cast<float>(pos[t]);
   // q: each (head, i) pair in place
   float* qt = q + static_cast<std::size_t>(t) * static_cast<std::size_t>(n_heads) * static_cast<std::size_t>(hd);
   for (int idx = static_cast<int>(threadIdx.x); idx < n_heads * half; idx += kRopeBlock) {
     const int h = idx / half, i = idx % half;
-    const float angle = __fmul_rn(p, inv_freq[i]);
+    const float angle = ropeops::angle(pos[t], inv_freq, i);
     float* x = qt + h * hd;
     rotate(x[i], x[i + half], cosf(angle), sinf(angle), x[i], x[i + half]);
   }
@@ -64,7 +50,7 @@ __global__ void __launch_bounds__(kRopeBlock)
     extern __shared__ float k_rot[];  // (kv_dim)
     for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kRopeBlock) {
       const int h = idx / half, i = idx % half;
-      const float angle = __fmul_rn(p, inv_freq[i]);
+      const float angle = ropeops::angle(pos[t], inv_freq, i);
       rotate(kt[h * hd + i], kt[h * hd + i + half], cosf(angle), sinf(angle), k_rot[h * hd + i], k_rot[h * hd + i + half]);
     }
     __syncthreads();
@@ -81,7 +67,7 @@ __global__ void __launch_bounds__(kRopeBlock)
     std::uint16_t* kr = k_rows[t];
     for (int idx = static_cast<int>(threadIdx.x); idx < n_kv * half; idx += kRopeBlock) {
       const int h = idx / half, i = idx % half;
-      const float angle = __fmul_rn(p, inv_freq[i]);
+      const float angle = ropeops::angle(pos[t], inv_freq, i);
       float x0, x1;
       rotate(kt[h * hd + i], kt[h * hd + i + half], cosf(angle), sinf(angle), x0, x1);
       kr[h * hd + i] = bf16_from_float(x0);

@@ -24,13 +24,13 @@ constexpr int kWarps = kBlock / 32;
 // gives the same sum on every run — but not the CPU's sequential sum: tests state a tolerance.
 __device__ inline float block_sum(float v) {
   __shared__ float warp_part[kWarps];
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = 16; offset > 0; offset >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (lane == 0) warp_part[warp] = v;
   __syncthreads();
   v = lane < kWarps ? warp_part[lane] : 0.0f;
   __syncthreads();  // every warp has read warp_part: a second call may overwrite it
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = 16; offset > 0; offset >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -46,6 +46,17 @@ __device__ inline float block_max(float v) {
   __syncthreads();
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of one row x (dim), on the whole block; every thread gets it. Each
+// thread's strided sum of squares as fused multiply-adds, then block_sum; explicitly rounded
+// division and square root, like the CPU's `1.0f / std::sqrt(ss / dim + eps)`. The order is
+// src/cuda/small_m_linear.h's small_m_inv_rms_twin (rmsnorm.cu and --small-m-linear's prologue).
+__device__ inline float inv_rms(const float* x, int dim, float eps) {
+  float ss = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < dim; i += kBlock) ss = __fmaf_rn(x[i], x[i], ss);
+  ss = block_sum(ss);
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(dim)), eps)));
 }
 
 // A weight element widened to fp32: F32 as is, BF16 by placing its bits on top (exact).

@@ -24,5 +24,7 @@ void cascade_prefix_attention();
 // tests/test_gpu_ops_cascade_suffix.cpp
 void cascade_suffix_attention();
 void cascade_state_merge();
+// tests/test_gpu_ops_small_m.cpp
+void linear_fp8_small_m_fused();
 
 }  // namespace bestofn::gpu_ops

@@ -66,3 +66,22 @@ TEST(CliBench, APromptThatFillsTheContextExactlyRunsAndOneMoreIsRefusedWithTheLa
   expect_failure({"bench", "--model", m, "--n", "1", "--steps", "1", "--prompt-len", std::to_string(largest + 1)}, 1,
                  {"--prompt-len " + std::to_string(largest + 1), "the largest --prompt-len with these --steps is " + std::to_string(largest)});
 }
+
+// --small-m-linear's knobs change its path only: without it each is a usage error (exit 2) naming
+// the flag it needs, not a silent no-op; on the CPU engine every CUDA path flag is refused.
+TEST(CliBench, SmallMKnobsWithoutSmallMLinearAreUsageErrors) {
+  for (const std::vector<std::string>& knob : {std::vector<std::string>{"--small-m-split"}, {"--small-m-pdl"}, {"--small-m-blocks-per-sm", "2"}}) {
+    std::vector<std::string> args = {"bench", "--synthetic", "tiny", "--device", "cuda", "--n", "1", "--steps", "2"};
+    args.insert(args.end(), knob.begin(), knob.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << knob[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("add --small-m-linear"), std::string::npos) << r.err;
+    args[4] = "cpu";
+    args.push_back("--small-m-linear");
+    const auto c = run_cli(args);
+    EXPECT_EQ(c.exit_code, 2) << knob[0] << " on the CPU: " << c.err;
+    EXPECT_NE(c.err.find("--device is cpu"), std::string::npos) << c.err;
+  }
+  const auto r = run_cli({"bench", "--synthetic", "tiny", "--device", "cuda", "--n", "1", "--small-m-linear", "--small-m-blocks-per-sm", "33"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}

@@ -279,6 +279,55 @@ TEST(GpuEngine, SmallMLinearMatchesTheCpuEngine) {
   }
 }
 
+// --small-m-linear's fused layer (src/cuda/layer_plan.h) against its split form (--small-m-split:
+// the norms, quantizations, RoPE and residual adds as their own kernels), on 8 rows a step and
+// prompts of 7 and 4 tokens (the prefills fused too): the prologue makes the split kernels' codes
+// and the epilogues do their arithmetic, so every logit is the same bits. The launches counted by
+// CUDA in a captured step: 7 fewer per layer with a BF16 cache (13 -> 6: the norm and quantization
+// kernels, the three column copies, RoPE), 6 fewer with an FP8 cache (RoPE and the cache write stay
+// a launch: an FP8 row's scale needs the whole head), and at most 6 per layer plus the step's own;
+// with an FP8 lm_head (--quantize-lm-head) its norm and quantization fused too (2 fewer). With
+// --small-m-pdl (programmatic dependent launches, an L2 prefetch before each wait): the same bits.
+TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto w = synthetic_tiny(dir, "fp8", "channel", 23);
+  LoadOptions lo;
+  lo.quantize_lm_head_fp8 = true;  // the FP8 lm_head: the final norm in its prologue, two launches fewer
+  auto w_fp8_head = std::make_shared<const Weights>(load_model(dir / "fp8-channel", lo));
+  const int L = w->config.n_layers;
+  for (const auto& [kv, head] : {std::pair{EngineOptions::Kv::BF16, false}, {EngineOptions::Kv::FP8, false}, {EngineOptions::Kv::BF16, true}}) {
+    const bool bf16 = kv == EngineOptions::Kv::BF16;
+    const std::shared_ptr<const Weights>& weights = head ? w_fp8_head : w;
+    long long nodes[3] = {0, 0, 0};
+    Trace runs[3];
+    for (const int run : {0, 1, 2}) {  // fused, split, fused with --small-m-pdl (the same bits, the same nodes)
+      EngineOptions o;
+      o.kv = kv;
+      o.cuda.small_m_linear = true, o.cuda.fused_qkv = true, o.cuda.graphs = true, o.cuda.small_m_split = run == 1;
+      o.cuda.small_m_pdl = run == 2;
+      auto e = cuda::make_cuda_engine(weights, o);
+      runs[run] = trace(*e, 4, 12, nullptr);
+      const Engine::GraphStats g = e->graph_stats();
+      ASSERT_EQ(g.disabled, "") << run;
+      ASSERT_GT(g.replays, 0) << run;
+      nodes[run] = g.last_nodes;
+    }
+    EXPECT_EQ(nodes[2], nodes[0]);
+    for (std::size_t step = 0; step < runs[0].logits.size(); ++step)
+      EXPECT_EQ(std::memcmp(runs[0].logits[step].data(), runs[2].logits[step].data(), runs[0].logits[step].size() * 4), 0)
+          << "--small-m-pdl, step " << step << " differs";
+    const std::string what = std::string(bf16 ? "BF16 KV" : "FP8 KV") + (head ? ", FP8 lm_head" : "");
+    ASSERT_EQ(runs[0].logits.size(), runs[1].logits.size());
+    for (std::size_t step = 0; step < runs[0].logits.size(); ++step)
+      EXPECT_EQ(std::memcmp(runs[0].logits[step].data(), runs[1].logits[step].data(), runs[0].logits[step].size() * 4), 0)
+          << what << ": step " << step << " differs";
+    std::printf("[ launches ] %s: a step's graph holds %lld nodes fused, %lld split (%d layers)\n", what.c_str(), nodes[0], nodes[1], L);
+    EXPECT_EQ(nodes[1] - nodes[0], static_cast<long long>(bf16 ? 7 : 6) * L + (head ? 2 : 0)) << what;
+    EXPECT_LE(nodes[0], static_cast<long long>(bf16 ? 6 : 7) * L + 8) << what;  // the step's own: pointers, embedding, norm, lm_head
+  }
+}
+
 // Qwen2 (q/k/v biases: the bias in the FP8 epilogue, or bias_add_cuda after a BF16 / F32 GEMM; in
 // the fused q/k/v GEMM, one concatenated bias) and Qwen3 (per-head q/k norm: rmsnorm_cuda in place
 // before rope_kv) against the CPU engine, whose numbers match transformers (HfModels in

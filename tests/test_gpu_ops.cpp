@@ -588,6 +588,8 @@ const OpRow kRows[] = {
     {"bias_add_cuda", "the bias add of cpu::linear", "bit for bit: one rounded add", bias_add},
     {"linear_fp8_small_m_cuda", "cuda::small_m_linear_twin (within 2 gamma_K sum |w a| of cpu::linear: test_small_m_linear)",
      "bit for bit: the same exact products added in the stated order, the scales and bias rounded apart", linear_fp8_small_m},
+    {"linear_fp8_small_m_fused_cuda", "small_m_prologue_twin then small_m_linear_twin; with rope, the unfused kernels on the device",
+     "bit for bit: the row kernels' codes, the same product, rope_kv_write_cuda's arithmetic", linear_fp8_small_m_fused},
     {"swiglu_cuda", "cpu::swiglu", "relative 8 eps: CUDA's expf and the CPU's exp differ by a few ulp", swiglu},
     {"swiglu_quant_fp8_cuda", "cpu::swiglu, then quantize_fp8_rows / quantize_fp8_row",
      "one E4M3 step: the exp's last bits may move a value across a rounding boundary", swiglu_quant_fp8},

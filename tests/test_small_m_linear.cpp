@@ -155,5 +155,73 @@ TEST(SmallMLinear, WithinTheAdditionsRoundingsOfTheCpuEngine) {
   }
 }
 
+// The prologue's sum of squares in the block's order (rowops::inv_rms): 256 thread partials, each
+// warp's butterfly, then the 8 warp sums'. x = (4096, 1 x 31): left to right every 1 is lost
+// (2^24 + 1 rounds to 2^24, ties to even), so the CPU engine's sum is 2^24. In the butterfly lane 0
+// adds lane 16's 1 to 2^24 first (lost), then lanes 8, 4, 2, 1 bring 2, 4, 8, 16 (sums of ones,
+// exact): 2^24 + 30. Hand-derived, and the two orders give different 1/rms.
+TEST(SmallMLinear, PrologueSumsSquaresInTheBlocksOrder) {
+  const float eps = 1e-5f;
+  std::vector<float> x(32, 1.0f);
+  x[0] = 4096.0f;
+  const float tree = 1.0f / std::sqrt((0x1p24f + 30.0f) / 32.0f + eps), left_to_right = 1.0f / std::sqrt(0x1p24f / 32.0f + eps);
+  ASSERT_NE(tree, left_to_right);  // the case tells the two orders apart
+  EXPECT_EQ(small_m_inv_rms_twin(x.data(), 32, eps), tree);
+  // Thread 0 also sums x[256]^2 after x[0]^2 (its stride): 2^24 + 1, rounded to 2^24, lost.
+  x.resize(257, 0.0f);
+  x[256] = 1.0f;
+  EXPECT_EQ(small_m_inv_rms_twin(x.data(), 257, eps), 1.0f / std::sqrt((0x1p24f + 30.0f) / 257.0f + eps));
+}
+
+// The prologue's codes against the CPU engine's (cpu::rmsnorm, then quantize_fp8_rows / _row):
+// without a norm the same function, so the same bits; with one, the sums of squares differ in order
+// only (each within gamma_in of the exact sum), so the row scales agree within (in + 8) u and a code
+// differs by at most one E4M3 step, rarely.
+TEST(SmallMLinear, PrologueCodesAreTheCpuEnginesWithinTheNormsOrder) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  cpu::ThreadPool pool(1);
+  for (const int in : {16, 576, 4096}) {
+    const int T = 3;
+    const auto n = static_cast<std::size_t>(T * in);
+    std::vector<float> x(n), g(static_cast<std::size_t>(in));
+    for (auto& v : x) v = u(rng);
+    for (auto& v : g) v = u(rng);
+    for (const float static_scale : {0.0f, 0.01f}) {
+      std::vector<std::uint8_t> codes(n), want(n);
+      std::vector<float> scales(T), want_s(T, static_scale);
+      small_m_prologue_twin(x.data(), nullptr, T, in, 1e-5f, static_scale, codes.data(), scales.data());
+      if (static_scale > 0)
+        for (int t = 0; t < T; ++t)
+          quantize_fp8_row(x.data() + static_cast<std::size_t>(t * in), static_cast<std::size_t>(in), static_scale, want.data() + static_cast<std::size_t>(t * in));
+      else
+        quantize_fp8_rows(x.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), want.data(), want_s.data());
+      EXPECT_EQ(codes, want) << "quant, in " << in;
+      EXPECT_EQ(scales, want_s) << "quant, in " << in;
+
+      const Tensor gt{"g", DType::F32, {in}, reinterpret_cast<const std::uint8_t*>(g.data()), g.size() * 4};
+      std::vector<float> normed(n);
+      cpu::rmsnorm(normed.data(), x.data(), gt, static_cast<std::size_t>(T), static_cast<std::size_t>(in), 1e-5f);
+      if (static_scale > 0)
+        for (int t = 0; t < T; ++t)
+          quantize_fp8_row(normed.data() + static_cast<std::size_t>(t * in), static_cast<std::size_t>(in), static_scale, want.data() + static_cast<std::size_t>(t * in));
+      else
+        quantize_fp8_rows(normed.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), want.data(), want_s.data());
+      small_m_prologue_twin(x.data(), g.data(), T, in, 1e-5f, static_scale, codes.data(), scales.data());
+      for (int t = 0; t < T; ++t)
+        EXPECT_LE(std::fabs(scales[static_cast<std::size_t>(t)] - want_s[static_cast<std::size_t>(t)]),
+                  (in + 8) * 0x1p-24 * want_s[static_cast<std::size_t>(t)]);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (codes[i] == want[i]) continue;
+        ++differ;
+        EXPECT_EQ(codes[i] & 0x80, want[i] & 0x80) << "in " << in << " [" << i << "]: the sign";
+        EXPECT_EQ(std::abs((codes[i] & 0x7f) - (want[i] & 0x7f)), 1) << "in " << in << " [" << i << "]";
+      }
+      EXPECT_LE(differ, n / 50 + 1) << "in " << in;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace bestofn::cuda

@@ -47,11 +47,24 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->add_flag("--split-attention", o->engine.split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
   sub->add_flag("--cuda-graphs", o->engine.cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
   sub->add_flag("--cascade-attention", o->engine.cascade_attention, "CUDA: all prompts' shared-prefix attention in one tensor-core launch per layer; with --paged-kv (BF16 KV) the suffixes in one paged-decode launch");
-  sub->add_flag("--small-m-linear", o->engine.small_m_linear, "CUDA: FP8 linear layers of 1-8 rows as one weight-streaming kernel");
+  sub->add_flag("--small-m-linear", o->engine.small_m_linear,
+                "CUDA: FP8 linear layers of 1-8 rows as one weight-streaming kernel; with --fused-qkv on an FP8 model, a layer in six "
+                "launches (norms, quantizations, RoPE and the residual adds inside them)");
+  sub->add_flag("--small-m-split", o->engine.small_m_split,
+                "CUDA, with --small-m-linear: the norms, quantizations and RoPE as their own launches (to measure the fused layer against)");
+  sub->add_option("--small-m-blocks-per-sm", o->engine.small_m_blocks_per_sm,
+                  "CUDA, with --small-m-linear: blocks per SM of the kernels that make their own activation codes (0: 2)")
+      ->check(CLI::Range(0, 32))
+      ->default_str("0");
+  sub->add_flag("--small-m-pdl", o->engine.small_m_pdl,
+                "CUDA, with --small-m-linear: its kernels as programmatic dependent launches, each prefetching its first weights "
+                "into L2 while the kernel before it finishes (to measure against)");
   add_kv_cache_flag(sub, o->engine.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
+    for (const char* flag : {"--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
+      if (sub->count(flag) && !sub->count("--small-m-linear")) throw CLI::ValidationError(flag, "changes --small-m-linear's path: add --small-m-linear");
   });
   return [o, command] { return run_bench(*o, command); };
 }

@@ -66,7 +66,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
                 "head), else by a per-candidate kernel");
   sub->add_flag("--small-m-linear", f.small_m_linear,
                 "CUDA: FP8 linear layers of steps with 1-8 rows as one weight-streaming kernel with the scales fused (in place of "
-                "cuBLASLt's GEMM and the scale kernel; not yet timed on a GPU)");
+                "cuBLASLt's GEMM and the scale kernel); with --fused-qkv on an FP8 model, a layer in six launches (the norms, "
+                "quantizations, RoPE and residual adds inside them). Not yet timed on a GPU");
   add_kv_cache_flag(sub, f.kv_cache);
   refuse_cuda_flags_on_cpu(sub, "auto");
 }
@@ -76,7 +77,8 @@ void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) 
     const CLI::Option* device = sub->get_option("--device");
     if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
     for (const char* flag : {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--kv-blocks", "--device-sampling",
-                             "--split-attention", "--cuda-graphs", "--cascade-attention", "--small-m-linear"})
+                             "--split-attention", "--cuda-graphs", "--cascade-attention", "--small-m-linear",
+                             "--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
       if (sub->get_option_no_throw(flag) && sub->count(flag))
         throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
   });

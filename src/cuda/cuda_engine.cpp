@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "bestofn/model/rope.h"
 #include "cuda/ceilings.h"
 #include "cuda/cuda_api.h"
@@ -62,6 +64,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
+  plan_fused_layers(opt.cuda);
   // --cuda-graphs pads batches to their bucket: the paged pool keeps one block aside for the
   // padding rows' writes (on top of the blocks asked for).
   if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks, opt.cuda.graphs);
@@ -212,6 +215,48 @@ void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   part.capacity = cap;
 }
 
+// --small-m-linear: each layer's fused plan for 1..8 rows, and why not where a layer runs unfused.
+void CudaEngine::plan_fused_layers(const CudaOptions& o) {
+  if (o.small_m_blocks_per_sm < 0) throw Error("--small-m-blocks-per-sm: expected >= 0, got " + std::to_string(o.small_m_blocks_per_sm));
+  small_m_blocks_ = sm_count_ * (o.small_m_blocks_per_sm > 0 ? o.small_m_blocks_per_sm : kSmallMBlocksPerSm);
+  small_m_pdl_ = o.small_m_pdl;
+  const int per_layer = kSmallMMaxRows + 1;
+  fused_plans_.assign(layers_.size() * static_cast<std::size_t>(per_layer), FusedLayerPlan{});
+  if (!small_m_) return;
+  fused_lm_head_ = !o.small_m_split && lm_head_.type == GemmInput::FP8 && lm_head_.w.buf.size() > 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const DevLayer& L = layers_[l];
+    auto fp8 = [](const DevLinear& d) { return d.out > 0 && d.type == GemmInput::FP8; };
+    FusedLayerShape shape;
+    shape.dim = c_.dim, shape.hidden = c_.hidden_dim, shape.n_heads = c_.n_heads, shape.n_kv = c_.n_kv_heads, shape.hd = c_.head_dim;
+    shape.small_m = true, shape.split = o.small_m_split;
+    shape.fused_fp8 = fp8(L.wqkv) && fp8(L.w_gate_up) && fp8(L.wo) && fp8(L.w_down);
+    shape.qk_norm = L.q_norm.buf.size() > 0;
+    shape.kv_bf16 = kv_ == KvFormat::BF16;
+    for (int T = 1; T < per_layer; ++T) {
+      shape.T = T;
+      FusedLayerPlan& p = fused_plans_[l * static_cast<std::size_t>(per_layer) + static_cast<std::size_t>(T)];
+      p = plan_fused_layer(shape);
+      if (l == 0 && T == 1) {
+        if (p.n > 0)
+          spdlog::info("--small-m-linear: a layer of 1-{} rows in {} launches", kSmallMMaxRows, p.n);
+        else
+          spdlog::info("--small-m-linear: the layers run unfused ({})", p.why);
+      }
+    }
+  }
+}
+
+SmallMFused CudaEngine::small_m_args(const DevLinear& l, int T, float* y, bool accumulate) const {
+  SmallMFused f;
+  f.w = static_cast<const std::uint8_t*>(l.w.buf.get()), f.sw = l.scale.get<float>(), f.per_channel = l.per_channel, f.bias = l.bias_or_null();
+  f.T = T, f.out = l.out, f.in = l.in, f.static_scale = l.input_scale;
+  f.y = y, f.accumulate = accumulate;
+  f.max_blocks = small_m_blocks_;
+  f.pdl = small_m_pdl_;
+  return f;
+}
+
 // y (T, out) = x (T, in) W^T (+ b): FP8 quantizes x per its scheme and scales (and adds the bias)
 // in the epilogue; BF16 and F32 add a bias after the GEMM.
 void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
@@ -285,6 +330,13 @@ void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y,
 
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                        const std::function<void()>& attend) {
+  if (T >= 1 && T <= kSmallMMaxRows) {
+    const FusedLayerPlan& plan = fused_plans_[static_cast<std::size_t>(l) * (kSmallMMaxRows + 1) + static_cast<std::size_t>(T)];
+    if (plan.n > 0) {
+      layer_fused(plan, l, T, pos, k_rows, v_rows, attend);
+      return;
+    }
+  }
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
@@ -327,6 +379,82 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   ffn(l, T);
 }
 
+// The fused layer: the launches of src/cuda/layer_plan.h in order, each one launcher call.
+void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows,
+                             std::uint16_t* const* v_rows, const std::function<void()>& attend) {
+  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  auto normed = [&](SmallMFused& f, const DevTensor& norm) {
+    f.prologue = SmallMPrologue::NormQuant, f.x = x_.get<float>(), f.norm = norm.buf.get(), f.norm_bf16 = norm.dtype == DType::BF16;
+    f.eps = eps;
+  };
+  auto product = [&](const char* name, const SmallMFused& f) {
+    const auto phase = timer_.scope(PhaseTimer::Gemm);
+    timed(name, [&] { linear_fp8_small_m_fused_cuda(f, stream_); });
+  };
+  for (const LayerLaunch op : plan) {
+    switch (op) {
+      case LayerLaunch::QkvNormRope:
+      case LayerLaunch::QkvNorm: {
+        SmallMFused f = small_m_args(L.wqkv, T, nullptr, false);
+        normed(f, L.attn_norm);
+        f.epilogue = SmallMEpilogue::Heads, f.n_heads = c_.n_heads, f.n_kv = c_.n_kv_heads, f.hd = c_.head_dim, f.q = q_.get<float>();
+        if (op == LayerLaunch::QkvNormRope)
+          f.rope = true, f.pos = pos, f.inv_freq = inv_freq_.get<float>(), f.k_rows = k_rows, f.v_rows = v_rows;
+        else
+          f.k = k_.get<float>(), f.v = v_.get<float>();
+        product("qkv", f);
+        break;
+      }
+      case LayerLaunch::QNorm:
+        timed("qk_norm", [&] {
+          rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
+        });
+        break;
+      case LayerLaunch::KNorm:
+        timed("qk_norm", [&] {
+          rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
+        });
+        break;
+      case LayerLaunch::RopeKv:
+        timed("rope_kv", [&] {
+          rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads, c_.n_kv_heads,
+                             c_.head_dim, k_rows, v_rows, stream_, kv_);
+        });
+        break;
+      case LayerLaunch::Attention: {
+        const auto phase = timer_.scope(PhaseTimer::Attention);
+        timed("attention", attend);
+        break;
+      }
+      case LayerLaunch::OutResidual: {
+        SmallMFused f = small_m_args(L.wo, T, x_.get<float>(), true);
+        f.prologue = SmallMPrologue::Quant, f.x = att_.get<float>();
+        product("o", f);
+        break;
+      }
+      case LayerLaunch::GateUpNorm: {
+        SmallMFused f = small_m_args(L.w_gate_up, T, fused_.get<float>(), false);
+        normed(f, L.ffn_norm);
+        product("gate_up", f);
+        break;
+      }
+      case LayerLaunch::SwigluQuant:
+        timed("swiglu", [&] {
+          swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
+                                act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
+        });
+        break;
+      case LayerLaunch::DownResidual: {
+        SmallMFused f = small_m_args(L.w_down, T, x_.get<float>(), true);
+        f.a = act_q_.get<std::uint8_t>(), f.sx = act_s_.get<float>();
+        product("down", f);
+        break;
+      }
+    }
+  }
+}
+
 void CudaEngine::ffn(int l, int T) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -363,6 +491,17 @@ void CudaEngine::logits_rows(int first, int T, float* out) {
   // logits = lm_head(rmsnorm(x))
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   timer_.set_detail_prefix("lm_head.");
+  // --small-m-linear with an FP8 lm_head (--quantize-lm-head): the final norm and the quantization
+  // in the kernel's prologue, one launch (the codes of the three launches below, bit for bit).
+  if (fused_lm_head_ && small_m_linear_fits(T, lm_head_.out, lm_head_.in) && small_m_prologue_fits(T, c_.dim)) {
+    SmallMFused f = small_m_args(lm_head_, T, out ? out : logits_.get<float>(), false);
+    f.prologue = SmallMPrologue::NormQuant, f.x = x, f.norm = final_norm_.buf.get(), f.norm_bf16 = final_norm_.dtype == DType::BF16;
+    f.eps = static_cast<float>(c_.rms_norm_eps);
+    const auto phase = timer_.scope(PhaseTimer::Gemm);
+    timed("gemm", [&] { linear_fp8_small_m_fused_cuda(f, stream_); });
+    timer_.set_detail_prefix("");
+    return;
+  }
   timed("norm", [&] {
     rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
   });

@@ -21,6 +21,7 @@
 #include "cuda/gemm.h"
 #include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
+#include "cuda/layer_plan.h"
 #include "cuda/paged_kv.h"
 #include "cuda/part_shelf.h"
 #include "cuda/phase_timer.h"
@@ -165,7 +166,7 @@ class CudaEngine final : public Engine {
   }
   Ceilings measure_ceilings() override;
   GraphStats graph_stats() const override {
-    return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason()} : GraphStats{};
+    return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason(), static_cast<long long>(graphs_->last_nodes())} : GraphStats{};
   }
 
  private:
@@ -213,6 +214,14 @@ class CudaEngine final : public Engine {
   // cache rows k_rows[t], v_rows[t] (device arrays); `attend` fills att_ from q_ and the caches.
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
              const std::function<void()>& attend);
+  // --small-m-linear's fused layer (src/cuda/layer_plan.h): plan's launches, one launcher call each.
+  void layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
+                   const std::function<void()>& attend);
+  // fused_plans_ and small_m_blocks_ from the options (--small-m-linear, --small-m-split,
+  // --small-m-blocks-per-sm), the layers' weights and the KV cache's format.
+  void plan_fused_layers(const CudaOptions& o);
+  // The arguments of --small-m-linear's kernel for l over T rows, its epilogue Rows into y.
+  SmallMFused small_m_args(const DevLinear& l, int T, float* y, bool accumulate) const;
   void ffn(int l, int T);
   // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
   // when null.
@@ -347,6 +356,11 @@ class CudaEngine final : public Engine {
   std::unique_ptr<GraphCache> graphs_;  // --cuda-graphs
   bool prefix_gemm_ = false;
   bool small_m_ = false;  // --small-m-linear
+  int small_m_blocks_ = 0;  // the fused kernels' grid cap (sm_count_ x --small-m-blocks-per-sm)
+  bool small_m_pdl_ = false;  // --small-m-pdl
+  // The fused layer's plan of layer l for T rows at [l * (kSmallMMaxRows + 1) + T] (n == 0: unfused).
+  std::vector<FusedLayerPlan> fused_plans_;
+  bool fused_lm_head_ = false;  // an FP8 lm_head (--quantize-lm-head): the final norm in its prologue
   std::unique_ptr<PrefixAttention> prefix_attn_;
   std::unique_ptr<PagedKv> paged_;  // --paged-kv
   std::unique_ptr<CascadeAttention> cascade_;  // --cascade-attention

@@ -35,6 +35,8 @@ void GraphCache::run(const GraphKey& key, cudaStream_t stream, const std::functi
   cudaGraphExec_t exec = nullptr;
   if (failed.empty() && end != cudaSuccess) failed = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
   if (failed.empty()) {
+    std::size_t nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) last_nodes_ = nodes;
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     if (inst != cudaSuccess) failed = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
   }

@@ -38,6 +38,9 @@ class GraphCache {
   const std::string& disabled_reason() const { return disabled_; }
   std::size_t size() const { return graphs_.size(); }
   long long launches() const { return launches_; }  // steps replayed from a graph
+  // The nodes (kernels, copies) of the graph captured last: a step's launches, counted by CUDA
+  // (tests/test_gpu_engine.cpp checks --small-m-linear's fused layer with it).
+  std::size_t last_nodes() const { return last_nodes_; }
   void clear();
 
  private:
@@ -45,6 +48,7 @@ class GraphCache {
   std::set<GraphKey> seen_;
   std::string disabled_;
   long long launches_ = 0;
+  std::size_t last_nodes_ = 0;
 };
 
 }  // namespace bestofn::cuda

@@ -13,6 +13,7 @@
 
 #include "bestofn/util/dtype.h"
 #include "bestofn/engine/sampler.h"
+#include "cuda/small_m_linear.h"
 #include "cuda/step_plan.h"
 
 namespace bestofn::cuda {
@@ -57,6 +58,15 @@ void scale_output_cuda(float* y, int T, int out, const float* sx, const float* s
 // apart. Throws for a shape small_m_linear_fits refuses, or w / a not 16-byte aligned.
 void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                              const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate = false);
+
+// --small-m-linear's fused forms (src/cuda/small_m_linear.h, SmallMFused): the same product with
+// the activations' codes made in the kernel from F32 (Quant, or RMSNorm then Quant: the codes of
+// quantize_act_fp8_cuda / rmsnorm_quant_fp8_cuda bit for bit), and the output written as rows
+// (or added to them) or as q / k / v heads (rotated and written to BF16 cache rows with rope: the
+// bits of rope_kv_write_cuda after the unfused product). Twins: small_m_prologue_twin, then
+// small_m_linear_twin; with rope, the unfused kernels on the device (tests/test_gpu_ops.cpp).
+// Throws with small_m_fused_refusal's reason, for Heads without a prologue, or w / a unaligned.
+void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream);
 
 // y (T, out) row-major: y[t, o] += bias[o] (the bias of a BF16 or F32 linear layer, after its
 // GEMM). Twin: the bias add of cpu::linear.

@@ -1,8 +1,12 @@
 // The host twin of kernels/linear_small_m.cu (src/cuda/small_m_linear.h states the order).
 #include "cuda/small_m_linear.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <vector>
 
+#include "bestofn/model/quantize.h"
 #include "bestofn/util/numeric.h"
 
 namespace bestofn::cuda {
@@ -34,6 +38,82 @@ void small_m_linear_twin(const std::uint8_t* w, const std::uint8_t* a, const flo
       if (bias) v = v + bias[o];
       float& dst = y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)];
       dst = accumulate ? dst + v : v;
+    }
+  }
+}
+
+}  // namespace bestofn::cuda
+
+namespace bestofn::cuda {
+
+bool small_m_prologue_fits(int T, int in) {
+  return T >= 1 && in >= 1 && static_cast<long long>(T) * (in + 4) <= kSmallMPrologueBytes;
+}
+
+std::string small_m_fused_refusal(const SmallMFused& f) {
+  const std::string shape = std::to_string(f.T) + " tokens, " + std::to_string(f.out) + " x " + std::to_string(f.in);
+  if (!small_m_linear_fits(f.T, f.out, f.in))
+    return shape + " (1-" + std::to_string(kSmallMMaxRows) + " tokens, in a multiple of " + std::to_string(kSmallMCodes) + ")";
+  if (f.prologue != SmallMPrologue::None && !small_m_prologue_fits(f.T, f.in))
+    return shape + ": the prologue's codes need " + std::to_string(static_cast<long long>(f.T) * (f.in + 4)) + " bytes of shared memory (at most " +
+           std::to_string(kSmallMPrologueBytes) + ")";
+  if (f.prologue == SmallMPrologue::None && (f.a == nullptr || f.sx == nullptr)) return shape + ": no prologue and no activation codes";
+  if (f.prologue != SmallMPrologue::None && f.x == nullptr) return shape + ": a prologue without its input x";
+  if (f.prologue == SmallMPrologue::NormQuant && f.norm == nullptr) return shape + ": NormQuant without its norm weights";
+  if (f.epilogue == SmallMEpilogue::Rows && f.y == nullptr) return shape + ": Rows without y";
+  if (f.epilogue == SmallMEpilogue::Heads) {
+    if (f.hd <= 0 || f.hd % 2 != 0 || f.n_heads <= 0 || f.n_kv <= 0 ||
+        static_cast<long long>(f.n_heads + 2LL * f.n_kv) * f.hd != static_cast<long long>(f.out))
+      return shape + ": Heads needs out = (n_heads + 2 n_kv) x an even head_dim, got " + std::to_string(f.n_heads) + " + 2 x " +
+             std::to_string(f.n_kv) + " heads of " + std::to_string(f.hd);
+    if (f.q == nullptr) return shape + ": Heads without q";
+    if (f.rope ? (f.pos == nullptr || f.inv_freq == nullptr || f.k_rows == nullptr || f.v_rows == nullptr) : (f.k == nullptr || f.v == nullptr))
+      return shape + (f.rope ? ": rope without positions, frequencies or cache rows" : ": Heads without k or v");
+  }
+  return "";
+}
+
+float small_m_inv_rms_twin(const float* x, int dim, float eps) {
+  constexpr int kThreads = kSmallMLanes * kSmallMRowsPerBlock;  // rowops::kBlock
+  std::array<float, kThreads> part{};
+  for (int i = 0; i < kThreads; ++i)
+    for (int j = i; j < dim; j += kThreads) part[static_cast<std::size_t>(i)] = std::fma(x[j], x[j], part[static_cast<std::size_t>(i)]);
+  // A butterfly over 32 values: every lane ends with the same sum (each add is commutative).
+  auto butterfly = [](std::array<float, kSmallMLanes> v) {
+    for (std::size_t d = kSmallMLanes / 2; d >= 1; d /= 2) {
+      std::array<float, kSmallMLanes> next{};
+      for (std::size_t l = 0; l < static_cast<std::size_t>(kSmallMLanes); ++l) next[l] = v[l] + v[l ^ d];
+      v = next;
+    }
+    return v[0];
+  };
+  std::array<float, kSmallMLanes> warps{};  // lanes 8..31 read 0
+  for (std::size_t w = 0; w < static_cast<std::size_t>(kSmallMRowsPerBlock); ++w) {
+    std::array<float, kSmallMLanes> lanes{};
+    for (std::size_t l = 0; l < static_cast<std::size_t>(kSmallMLanes); ++l) lanes[l] = part[w * kSmallMLanes + l];
+    warps[w] = butterfly(lanes);
+  }
+  const float ss = butterfly(warps);
+  return 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+}
+
+void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, float eps, float static_scale, std::uint8_t* codes,
+                           float* scales) {
+  const auto K = static_cast<std::size_t>(in);
+  std::vector<float> row(K);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t) {
+    const float* xt = x + t * K;
+    if (norm_w) {
+      const float inv = small_m_inv_rms_twin(xt, in, eps);
+      for (std::size_t i = 0; i < K; ++i) row[i] = norm_w[i] * (xt[i] * inv);
+    } else {
+      std::copy(xt, xt + K, row.begin());
+    }
+    if (static_scale > 0.0f) {
+      quantize_fp8_row(row.data(), K, static_scale, codes + t * K);
+      scales[t] = static_scale;
+    } else {
+      quantize_fp8_rows(row.data(), 1, K, codes + t * K, scales + t);
     }
   }
 }

@@ -22,6 +22,7 @@
 // (1 - K u), u = 2^-24 (tests/test_small_m_linear.cpp).
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace bestofn::cuda {
 
@@ -29,6 +30,13 @@ constexpr int kSmallMMaxRows = 8;      // tokens per launch: the step's batch ro
 constexpr int kSmallMLanes = 32;       // lanes per output row (one warp)
 constexpr int kSmallMCodes = 16;       // codes per lane per load (16 bytes)
 constexpr int kSmallMRowsPerBlock = 8; // output rows (warps) per block of 256 threads
+// A prologue's codes and scales: within the 48 KB of shared memory a block gets without opting
+// in, beside the row helpers' static arrays.
+constexpr int kSmallMPrologueBytes = 47 * 1024;
+// The fused kernels' grid cap per SM by default (--small-m-blocks-per-sm): each block makes its
+// activation codes once, so fewer blocks read x fewer times; more keep more loads in flight.
+// Unmeasured: benchmarks/GPU_TODO.md's issue-34 section sweeps it.
+constexpr int kSmallMBlocksPerSm = 2;
 
 // Whether the kernel takes a layer: 1 <= T <= kSmallMMaxRows, in a multiple of 16 (every FP8
 // layer's, as cuBLASLt's FP8 GEMM needs), out >= 1.
@@ -39,5 +47,70 @@ bool small_m_linear_fits(int T, int out, int in);
 // y (T, out) row-major; accumulate: added to what y holds.
 void small_m_linear_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                          const float* bias, int T, int out, int in, float* y, bool accumulate = false);
+
+// --- The fused forms: a decoder layer in six launches (src/cuda/layer_plan.h) ---
+//
+// The prologue. The activations' codes and per-token scales made by each block itself, in shared
+// memory, from the F32 input x (T, in): Quant, as quantize_act_fp8_cuda; NormQuant, RMSNorm with
+// the norm weights first, as rmsnorm_quant_fp8_cuda. A block is those kernels' 256 threads and runs
+// their code (kernels/row_ops.cuh), so the codes and scales are theirs bit for bit: the product is
+// then the unfused one's, and the contract above holds unchanged. The host twin of the codes is
+// small_m_prologue_twin (its norm's sum: small_m_inv_rms_twin's order).
+//
+// The epilogues. Rows: y written, or added to (the residual stream). Heads, on a q | k | v product
+// (out = (n_heads + 2 n_kv) hd, hd even): one warp computes the two rows of a rotary pair (i and
+// i + hd / 2 of one head; each row's sum in the order above) and writes the q, k and v columns
+// apart (no column copies), or with rope, as rope_kv_write_cuda does after them: q rotated (F32),
+// k rotated and v rounded to BF16 into their cache rows (the same device functions, kernels/rope.cuh).
+enum class SmallMPrologue : std::uint8_t { None, Quant, NormQuant };
+enum class SmallMEpilogue : std::uint8_t { Rows, Heads };
+
+// One launch's arguments; every pointer a device pointer.
+struct SmallMFused {
+  const std::uint8_t* w = nullptr;  // (out, in) E4M3 codes, 16-byte aligned
+  const float* sw = nullptr;        // (out) per channel, else (1)
+  bool per_channel = true;
+  const float* bias = nullptr;  // (out) or null
+  int T = 0, out = 0, in = 0;
+  SmallMPrologue prologue = SmallMPrologue::None;
+  const std::uint8_t* a = nullptr;  // None: the codes (T, in), 16-byte aligned, and their scales sx (T)
+  const float* sx = nullptr;
+  const float* x = nullptr;       // Quant / NormQuant: (T, in) F32
+  const void* norm = nullptr;     // NormQuant: (in) F32 or BF16 weights
+  bool norm_bf16 = false;
+  float eps = 0.0f, static_scale = 0.0f;  // static_scale > 0: a checkpoint's input_scale, else amax / 448
+  SmallMEpilogue epilogue = SmallMEpilogue::Rows;
+  float* y = nullptr;  // Rows: (T, out)
+  bool accumulate = false;
+  int n_heads = 0, n_kv = 0, hd = 0;  // Heads
+  float* q = nullptr;                 // (T, n_heads hd)
+  float* k = nullptr;                 // without rope: (T, n_kv hd) each
+  float* v = nullptr;
+  bool rope = false;  // with rope: q rotated; k rotated and v into BF16 cache rows
+  const int* pos = nullptr;
+  const float* inv_freq = nullptr;  // (hd / 2)
+  std::uint16_t* const* k_rows = nullptr;  // (T) BF16 cache rows
+  std::uint16_t* const* v_rows = nullptr;
+  int max_blocks = 0;  // the grid's cap with a prologue (each block makes the codes once); 0: none
+  // Programmatic dependent launch (--small-m-pdl): the block's first weight rows prefetched into
+  // L2 before it waits for the kernel before it; the numbers do not change.
+  bool pdl = false;
+};
+
+// Why the fused kernel refuses f's shape ("" when it takes it): small_m_linear_fits, a prologue's
+// codes within kSmallMPrologueBytes, Heads' out = (n_heads + 2 n_kv) hd with hd even.
+std::string small_m_fused_refusal(const SmallMFused& f);
+// Whether a prologue's codes for T rows of `in` fit a block's shared memory.
+bool small_m_prologue_fits(int T, int in);
+
+// rowops::inv_rms's order for one row: 256 threads, thread i sums x[j]^2 for j = i, i + 256, ... as
+// fused multiply-adds from 0; each warp's butterfly (d = 16, 8, 4, 2, 1); then the 8 warp sums (24
+// zeros after them) through the same butterfly; 1 / sqrt(ss / dim + eps), each step rounded.
+float small_m_inv_rms_twin(const float* x, int dim, float eps);
+
+// The prologue's codes (T, in) and scales (T), bit for bit: norm null, quantize_fp8_rows of x (or
+// static_scale's codes); else rmsnorm (norm_w widened to F32, w * (x * inv)) first.
+void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, float eps, float static_scale, std::uint8_t* codes,
+                           float* scales);
 
 }  // namespace bestofn::cuda

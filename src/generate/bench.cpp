@@ -281,10 +281,12 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
     row["paths"] = {{"cuda_prefix_gemm", p->prefix_gemm}, {"fused_qkv", p->fused_qkv}, {"gemm_autotune", p->gemm_autotune},
                     {"paged_kv", p->paged_kv}, {"device_sampling", p->device_sampling},
                     {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}, {"cascade_attention", p->cascade_attention},
-                    {"small_m_linear", p->small_m_linear}};
+                    {"small_m_linear", p->small_m_linear}, {"small_m_split", p->small_m_split},
+                    {"small_m_blocks_per_sm", p->small_m_blocks_per_sm}, {"small_m_pdl", p->small_m_pdl}};
   if (o.engine.cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
     row["graph_replays"] = m.graph_replays;
     const Engine::GraphStats g = engine.graph_stats();
+    row["graph_nodes"] = g.last_nodes;  // the launches of a step of this N, counted by CUDA
     if (!g.disabled.empty()) row["graphs_disabled"] = g.disabled;
   }
   if (m.split.steps > 0) {  // the engine's own split (CPU: wall clock per phase of the timed steps;

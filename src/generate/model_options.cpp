@@ -34,6 +34,9 @@ EngineOptions engine_options(const ModelOptions& f) {
   eo.cuda.graphs = f.cuda_graphs;
   eo.cuda.cascade_attention = f.cascade_attention;
   eo.cuda.small_m_linear = f.small_m_linear;
+  eo.cuda.small_m_split = f.small_m_split;
+  eo.cuda.small_m_blocks_per_sm = f.small_m_blocks_per_sm;
+  eo.cuda.small_m_pdl = f.small_m_pdl;
   eo.kv = kv_cache_kind(f.kv_cache);
   return eo;
 }

@@ -35,6 +35,9 @@ struct CudaOptions {
   bool graphs = false;            // each decode step's launches captured once per batch shape into a CUDA graph, then replayed
   bool cascade_attention = false; // every prefix group's attention in one tensor-core launch per layer (FlashInfer), merged with each suffix
   bool small_m_linear = false;    // FP8 linear layers of 1..8 tokens as one weight-streaming kernel (src/cuda/small_m_linear.h)
+  bool small_m_split = false;     // with it: the layer's norms, quantizations and RoPE as their own launches (A/B; src/cuda/layer_plan.h)
+  int small_m_blocks_per_sm = 0;  // with it: the fused kernels' grid cap per SM (0: kSmallMBlocksPerSm)
+  bool small_m_pdl = false;       // with it: the fused kernels as programmatic dependent launches, their weights prefetched into L2
 };
 
 struct EngineOptions {
@@ -174,6 +177,7 @@ class Engine {
   struct GraphStats {
     long long replays = 0;
     std::string disabled;
+    long long last_nodes = 0;  // the nodes (kernels, copies) of the step captured last
   };
   virtual GraphStats graph_stats() const { return {}; }
   // Sizes every buffer a run of this shape needs, at its start (the CUDA engine: activations,

@@ -28,8 +28,8 @@ struct ModelOptions {
   int device_index = 0;  // the CUDA engine's device (eval --devices: the first of them)
   // CUDA part-2 paths (EngineOptions)
   bool cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false, split_attention = false, quantize_lm_head = false,
-       cuda_graphs = false, cascade_attention = false, small_m_linear = false;
-  int kv_blocks = 0;
+       cuda_graphs = false, cascade_attention = false, small_m_linear = false, small_m_split = false, small_m_pdl = false;
+  int kv_blocks = 0, small_m_blocks_per_sm = 0;
   std::string kv_cache = "auto";  // --kv-cache
 };
 

@@ -1,0 +1,205 @@
+// The GPU op table's row for --small-m-linear's fused forms (linear_fp8_small_m_fused_cuda, the
+// table: tests/test_gpu_ops.cpp): each against what it fuses, bit for bit.
+// - Rows with a Quant or NormQuant prologue (F32 and BF16 norm weights, dynamic and static scales),
+//   written or added to y: the host twin chain small_m_prologue_twin -> small_m_linear_twin.
+// - The prologue's codes are the row kernels' (rmsnorm_quant_fp8_cuda's codes against
+//   small_m_prologue_twin: the order of rowops::inv_rms's sum pinned by its twin).
+// - Heads without rope: the q, k, v columns of that chain, apart.
+// - Heads with rope: the unfused kernels on the device (rmsnorm_quant_fp8_cuda, then
+//   linear_fp8_small_m_cuda, the columns apart, rope_kv_write_cuda into cache rows shuffled so that
+//   the kernel must follow the row pointers): q and both caches' rows, the same bits (CUDA's cosf /
+//   sinf on both sides).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bestofn/model/model_config.h"
+#include "bestofn/model/quantize.h"
+#include "bestofn/model/rope.h"
+#include "bestofn/util/numeric.h"
+#include "cuda/kernels.h"
+#include "cuda/small_m_linear.h"
+#include "gpu_attention_util.h"
+#include "gpu_op_rows.h"
+#include "gpu_test_util.h"
+#include "test_util.h"
+
+namespace bestofn::gpu_ops {
+namespace {
+
+using test::DeviceArray, test::sync;
+
+std::string first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0) return "element " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+  return got.size() == want.size() ? "" : "sizes differ";
+}
+
+template <typename U>
+std::string first_difference(const std::vector<U>& got, const std::vector<U>& want) {
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    if (got[i] != want[i]) return "element " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+  return got.size() == want.size() ? "" : "sizes differ";
+}
+
+struct Linear {
+  std::vector<std::uint8_t> w;
+  std::vector<float> sw, bias;
+};
+
+Linear random_linear(int out, int in, std::uint64_t seed) {
+  const auto n = static_cast<std::size_t>(out) * static_cast<std::size_t>(in);
+  const std::vector<float> wf = test::random_floats(n, seed, 0.05f);
+  Linear l;
+  l.w.resize(n), l.sw.resize(static_cast<std::size_t>(out));
+  quantize_fp8_rows(wf.data(), static_cast<std::size_t>(out), static_cast<std::size_t>(in), l.w.data(), l.sw.data());
+  l.bias = test::random_floats(static_cast<std::size_t>(out), seed + 1, 0.5f);
+  return l;
+}
+
+// Rows: the prologue twin then the linear twin, against the kernel; and the prologue's codes
+// against rmsnorm_quant_fp8_cuda's / quantize_act_fp8_cuda's.
+void rows_cases() {
+  std::uint64_t seed = 9100;
+  for (const int in : {16, 528, 4096})
+    for (int T = 1; T <= cuda::kSmallMMaxRows; ++T)
+      for (const auto prologue : {cuda::SmallMPrologue::Quant, cuda::SmallMPrologue::NormQuant}) {
+        const bool norm = prologue == cuda::SmallMPrologue::NormQuant, bf16 = T % 2 == 0, accumulate = T % 3 == 0;
+        const float static_scale = T == 5 ? 0.02f : 0.0f;
+        const int out = 261, max_blocks = T == 1 ? 0 : T;  // the grid cap: each block loops over its rows
+        SCOPED_TRACE("rows, T " + std::to_string(T) + ", in " + std::to_string(in) + (norm ? (bf16 ? ", BF16 norm" : ", F32 norm") : ", quant") +
+                     (accumulate ? ", added" : "") + ", seed " + std::to_string(seed));
+        const auto nx = static_cast<std::size_t>(T) * static_cast<std::size_t>(in), ny = static_cast<std::size_t>(T) * static_cast<std::size_t>(out);
+        const std::vector<float> x = test::random_floats(nx, seed++, 3.0f);
+        std::vector<float> g = test::random_floats(static_cast<std::size_t>(in), seed++, 1.5f);
+        std::vector<std::uint16_t> g16(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) g16[i] = bf16_from_float(g[i]), g[i] = bf16 ? bf16_to_float(g16[i]) : g[i];
+        const Linear l = random_linear(out, in, seed);
+        seed += 2;
+        std::vector<float> want = test::random_floats(ny, seed++, 2.0f);
+        const DeviceArray<float> d_y(want);
+        std::vector<std::uint8_t> codes(nx);
+        std::vector<float> scales(static_cast<std::size_t>(T));
+        cuda::small_m_prologue_twin(x.data(), norm ? g.data() : nullptr, T, in, 1e-5f, static_scale, codes.data(), scales.data());
+        cuda::small_m_linear_twin(l.w.data(), codes.data(), scales.data(), l.sw.data(), true, l.bias.data(), T, out, in, want.data(), accumulate);
+
+        const DeviceArray<float> d_x(x), d_g(g), d_sw(l.sw), d_b(l.bias), d_s(static_cast<std::size_t>(T));
+        const DeviceArray<std::uint16_t> d_g16(g16);
+        const DeviceArray<std::uint8_t> d_w(l.w), d_q(nx);
+        cuda::SmallMFused f;
+        f.w = d_w.get(), f.sw = d_sw.get(), f.per_channel = true, f.bias = d_b.get(), f.T = T, f.out = out, f.in = in;
+        f.prologue = prologue, f.x = d_x.get(), f.norm = bf16 ? static_cast<const void*>(d_g16.get()) : d_g.get(), f.norm_bf16 = bf16;
+        f.eps = 1e-5f, f.static_scale = static_scale, f.y = d_y.get(), f.accumulate = accumulate, f.max_blocks = max_blocks;
+        cuda::linear_fp8_small_m_fused_cuda(f, nullptr);
+        sync();
+        EXPECT_EQ(first_difference(d_y.download(), want), "");
+        // The row kernels' codes are the prologue's (the twin's order is theirs).
+        if (norm)
+          cuda::rmsnorm_quant_fp8_cuda(d_x.get(), f.norm, bf16 ? DType::BF16 : DType::F32, T, in, 1e-5f, static_scale, d_q.get(), d_s.get(), nullptr);
+        else
+          cuda::quantize_act_fp8_cuda(d_x.get(), T, in, static_scale, d_q.get(), d_s.get(), nullptr);
+        sync();
+        EXPECT_EQ(first_difference(d_q.download(), codes), "");
+        EXPECT_EQ(first_difference(d_s.download(), scales), "");
+      }
+}
+
+struct HeadCase {
+  int T, n_heads, n_kv, hd, dim;
+};
+
+// Heads: without rope against the twin chain's columns; with rope against the unfused kernels.
+void heads_cases() {
+  std::uint64_t seed = 9500;
+  for (const HeadCase& h : {HeadCase{1, 4, 2, 64, 256}, HeadCase{3, 8, 8, 64, 512}, HeadCase{8, 32, 8, 128, 4096}, HeadCase{5, 9, 3, 64, 576}})
+    for (const bool rope : {false, true}) {
+      SCOPED_TRACE("heads, T " + std::to_string(h.T) + ", " + std::to_string(h.n_heads) + "/" + std::to_string(h.n_kv) + " heads of " +
+                   std::to_string(h.hd) + (rope ? ", rope" : "") + ", seed " + std::to_string(seed));
+      const auto N = static_cast<std::size_t>(h.T), qd = static_cast<std::size_t>(h.n_heads * h.hd), kvd = static_cast<std::size_t>(h.n_kv * h.hd);
+      const int out = static_cast<int>(qd + 2 * kvd);
+      const std::vector<float> x = test::random_floats(N * static_cast<std::size_t>(h.dim), seed++, 3.0f),
+                               g = test::random_floats(static_cast<std::size_t>(h.dim), seed++, 1.5f);
+      const Linear l = random_linear(out, h.dim, seed);
+      seed += 2;
+      ModelConfig c;
+      c.head_dim = h.hd, c.rope_theta = 500000.0;
+      const std::vector<float> inv_freq = rope_inv_freq(c);
+      std::mt19937_64 rng(seed++);
+      std::vector<int> pos(N);
+      for (auto& p : pos) p = std::uniform_int_distribution<int>(0, 131071)(rng);
+      std::vector<std::size_t> slot(N);
+      for (std::size_t t = 0; t < N; ++t) slot[t] = t;
+      std::shuffle(slot.begin(), slot.end(), rng);
+
+      const DeviceArray<float> d_x(x), d_g(g), d_sw(l.sw), d_b(l.bias), d_freq(inv_freq), d_s(N), d_y(N * static_cast<std::size_t>(out));
+      const DeviceArray<std::uint8_t> d_w(l.w), d_codes(N * static_cast<std::size_t>(h.dim));
+      const DeviceArray<int> d_pos(pos);
+      const DeviceArray<float> d_q(N * qd), d_k(N * kvd), d_v(N * kvd), d_q2(N * qd), d_k2(N * kvd), d_v2(N * kvd);
+      const DeviceArray<std::uint16_t> d_kc(std::vector<std::uint16_t>(N * kvd, 0xAAAA)), d_vc(std::vector<std::uint16_t>(N * kvd, 0xAAAA)),
+          d_kc2(std::vector<std::uint16_t>(N * kvd, 0x5555)), d_vc2(std::vector<std::uint16_t>(N * kvd, 0x5555));
+      auto rows_of = [&](const DeviceArray<std::uint16_t>& cache) {
+        std::vector<std::uint16_t*> r(N);
+        for (std::size_t t = 0; t < N; ++t) r[t] = cache.get() + slot[t] * kvd;
+        return r;
+      };
+      const DeviceArray<std::uint16_t*> d_kr(rows_of(d_kc)), d_vr(rows_of(d_vc)), d_kr2(rows_of(d_kc2)), d_vr2(rows_of(d_vc2));
+
+      cuda::SmallMFused f;
+      f.w = d_w.get(), f.sw = d_sw.get(), f.per_channel = true, f.bias = d_b.get(), f.T = h.T, f.out = out, f.in = h.dim;
+      f.prologue = cuda::SmallMPrologue::NormQuant, f.x = d_x.get(), f.norm = d_g.get(), f.eps = 1e-5f;
+      f.epilogue = cuda::SmallMEpilogue::Heads, f.n_heads = h.n_heads, f.n_kv = h.n_kv, f.hd = h.hd, f.q = d_q.get(), f.max_blocks = 3;
+      if (rope)
+        f.rope = true, f.pos = d_pos.get(), f.inv_freq = d_freq.get(), f.k_rows = d_kr.get(), f.v_rows = d_vr.get();
+      else
+        f.k = d_k.get(), f.v = d_v.get();
+      cuda::linear_fp8_small_m_fused_cuda(f, nullptr);
+      sync();
+      if (!rope) {  // the twin chain, its columns apart
+        std::vector<std::uint8_t> codes(N * static_cast<std::size_t>(h.dim));
+        std::vector<float> scales(N), y(N * static_cast<std::size_t>(out));
+        cuda::small_m_prologue_twin(x.data(), g.data(), h.T, h.dim, 1e-5f, 0.0f, codes.data(), scales.data());
+        cuda::small_m_linear_twin(l.w.data(), codes.data(), scales.data(), l.sw.data(), true, l.bias.data(), h.T, out, h.dim, y.data());
+        std::vector<float> q(N * qd), k(N * kvd), v(N * kvd);
+        for (std::size_t t = 0; t < N; ++t) {
+          const float* yt = y.data() + t * static_cast<std::size_t>(out);
+          std::copy_n(yt, qd, q.begin() + static_cast<std::ptrdiff_t>(t * qd));
+          std::copy_n(yt + qd, kvd, k.begin() + static_cast<std::ptrdiff_t>(t * kvd));
+          std::copy_n(yt + qd + kvd, kvd, v.begin() + static_cast<std::ptrdiff_t>(t * kvd));
+        }
+        EXPECT_EQ(first_difference(d_q.download(), q), "");
+        EXPECT_EQ(first_difference(d_k.download(), k), "");
+        EXPECT_EQ(first_difference(d_v.download(), v), "");
+        continue;
+      }
+      // The unfused kernels: the norm and codes, the product, the columns apart, RoPE and the write.
+      cuda::rmsnorm_quant_fp8_cuda(d_x.get(), d_g.get(), DType::F32, h.T, h.dim, 1e-5f, 0.0f, d_codes.get(), d_s.get(), nullptr);
+      cuda::linear_fp8_small_m_cuda(d_w.get(), d_codes.get(), d_s.get(), d_sw.get(), true, d_b.get(), h.T, out, h.dim, d_y.get(), nullptr);
+      for (const auto& [dst, off, width] : {std::tuple{d_q2.get(), std::size_t{0}, qd}, std::tuple{d_k2.get(), qd, kvd}, std::tuple{d_v2.get(), qd + kvd, kvd}})
+        CUDA_CHECK(cudaMemcpy2D(dst, width * 4, d_y.get() + off, static_cast<std::size_t>(out) * 4, width * 4, N, cudaMemcpyDeviceToDevice));
+      cuda::rope_kv_write_cuda(d_q2.get(), d_k2.get(), d_v2.get(), d_pos.get(), d_freq.get(), h.T, h.n_heads, h.n_kv, h.hd, d_kr2.get(),
+                               d_vr2.get(), nullptr);
+      sync();
+      EXPECT_EQ(first_difference(d_q.download(), d_q2.download()), "");
+      EXPECT_EQ(first_difference(d_kc.download(), d_kc2.download()), "");
+      EXPECT_EQ(first_difference(d_vc.download(), d_vc2.download()), "");
+    }
+}
+
+}  // namespace
+
+void linear_fp8_small_m_fused() {
+  rows_cases();
+  heads_cases();
+  cuda::SmallMFused f;  // refused: no activations, Heads without a prologue
+  f.T = 1, f.out = 16, f.in = 16;
+  EXPECT_THROW(cuda::linear_fp8_small_m_fused_cuda(f, nullptr), Error);
+  f.epilogue = cuda::SmallMEpilogue::Heads;
+  EXPECT_THROW(cuda::linear_fp8_small_m_fused_cuda(f, nullptr), Error);
+}
+
+}  // namespace bestofn::gpu_ops

@@ -1,0 +1,85 @@
+// --small-m-linear's fused decoder layer (src/cuda/layer_plan.h) without a GPU: the launches a
+// layer enqueues, as CudaEngine::layer runs them (one launcher call per entry), on real models'
+// shapes. The device side (tests/test_gpu_engine.cpp) counts the nodes of a captured step.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/layer_plan.h"
+#include "cuda/small_m_linear.h"
+
+namespace bestofn::cuda {
+namespace {
+
+using enum LayerLaunch;
+
+// Llama 3.1 8B's shape with the fused FP8 layer's prerequisites.
+FusedLayerShape llama8b(int T) {
+  FusedLayerShape s;
+  s.T = T, s.dim = 4096, s.hidden = 14336, s.n_heads = 32, s.n_kv = 8, s.hd = 128;
+  s.small_m = true, s.fused_fp8 = true, s.kv_bf16 = true;
+  return s;
+}
+
+std::vector<LayerLaunch> launches(const FusedLayerShape& s) {
+  const FusedLayerPlan p = plan_fused_layer(s);
+  return {p.begin(), p.end()};
+}
+
+TEST(LayerPlan, ALlamaLayerIsSixLaunchesAtOneToEightRows) {
+  const std::vector<LayerLaunch> six = {QkvNormRope, Attention, OutResidual, GateUpNorm, SwigluQuant, DownResidual};
+  for (int T = 1; T <= kSmallMMaxRows; ++T) {
+    EXPECT_EQ(launches(llama8b(T)), six) << T << " rows";
+    EXPECT_LE(launches(llama8b(T)).size(), 6u);
+  }
+  // SmolLM2-135M (9 heads of 64, 3 KV heads, hidden 1536): the same six.
+  FusedLayerShape smol = llama8b(4);
+  smol.dim = 576, smol.hidden = 1536, smol.n_heads = 9, smol.n_kv = 3, smol.hd = 64;
+  EXPECT_EQ(launches(smol), six);
+}
+
+TEST(LayerPlan, WholeHeadStepsKeepTheirOwnLaunch) {
+  // An FP8 cache row's scale needs its whole head: RoPE and the write stay a launch (7).
+  FusedLayerShape s = llama8b(1);
+  s.kv_bf16 = false;
+  EXPECT_EQ(launches(s), (std::vector<LayerLaunch>{QkvNorm, RopeKv, Attention, OutResidual, GateUpNorm, SwigluQuant, DownResidual}));
+  // Qwen3's per-head q/k norms come before RoPE (9).
+  s.kv_bf16 = true, s.qk_norm = true;
+  EXPECT_EQ(launches(s),
+            (std::vector<LayerLaunch>{QkvNorm, QNorm, KNorm, RopeKv, Attention, OutResidual, GateUpNorm, SwigluQuant, DownResidual}));
+}
+
+TEST(LayerPlan, UnfusedWithTheReason) {
+  auto why = [](const FusedLayerShape& s) {
+    const FusedLayerPlan p = plan_fused_layer(s);
+    EXPECT_EQ(p.n, 0);
+    return p.why;
+  };
+  FusedLayerShape s = llama8b(9);  // cuBLASLt's GEMMs from 9 rows on
+  EXPECT_NE(why(s).find("9 rows"), std::string::npos) << why(s);
+  s = llama8b(1), s.split = true;
+  EXPECT_NE(why(s).find("--small-m-split"), std::string::npos);
+  s = llama8b(1), s.small_m = false;
+  EXPECT_NE(why(s).find("--small-m-linear"), std::string::npos);
+  s = llama8b(1), s.fused_fp8 = false;
+  EXPECT_NE(why(s).find("--fused-qkv"), std::string::npos);
+  s = llama8b(1), s.hd = 127, s.n_heads = 32;
+  EXPECT_NE(why(s).find("not even"), std::string::npos);
+  // The prologue's codes in shared memory: 8 rows of 8192 do not fit, 4 do.
+  s = llama8b(8), s.dim = 8192, s.hidden = 28672, s.n_heads = 64;
+  EXPECT_NE(why(s).find("shared memory"), std::string::npos) << why(s);
+  s.T = 4;
+  EXPECT_EQ(plan_fused_layer(s).n, 6);
+}
+
+TEST(LayerPlan, EveryLaunchHasItsOwnName) {
+  std::set<std::string> names;
+  for (const LayerLaunch l : {QkvNormRope, QkvNorm, QNorm, KNorm, RopeKv, Attention, OutResidual, GateUpNorm, SwigluQuant, DownResidual})
+    EXPECT_TRUE(names.insert(launch_name(l)).second) << launch_name(l);
+  EXPECT_EQ(names.count("?"), 0u);
+}
+
+}  // namespace
+}  // namespace bestofn::cuda
