@@ -150,16 +150,17 @@ full() {
   step bench_8b_graphs_256 60 bash -c "BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json build-device/bestofn bench \
     --model /tmp/bestofn-synth-8b --device cuda --n 1,64 --prompt-len 512 --steps 256 --split-attention --fused-qkv \
     --gemm-autotune --device-sampling --cuda-graphs --json >> $OUT/bench_cuda_8b.jsonl"
-  # Issue 34: --small-m-linear against cuBLASLt side by side (N = 1, 4, 8; 256 steps over a
-  # 512-token prompt): ms per step, gb_per_s_frac_of_copy, the split (gemm: the linear layers),
+  # Issue 34: --small-m-linear against cuBLASLt side by side (N = 1, 4, 8 on CUDA cores, 16 and 64
+  # on its tensor-core kernel; 128 steps over a 512-token prompt): ms per step,
+  # gb_per_s_frac_of_copy, the split (gemm: the linear layers),
   # graph_nodes (the launches of a step); cuBLASLt, the split small-m layer (13 launches), the
   # fused one (6), the fused one's grid cap at 1 and 4 blocks per SM, with PDL and L2 prefetch, and
   # with the FP8 lm_head.
-  step bench_8b_small_m 200 bash -c "for f in '' '--small-m-linear --small-m-split' --small-m-linear \
+  step bench_8b_small_m 240 bash -c "for f in '' '--small-m-linear --small-m-split' --small-m-linear \
     '--small-m-linear --small-m-blocks-per-sm 1' '--small-m-linear --small-m-blocks-per-sm 4' '--small-m-linear --small-m-pdl' \
     '--small-m-linear --quantize-lm-head'; \
     do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
-    build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,4,8 --prompt-len 512 --steps 256 \
+    build-device/bestofn bench --model /tmp/bestofn-synth-8b --device cuda --n 1,4,8,16,64 --prompt-len 512 --steps 128 \
     --split-attention --fused-qkv --gemm-autotune --cuda-graphs \$f --json; done >> $OUT/bench_cuda_8b.jsonl"
   # Issue 35's cost side: steps of K + 1 positions per candidate (K = 0, 1, 3, 7) at N = 1, 8, 64.
   step bench_8b_speculate 120 bash -c "for k in 0 1 3 7; do BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json \
@@ -167,7 +168,7 @@ full() {
     --split-attention --fused-qkv --gemm-autotune --cuda-graphs --speculate \$k --json; done >> $OUT/bench_cuda_8b.jsonl"
   # The new paths under compute-sanitizer.
   step memcheck 90 bash -c "compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_ops \
-    --gtest_filter='*/cascade*:*/gather_queries*:*/sample_token*:*/expand_step*:*/prefill_attention_segments*:*/linear_fp8_small_m*' > $OUT/memcheck.log 2>&1 && \
+    --gtest_filter='*/cascade*:*/gather_queries*:*/sample_token*:*/expand_step*:*/prefill_attention_segments*:*/linear_fp8_small_m*:*/linear_fp8_mma*:*/decode_merge*' > $OUT/memcheck.log 2>&1 && \
     compute-sanitizer --tool memcheck --error-exitcode 1 build-device/tests/test_gpu_engine \
     --gtest_filter='GpuEngine.Cascade*:GpuEngine.GraphsReplay*:GpuEngine.PrefillMany*:GpuEngine.Runs*:GpuEngine.SmallM*' >> $OUT/memcheck.log 2>&1"
   step bench_260k 30 bash -c "build-device/bestofn bench --model $BESTOFN_SHARED/models/llama-260k --device cuda --n 1,8,64 \

@@ -96,6 +96,37 @@ __device__ __forceinline__ void load_query(const float* q, int hd, float (&qr)[k
 // (m = -inf), so that an empty run contributes nothing and never makes a NaN.
 __device__ __forceinline__ float merge_weight(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
 
+// The `splits` chunk states st[z * (hd + 2)] = (m, l, unnormalized o (hd)) of one (row, query
+// head), merged by log-sum-exp in chunk order into o (hd), threads tid, tid + nthreads, ...: the
+// arithmetic of kernel_decode_merge and of the in-kernel merge (each element on its own, so the
+// thread mapping does not change a bit). Reads through L2 (__ldcg): other blocks wrote st.
+__device__ __forceinline__ void merge_chunk_states(const float* st, int splits, int hd, float* o, int tid, int nthreads) {
+  const std::size_t stride = static_cast<std::size_t>(hd + 2);
+  float M = -INFINITY;
+  for (int z = 0; z < splits; ++z) M = fmaxf(M, __ldcg(st + z * stride));
+  float L = 0.0f;
+  for (int z = 0; z < splits; ++z) L = __fmaf_rn(__ldcg(st + z * stride + 1), merge_weight(__ldcg(st + z * stride), M), L);
+  for (int i = tid; i < hd; i += nthreads) {
+    float acc = 0.0f;
+    for (int z = 0; z < splits; ++z) acc = __fmaf_rn(__ldcg(st + z * stride + 2 + i), merge_weight(__ldcg(st + z * stride), M), acc);
+    o[i] = L > 0.0f ? __fdiv_rn(acc, L) : 0.0f;
+  }
+}
+
+// The in-kernel merge's election (counters non-null): after the block wrote its chunk state,
+// whether it is the last of the `splits` blocks of its counter to finish; the last one merges and
+// sets the counter back to 0 (so that it is 0 at every launch, graph replays included). Every
+// thread of the block must call it; all get the same answer.
+__device__ __forceinline__ bool last_chunk_block(int* counter, int splits) {
+  __shared__ int last;
+  __threadfence();  // this block's state visible device-wide before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (last) __threadfence();  // the others' states, fenced before their counts, are read after
+  return last != 0;
+}
+
 // Attention of one query head over the K/V rows j in [begin, end): row j's head slice starts at
 // K + r * kv_dim + off, r = j, or with a block table (--paged-kv) r = table[j / block] * block +
 // j % block. An empty range gives the empty state.

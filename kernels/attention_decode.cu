@@ -6,7 +6,8 @@
 // Simple first: one block per (row t, query head h), so the prefix K/V are read once per query
 // head, not once per prefix and KV head as the CPU's matrix form does (--cuda-prefix-gemm does
 // that). When T x n_heads blocks cannot fill the GPU (few candidates), each row's positions are
-// split over several blocks (flash-decoding) and their states merged by a second kernel.
+// split over several blocks (flash-decoding) and their states merged by a second kernel, or (with
+// merge counters) by the last of a row's blocks to finish, in the same launch.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(attn::kThreads)
                             const int* prefix_len, const std::uint16_t* const* k_suffix,
                             const std::uint16_t* const* v_suffix, const int* suffix_len, int group, int hd,
                             std::size_t kv_dim, float scale, float* out, const int* suffix_table,
-                            const int* suffix_table_start, int block, float* partial) {
+                            const int* suffix_table_start, int block, float* partial, int* merge_counters) {
   __shared__ attn::Shared sh;
   __shared__ float o_p[attn::kMaxHeadDim], o_s[attn::kMaxHeadDim];  // unnormalized outputs
   const int h = static_cast<int>(blockIdx.x), t = static_cast<int>(blockIdx.y);
@@ -65,23 +66,19 @@ __global__ void __launch_bounds__(attn::kThreads)
   float* st = partial + (row * static_cast<std::size_t>(splits) + static_cast<std::size_t>(z)) * static_cast<std::size_t>(hd + 2);
   if (threadIdx.x == 0) st[0] = m, st[1] = denom;
   for (int i = static_cast<int>(threadIdx.x); i < hd; i += attn::kThreads) st[2 + i] = o_p[i] * a + o_s[i] * b;
+  // In-kernel merge: the last of the row's blocks merges the states (kernel_decode_merge's numbers).
+  if (merge_counters && attn::last_chunk_block(merge_counters + row, splits)) {
+    attn::merge_chunk_states(partial + row * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2), splits, hd,
+                             out + row * static_cast<std::size_t>(hd), static_cast<int>(threadIdx.x), attn::kThreads);
+    if (threadIdx.x == 0) merge_counters[row] = 0;
+  }
 }
 
 // The `splits` chunk states of each (t, h), merged by log-sum-exp in chunk order. grid (n_heads, T).
 __global__ void kernel_decode_merge(const float* partial, int splits, int hd, float* out) {
   const std::size_t row = static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const float* st = partial + row * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2);
-  const std::size_t stride = static_cast<std::size_t>(hd + 2);
-  float M = -INFINITY;
-  for (int z = 0; z < splits; ++z) M = fmaxf(M, st[z * stride]);
-  float L = 0.0f;
-  for (int z = 0; z < splits; ++z) L += st[z * stride + 1] * attn::merge_weight(st[z * stride], M);
-  float* o = out + row * static_cast<std::size_t>(hd);
-  for (int i = static_cast<int>(threadIdx.x); i < hd; i += static_cast<int>(blockDim.x)) {
-    float acc = 0.0f;
-    for (int z = 0; z < splits; ++z) acc += st[z * stride + 2 + i] * attn::merge_weight(st[z * stride], M);
-    o[i] = L > 0.0f ? acc / L : 0.0f;
-  }
+  attn::merge_chunk_states(partial + row * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2), splits, hd,
+                           out + row * static_cast<std::size_t>(hd), static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
 int decode_attention_splits(int T, int blocks_per_row, int sm_count) {
@@ -103,7 +100,7 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
                            const int* suffix_table, const int* suffix_table_start, int block_tokens, int splits,
-                           float* workspace, KvFormat kv) {
+                           float* workspace, KvFormat kv, int* merge_counters) {
   if (hd <= 0 || hd > attn::kMaxHeadDim)
     throw Error("decode_attention_cuda", "expected 1 <= head_dim <= " + std::to_string(attn::kMaxHeadDim) + ", got " +
                                              std::to_string(hd));
@@ -128,9 +125,10 @@ void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix,
   const auto kernel = kv == KvFormat::FP8 ? kernel_decode_attention<KvFormat::FP8> : kernel_decode_attention<KvFormat::BF16>;
   kernel<<<grid, attn::kThreads, 0, stream>>>(q, k_prefix, v_prefix, prefix_len, k_suffix, v_suffix, suffix_len, n_heads / n_kv,
                                               hd, static_cast<std::size_t>(n_kv) * static_cast<std::size_t>(hd), scale, out,
-                                              suffix_table, suffix_table_start, block_tokens, workspace);
+                                              suffix_table, suffix_table_start, block_tokens, workspace,
+                                              splits > 1 ? merge_counters : nullptr);
   CUDA_CHECK(cudaGetLastError());
-  if (splits > 1) decode_merge_cuda(workspace, T, n_heads, hd, splits, out, stream);
+  if (splits > 1 && !merge_counters) decode_merge_cuda(workspace, T, n_heads, hd, splits, out, stream);
 }
 
 void decode_merge_cuda(const float* partial, int T, int n_heads, int hd, int splits, float* out, cudaStream_t stream) {

@@ -11,7 +11,8 @@
 // log-sum-exp; the same sum, another rounding). With a prefix state (--cuda-prefix-gemm: m, l and
 // the unnormalized O of the prefix from the GEMMs) chunk 0 starts from it and the prefix is not
 // read here. More than one chunk per row (few rows): the chunk states go to `partial` and
-// kernel_decode_merge (attention_decode.cu) finishes, as for the split part-1 kernel.
+// kernel_decode_merge (attention_decode.cu) finishes, as for the split part-1 kernel, or with
+// merge counters the last block of each (row, KV head) to finish merges in the same launch.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -172,6 +173,18 @@ __device__ __forceinline__ void attend_tiles(Shared& sh, float (&acc)[kMaxTiledG
   }
 }
 
+// The in-kernel merge of a block: if it is the last of its row and KV head's `splits` blocks to
+// finish (counter), the chunk states of the group's query heads (partial, consecutive) merged into
+// out. Not inlined: inlined, ptxas kept its registers live across the tile loop (72 registers and
+// spills, against 64 without the merge).
+__device__ __noinline__ void merge_if_last(int* counter, const float* partial, float* out, int hd, int group, int splits) {
+  if (!attn::last_chunk_block(counter, splits)) return;
+  for (int h = 0; h < group; ++h)
+    attn::merge_chunk_states(partial + static_cast<std::size_t>(h) * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2), splits,
+                             hd, out + static_cast<std::size_t>(h) * static_cast<std::size_t>(hd), static_cast<int>(threadIdx.x), kTiledThreads);
+  if (threadIdx.x == 0) *counter = 0;
+}
+
 // grid (n_kv, T, splits), block kTiledThreads.
 template <KvFormat F>
 __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(TiledAttentionArgs a, int group, std::size_t kv_dim,
@@ -237,6 +250,11 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
       }
     }
   }
+  // In-kernel merge: the last of the (row, KV head)'s blocks merges its query heads' states.
+  if (splits > 1 && a.merge_counters)
+    merge_if_last(a.merge_counters + static_cast<std::size_t>(t) * static_cast<std::size_t>(a.n_kv) + static_cast<std::size_t>(g),
+                  a.partial + head0 * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2), a.out + head0 * static_cast<std::size_t>(hd),
+                  hd, group, splits);
 }
 
 }  // namespace
@@ -267,7 +285,7 @@ void decode_attention_tiled_cuda(const TiledAttentionArgs& a, cudaStream_t strea
   const auto kernel = a.kv == KvFormat::FP8 ? kernel_decode_attention_tiled<KvFormat::FP8> : kernel_decode_attention_tiled<KvFormat::BF16>;
   kernel<<<grid, kTiledThreads, 0, stream>>>(a, a.n_heads / a.n_kv, static_cast<std::size_t>(a.n_kv) * static_cast<std::size_t>(a.hd), scale);
   CUDA_CHECK(cudaGetLastError());
-  if (a.splits > 1) decode_merge_cuda(a.partial, a.T, a.n_heads, a.hd, a.splits, a.out, stream);
+  if (a.splits > 1 && !a.merge_counters) decode_merge_cuda(a.partial, a.T, a.n_heads, a.hd, a.splits, a.out, stream);
 }
 
 }  // namespace bestofn::cuda

@@ -123,13 +123,11 @@ __device__ __forceinline__ void small_m_store(const SmallMFused& f, int u, const
   }
 }
 
-template <bool Shared>
-__device__ __forceinline__ uint4 small_m_load(const std::uint8_t* p) {
-  if constexpr (Shared)
-    return *reinterpret_cast<const uint4*>(p);
-  else
-    return __ldg(reinterpret_cast<const uint4*>(p));
-}
+// An activation load: shared memory after a prologue, else global memory by a plain (coherent)
+// load, not __ldg's read-only path: under --small-m-pdl the kernel that writes them is still
+// running when this one starts (it reads them only after its wait, but ld.global.nc's contract is
+// "read-only for the kernel's whole life").
+__device__ __forceinline__ uint4 small_m_load(const std::uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // --small-m-pdl: the block's first rows of weights (read-only for the whole run) asked into L2
 // while the kernel before it finishes, then the wait for that kernel (griddepcontrol.wait: its
@@ -149,6 +147,8 @@ __device__ __forceinline__ void small_m_prefetch_then_wait(const SmallMFused& f,
         asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
     }
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#else
+  __trap();  // launched early with no way to wait: never run on (the host refuses: small_m_pdl_supported)
 #endif
 }
 
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kSmallMThreads) kernel_linear_fp8_small_m(cons
       for (int r = 0; r < R; ++r) wv[r] = __ldg(reinterpret_cast<const uint4*>(wr[r] + k0));
 #pragma unroll
       for (int t = 0; t < M; ++t) {
-        const uint4 av = small_m_load<Made>(a + static_cast<std::size_t>(t) * K + k0);
+        const uint4 av = small_m_load(a + static_cast<std::size_t>(t) * K + k0);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r][t] = small_m_dot16(wv[r], av, acc[r][t]);
       }
@@ -246,8 +246,26 @@ void launch_small_m(const SmallMFused& f, cudaStream_t stream) {
 
 }  // namespace
 
+bool small_m_pdl_supported() {
+  // The kernels wait (griddepcontrol.wait) only where compiled for sm_90 or later: the binary the
+  // device runs must be one of those (a PTX JIT of an older target would launch early and race).
+  static const bool ok = [] {
+    int device = 0, major = 0;
+    cudaFuncAttributes attr{};
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&attr, kernel_linear_fp8_small_m<1, false, SmallMEpilogue::Rows>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9 && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
+  }();
+  return ok;
+}
+
 void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream) {
   if (const std::string why = small_m_fused_refusal(f); !why.empty()) throw Error("linear_fp8_small_m_fused_cuda: " + why);
+  if (f.pdl && !small_m_pdl_supported())
+    throw Error("linear_fp8_small_m_fused_cuda: programmatic dependent launch needs a compute capability 9.0 device and kernels built for it");
   if (f.prologue == SmallMPrologue::None && f.epilogue == SmallMEpilogue::Heads)
     throw Error("linear_fp8_small_m_fused_cuda: the Heads epilogue is built with a prologue only (the q/k/v product's norm)");
   if (reinterpret_cast<std::uintptr_t>(f.w) % 16 != 0 || reinterpret_cast<std::uintptr_t>(f.a) % 16 != 0)

@@ -173,16 +173,42 @@ struct DecodeBatch {
     return d.out.download();
   }
   // --split-attention's tiled kernel (one block per row, KV head and chunk).
-  std::vector<float> gpu_tiled(int splits) const {
+  std::vector<float> gpu_tiled(int splits) const { return gpu_tiled(splits, nullptr); }
+  std::vector<float> gpu_tiled(int splits, int* merge_counters) const {
     OnDevice d(*this, splits);
     cuda::TiledAttentionArgs a;
     a.q = d.q.get(), a.k_prefix = d.kp.get(), a.v_prefix = d.vp.get(), a.prefix_len = d.plen.get();
     a.k_suffix = d.ks.get(), a.v_suffix = d.vs.get(), a.suffix_len = d.slen.get();
     a.T = T, a.n_heads = s.n_heads, a.n_kv = s.n_kv, a.hd = s.hd, a.out = d.out.get();
-    a.splits = splits, a.partial = splits > 1 ? d.work.get() : nullptr;
+    a.splits = splits, a.partial = splits > 1 ? d.work.get() : nullptr, a.merge_counters = merge_counters;
     cuda::decode_attention_tiled_cuda(a, nullptr);
     sync();
     return d.out.download();
+  }
+  // The split paths with the merge in the same launch (merge counters), twice on the same counters
+  // (the last block of each row must leave its counter at 0): {first output, second output, the
+  // counters after}.
+  struct InlineMerge {
+    std::vector<float> first, second;
+    std::vector<int> counters;
+  };
+  InlineMerge gpu_inline_merge(int splits, bool tiled) const {
+    DeviceArray<int> counters(std::vector<int>(static_cast<std::size_t>(T) * static_cast<std::size_t>(s.n_heads), 0));
+    InlineMerge r;
+    for (std::vector<float>* out : {&r.first, &r.second}) {
+      if (tiled) {
+        *out = gpu_tiled(splits, counters.get());
+        continue;
+      }
+      OnDevice d(*this, splits);
+      cuda::decode_attention_cuda(d.q.get(), d.kp.get(), d.vp.get(), d.plen.get(), d.ks.get(), d.vs.get(), d.slen.get(), T, s.n_heads,
+                                  s.n_kv, s.hd, d.out.get(), nullptr, nullptr, nullptr, 0, splits, d.work.get(), cuda::KvFormat::BF16,
+                                  counters.get());
+      sync();
+      *out = d.out.download();
+    }
+    r.counters = counters.download();
+    return r;
   }
 };
 // FP8 KV cache rows (--kv-cache fp8).

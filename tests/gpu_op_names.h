@@ -11,7 +11,7 @@ namespace bestofn::test {
 inline constexpr std::string_view kGpuOpLaunchers[] = {
     // elementwise and row ops
     "embedding_cuda", "rmsnorm_cuda", "rmsnorm_quant_fp8_cuda", "quantize_act_fp8_cuda", "f32_to_bf16_cuda", "bf16_to_f32_cuda",
-    "scale_output_cuda", "bias_add_cuda", "linear_fp8_small_m_cuda", "linear_fp8_small_m_fused_cuda", "swiglu_cuda", "swiglu_quant_fp8_cuda", "residual_add_cuda", "argmax_cuda",
+    "scale_output_cuda", "bias_add_cuda", "linear_fp8_small_m_cuda", "linear_fp8_small_m_fused_cuda", "linear_fp8_mma_cuda", "swiglu_cuda", "swiglu_quant_fp8_cuda", "residual_add_cuda", "argmax_cuda",
     // attention, the KV cache and sampling
     "fp8_rows_to_f32_cuda", "rope_kv_write_cuda", "decode_attention_cuda", "decode_merge_cuda", "decode_attention_tiled_cuda",
     "prefill_attention_cuda", "prefill_attention_segments_cuda", "sample_token_cuda",

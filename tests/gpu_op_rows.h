@@ -26,5 +26,6 @@ void cascade_suffix_attention();
 void cascade_state_merge();
 // tests/test_gpu_ops_small_m.cpp
 void linear_fp8_small_m_fused();
+void linear_fp8_mma();
 
 }  // namespace bestofn::gpu_ops

@@ -125,7 +125,8 @@ Deviation deviation(const Trace& a, const Trace& b) {
 // relative `eps` (each output channel's weight scale times 1 + eps z, z standard normal, per-tensor
 // scales spread per channel first), fed the same tokens as `cpu`: the largest max and mean over
 // three draws.
-Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& cpu, double eps, const EngineOptions& options = bf16_kv()) {
+Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& cpu, double eps, const EngineOptions& options = bf16_kv(),
+                          int per_prompt = 4, int steps = 32) {
   Deviation worst;
   for (std::uint64_t seed = 0; seed < 3; ++seed) {
     auto moved = std::make_shared<Weights>(*w);
@@ -137,7 +138,7 @@ Deviation cpu_sensitivity(const std::shared_ptr<const Weights>& w, const Trace& 
         for (float& s : l->weight_scale) s = static_cast<float>(s * (1.0 + eps * z(rng)));
       }
     auto e = make_cpu_engine(moved, options);
-    const Deviation d = deviation(trace(*e, 4, 32, &cpu), cpu);
+    const Deviation d = deviation(trace(*e, per_prompt, steps, &cpu), cpu);
     worst.max = std::max(worst.max, d.max), worst.mean = std::max(worst.mean, d.mean);
   }
   return worst;
@@ -279,6 +280,27 @@ TEST(GpuEngine, SmallMLinearMatchesTheCpuEngine) {
   }
 }
 
+// --small-m-linear from 9 to 64 rows: 24 rows a step (12 candidates per prompt) run every FP8
+// linear layer on the tensor-core kernel (kernels/linear_fp8_mma.cu), whose 32-term products are
+// the tensor core's own sums, as cuBLASLt's are: held to cuBLASLt's contract (1.5 times the CPU's
+// own movement when every GEMM output is off by 2^-14 relative), with and without --fused-qkv.
+TEST(GpuEngine, SmallMTensorCoresMatchTheCpuEngine) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  for (const char* scheme : {"channel", "tensor"}) {
+    auto w = synthetic_tiny(dir, "fp8", scheme, 27);
+    const Trace cpu = trace(*make_cpu_engine(w, bf16_kv()), 12, 16, nullptr);
+    const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, bf16_kv(), 12, 16);
+    for (const bool fused : {false, true}) {
+      EngineOptions o;
+      o.cuda.small_m_linear = true, o.cuda.fused_qkv = fused;
+      auto gpu_e = cuda::make_cuda_engine(w, o);
+      compare(trace(*gpu_e, 12, 16, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f,
+              std::string(scheme) + " --small-m-linear, 24 rows" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean);
+    }
+  }
+}
+
 // --small-m-linear's fused layer (src/cuda/layer_plan.h) against its split form (--small-m-split:
 // the norms, quantizations, RoPE and residual adds as their own kernels), on 8 rows a step and
 // prompts of 7 and 4 tokens (the prefills fused too): the prologue makes the split kernels' codes
@@ -288,6 +310,8 @@ TEST(GpuEngine, SmallMLinearMatchesTheCpuEngine) {
 // a launch: an FP8 row's scale needs the whole head), and at most 6 per layer plus the step's own;
 // with an FP8 lm_head (--quantize-lm-head) its norm and quantization fused too (2 fewer). With
 // --small-m-pdl (programmatic dependent launches, an L2 prefetch before each wait): the same bits.
+// With --split-attention (8 rows leave the GPU idle: positions split over blocks) the fused path
+// merges the chunks in the attention launch: one launch fewer per layer, the same bits.
 TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
@@ -296,7 +320,12 @@ TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
   lo.quantize_lm_head_fp8 = true;  // the FP8 lm_head: the final norm in its prologue, two launches fewer
   auto w_fp8_head = std::make_shared<const Weights>(load_model(dir / "fp8-channel", lo));
   const int L = w->config.n_layers;
-  for (const auto& [kv, head] : {std::pair{EngineOptions::Kv::BF16, false}, {EngineOptions::Kv::FP8, false}, {EngineOptions::Kv::BF16, true}}) {
+  struct Case {
+    EngineOptions::Kv kv;
+    bool head, split_attention;
+  };
+  for (const auto& [kv, head, split_attention] : {Case{EngineOptions::Kv::BF16, false, false}, Case{EngineOptions::Kv::FP8, false, false},
+                                                  Case{EngineOptions::Kv::BF16, true, false}, Case{EngineOptions::Kv::BF16, false, true}}) {
     const bool bf16 = kv == EngineOptions::Kv::BF16;
     const std::shared_ptr<const Weights>& weights = head ? w_fp8_head : w;
     long long nodes[3] = {0, 0, 0};
@@ -306,6 +335,7 @@ TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
       o.kv = kv;
       o.cuda.small_m_linear = true, o.cuda.fused_qkv = true, o.cuda.graphs = true, o.cuda.small_m_split = run == 1;
       o.cuda.small_m_pdl = run == 2;
+      o.cuda.split_attention = split_attention;
       auto e = cuda::make_cuda_engine(weights, o);
       runs[run] = trace(*e, 4, 12, nullptr);
       const Engine::GraphStats g = e->graph_stats();
@@ -317,15 +347,30 @@ TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
     for (std::size_t step = 0; step < runs[0].logits.size(); ++step)
       EXPECT_EQ(std::memcmp(runs[0].logits[step].data(), runs[2].logits[step].data(), runs[0].logits[step].size() * 4), 0)
           << "--small-m-pdl, step " << step << " differs";
-    const std::string what = std::string(bf16 ? "BF16 KV" : "FP8 KV") + (head ? ", FP8 lm_head" : "");
+    const std::string what = std::string(bf16 ? "BF16 KV" : "FP8 KV") + (head ? ", FP8 lm_head" : "") + (split_attention ? ", split attention" : "");
     ASSERT_EQ(runs[0].logits.size(), runs[1].logits.size());
     for (std::size_t step = 0; step < runs[0].logits.size(); ++step)
       EXPECT_EQ(std::memcmp(runs[0].logits[step].data(), runs[1].logits[step].data(), runs[0].logits[step].size() * 4), 0)
           << what << ": step " << step << " differs";
     std::printf("[ launches ] %s: a step's graph holds %lld nodes fused, %lld split (%d layers)\n", what.c_str(), nodes[0], nodes[1], L);
-    EXPECT_EQ(nodes[1] - nodes[0], static_cast<long long>(bf16 ? 7 : 6) * L + (head ? 2 : 0)) << what;
+    EXPECT_EQ(nodes[1] - nodes[0], static_cast<long long>(bf16 ? 7 : 6) * L + (head ? 2 : 0) + (split_attention ? L : 0)) << what;
     EXPECT_LE(nodes[0], static_cast<long long>(bf16 ? 6 : 7) * L + 8) << what;  // the step's own: pointers, embedding, norm, lm_head
   }
+}
+
+// --small-m-linear --fused-qkv, the fused layer (qwen2: the q/k/v bias in the heads epilogue;
+// qwen3: its q/k norms between the qkv launch and RoPE's; static input scales in the prologue)
+// against --small-m-split: the same bits, 8 rows a step.
+void expect_small_m_fused_is_split(const std::shared_ptr<const Weights>& w, const std::string& what) {
+  Trace runs[2];
+  for (const bool split : {false, true}) {
+    EngineOptions o;
+    o.cuda.small_m_linear = true, o.cuda.fused_qkv = true, o.cuda.small_m_split = split;
+    runs[split] = trace(*cuda::make_cuda_engine(w, o), 4, 12, nullptr);
+  }
+  for (std::size_t step = 0; step < runs[0].logits.size(); ++step)
+    EXPECT_EQ(std::memcmp(runs[0].logits[step].data(), runs[1].logits[step].data(), runs[0].logits[step].size() * 4), 0)
+        << what << " --small-m-linear: the fused layer's step " << step << " differs from the split one's";
 }
 
 // Qwen2 (q/k/v biases: the bias in the FP8 epilogue, or bias_add_cuda after a BF16 / F32 GEMM; in
@@ -369,6 +414,7 @@ TEST(GpuEngine, QwenModelsMatchTheCpuEngine) {
       const Trace gpu = trace(*cuda::make_cuda_engine(fp8, o), 4, 32, &cpu_fp8);
       compare(gpu, cpu_fp8, V, 1.5 * sens.max, 0.0, 1e9f, name + " fp8" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean);
     }
+    expect_small_m_fused_is_split(fp8, name + " fp8");
     // compressed-tensors checkpoints of this shape (make-synthetic with its config.json): BF16
     // biases and norms beside FP8 weights, per-channel dynamic and per-tensor static schemes.
     test::TempDir tmp;
@@ -381,6 +427,7 @@ TEST(GpuEngine, QwenModelsMatchTheCpuEngine) {
       const Deviation s_ct = cpu_sensitivity(ct, cpu_ct, 0x1p-14);
       const Trace gpu = trace(*cuda::make_cuda_engine(ct, {}), 4, 32, &cpu_ct);
       compare(gpu, cpu_ct, V, 1.5 * s_ct.max, 0.0, 1e9f, name + " compressed-tensors " + scheme, 1.5 * s_ct.mean);
+      expect_small_m_fused_is_split(ct, name + " compressed-tensors " + scheme);
     }
   }
 }

@@ -229,9 +229,21 @@ void decode_attention() {
   }
 }
 
+// The merge in the attention launch (merge counters: the last block of a row merges) against
+// decode_merge_cuda's second launch: the same function over the same states, so the same bits;
+// run twice on the same counters, which the last blocks leave at 0.
+void expect_inline_merge(const DecodeBatch& b, int splits, bool tiled) {
+  const std::vector<float> two_launches = tiled ? b.gpu_tiled(splits) : b.gpu(splits);
+  const DecodeBatch::InlineMerge m = b.gpu_inline_merge(splits, tiled);
+  EXPECT_EQ(std::memcmp(m.first.data(), two_launches.data(), two_launches.size() * 4), 0) << (tiled ? "tiled" : "part 1");
+  EXPECT_EQ(std::memcmp(m.second.data(), two_launches.data(), two_launches.size() * 4), 0) << (tiled ? "tiled" : "part 1") << ", again";
+  EXPECT_EQ(std::count(m.counters.begin(), m.counters.end(), 0), static_cast<std::ptrdiff_t>(m.counters.size()));
+}
+
 // Positions split over several blocks per row (decode_attention_cuda with splits > 1), their
 // chunk states merged by decode_merge_cuda: chunks longer, shorter and (32 splits of a 1-40
-// position suffix) emptier than a warp's share; the same bound as one block per row.
+// position suffix) emptier than a warp's share; the same bound as one block per row. The merge in
+// the same launch (merge counters) gives decode_merge_cuda's bits.
 void decode_merge() {
   std::uint64_t seed = 2500;
   for (int T : {1, 5, 33})
@@ -241,6 +253,8 @@ void decode_merge() {
         const DecodeBatch b(T, s, seed, 600, 40);
         seed += 10;
         expect_attention(b.gpu(splits), b);
+        expect_inline_merge(b, splits, false);
+        if (cuda::decode_attention_tiled_supported(s.n_heads, s.n_kv, s.hd)) expect_inline_merge(b, splits, true);
       }
   for (const HeadShape& s : kEmptySideShapes) {
     SCOPED_TRACE("empty sides, splits 5, " + shape_name(6, s.n_heads, s.n_kv, s.hd));

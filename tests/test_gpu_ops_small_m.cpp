@@ -5,6 +5,7 @@
 // - The prologue's codes are the row kernels' (rmsnorm_quant_fp8_cuda's codes against
 //   small_m_prologue_twin: the order of rowops::inv_rms's sum pinned by its twin).
 // - Heads without rope: the q, k, v columns of that chain, apart.
+// - With PDL: after a kernel that writes its input, launched early on the same stream.
 // - Heads with rope: the unfused kernels on the device (rmsnorm_quant_fp8_cuda, then
 //   linear_fp8_small_m_cuda, the columns apart, rope_kv_write_cuda into cache rows shuffled so that
 //   the kernel must follow the row pointers): q and both caches' rows, the same bits (CUDA's cosf /
@@ -12,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -109,6 +112,41 @@ void rows_cases() {
       }
 }
 
+// --small-m-pdl: the kernel launched early, while the kernel before it still writes its input. A
+// residual add (x += delta, a large grid) right before the PDL launch on the same stream: a block
+// that read x before its wait would see the old x, and the result would not be the twin's of x +
+// delta. Large shapes, so that the early-launch window is wide.
+void pdl_case() {
+  if (!cuda::small_m_pdl_supported()) {
+    ADD_FAILURE() << "the device cannot run --small-m-pdl's launches (compute capability 9.0 and sm_90 code needed)";
+    return;
+  }
+  const int T = 8, in = 4096, out = 14336;
+  std::uint64_t seed = 9900;
+  const auto nx = static_cast<std::size_t>(T * in);
+  std::vector<float> x = test::random_floats(nx, seed++, 3.0f);
+  const std::vector<float> delta = test::random_floats(nx, seed++, 50.0f), g = test::random_floats(static_cast<std::size_t>(in), seed++, 1.5f);
+  const Linear l = random_linear(out, in, seed);
+  const DeviceArray<float> d_x(x), d_delta(delta), d_g(g), d_sw(l.sw), d_b(l.bias), d_y(static_cast<std::size_t>(T) * out);
+  const DeviceArray<std::uint8_t> d_w(l.w);
+  for (std::size_t i = 0; i < nx; ++i) x[i] += delta[i];  // the residual add's one rounded add
+  std::vector<std::uint8_t> codes(nx);
+  std::vector<float> scales(T), want(static_cast<std::size_t>(T) * out);
+  cuda::small_m_prologue_twin(x.data(), g.data(), T, in, 1e-5f, 0.0f, codes.data(), scales.data());
+  cuda::small_m_linear_twin(l.w.data(), codes.data(), scales.data(), l.sw.data(), true, l.bias.data(), T, out, in, want.data());
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda::residual_add_cuda(d_x.get(), d_delta.get(), nx, stream);
+  cuda::SmallMFused f;
+  f.w = d_w.get(), f.sw = d_sw.get(), f.bias = d_b.get(), f.T = T, f.out = out, f.in = in;
+  f.prologue = cuda::SmallMPrologue::NormQuant, f.x = d_x.get(), f.norm = d_g.get(), f.eps = 1e-5f, f.y = d_y.get();
+  f.max_blocks = 264, f.pdl = true;
+  cuda::linear_fp8_small_m_fused_cuda(f, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_EQ(first_difference(d_y.download(), want), "");
+}
+
 struct HeadCase {
   int T, n_heads, n_kv, hd, dim;
 };
@@ -192,14 +230,92 @@ void heads_cases() {
 
 }  // namespace
 
+// 9-64 rows on tensor cores against small_m_mma_twin: every value within the contract's bound
+// (the tensor core's own 32-term sums allowed 2^-13 of their terms), the fraction equal bit for bit
+// printed (1.0 if Hopper's FP8 products add exactly, then round); one slice and several, written
+// and added to y, with a bias, twice on the same counters (left at 0).
+void linear_fp8_mma() {
+  if (!cuda::small_m_mma_supported()) {
+    ADD_FAILURE() << "the device cannot run linear_fp8_mma_cuda (compute capability 8.9 needed)";
+    return;
+  }
+  std::uint64_t seed = 9700;
+  std::size_t same = 0, all = 0;
+  for (const int in : {64, 576, 4096})
+    for (const int T : {9, 16, 23, 40, 64})
+      for (const int slices : {1, 3, 8}) {
+        if (slices > in / cuda::kMmaChunk) continue;
+        const int out = in == 4096 ? 1024 : 272;
+        const bool accumulate = T % 2 == 1;
+        SCOPED_TRACE("mma, T " + std::to_string(T) + ", " + std::to_string(out) + " x " + std::to_string(in) + ", " + std::to_string(slices) +
+                     " slices, seed " + std::to_string(seed));
+        const auto nx = static_cast<std::size_t>(T) * static_cast<std::size_t>(in), ny = static_cast<std::size_t>(T) * static_cast<std::size_t>(out);
+        const std::vector<float> xf = test::random_floats(nx, seed++, 2.0f);
+        std::vector<std::uint8_t> xq(nx);
+        std::vector<float> sx(static_cast<std::size_t>(T));
+        quantize_fp8_rows(xf.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), xq.data(), sx.data());
+        const Linear l = random_linear(out, in, seed);
+        seed += 2;
+        const std::vector<float> y0 = test::random_floats(ny, seed++, 3.0f);
+        std::vector<float> want = y0;
+        cuda::small_m_mma_twin(l.w.data(), xq.data(), sx.data(), l.sw.data(), true, l.bias.data(), T, out, in, slices, want.data(), accumulate);
+        const DeviceArray<std::uint8_t> d_w(l.w), d_x(xq);
+        const DeviceArray<float> d_sx(sx), d_sw(l.sw), d_b(l.bias),
+            d_work(std::max<std::size_t>(cuda::small_m_mma_workspace_floats(T, out, slices), 1));
+        const DeviceArray<int> d_counters(std::vector<int>(static_cast<std::size_t>(out / cuda::kMmaRowsPerWarp), 0));
+        for (int run = 0; run < 2; ++run) {
+          const DeviceArray<float> d_y(y0);
+          cuda::linear_fp8_mma_cuda(d_w.get(), d_x.get(), d_sx.get(), d_sw.get(), true, d_b.get(), T, out, in, d_y.get(), nullptr, accumulate,
+                                    slices, d_work.get(), d_counters.get());
+          sync();
+          const std::vector<float> got = d_y.download();
+          for (int t = 0; t < T; ++t)
+            for (int o = 0; o < out; ++o) {
+              double mag = 0;
+              const auto ts = static_cast<std::size_t>(t), os = static_cast<std::size_t>(o);
+              for (std::size_t k = 0; k < static_cast<std::size_t>(in); ++k)
+                mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(l.w[os * static_cast<std::size_t>(in) + k])) *
+                                 fp8_e4m3_to_float(xq[ts * static_cast<std::size_t>(in) + k]));
+              const std::size_t i = ts * static_cast<std::size_t>(out) + os;
+              const double scale = static_cast<double>(sx[ts]) * l.sw[os];
+              const double bound = (0x1p-13 * mag + (in / cuda::kMmaChunk + slices) * 0x1p-24 * mag) * scale + 4 * 0x1p-24 * std::fabs(static_cast<double>(want[i]));
+              EXPECT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound) << "[" << t << ", " << o << "], run " << run;
+              same += std::memcmp(&got[i], &want[i], 4) == 0, ++all;
+            }
+        }
+        const std::vector<int> counters = d_counters.download();
+        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<std::ptrdiff_t>(counters.size()));
+      }
+  std::printf("[ mma      ] %zu of %zu values equal the twin (each product's exact sum, rounded once) bit for bit\n", same, all);
+  ::testing::Test::RecordProperty("mma_bit_for_bit", std::to_string(same) + " / " + std::to_string(all));
+  EXPECT_THROW(cuda::linear_fp8_mma_cuda(nullptr, nullptr, nullptr, nullptr, true, nullptr, 8, 16, 64, nullptr, nullptr, false, 1, nullptr, nullptr),
+               Error);  // 8 rows: the CUDA-core kernel's
+}
+
 void linear_fp8_small_m_fused() {
   rows_cases();
   heads_cases();
-  cuda::SmallMFused f;  // refused: no activations, Heads without a prologue
-  f.T = 1, f.out = 16, f.in = 16;
-  EXPECT_THROW(cuda::linear_fp8_small_m_fused_cuda(f, nullptr), Error);
-  f.epilogue = cuda::SmallMEpilogue::Heads;
-  EXPECT_THROW(cuda::linear_fp8_small_m_fused_cuda(f, nullptr), Error);
+  pdl_case();
+  // Refused: no activations; Heads without a prologue (everything else it needs given).
+  const DeviceArray<std::uint8_t> d_w(std::vector<std::uint8_t>(48 * 16, 0x38)), d_a(std::vector<std::uint8_t>(16, 0x38));
+  const DeviceArray<float> d_s(std::vector<float>(48, 1.0f)), d_q(32), d_k(8), d_v(8);
+  cuda::SmallMFused f;
+  f.T = 1, f.out = 48, f.in = 16, f.w = d_w.get(), f.sw = d_s.get(), f.y = d_q.get();
+  try {
+    cuda::linear_fp8_small_m_fused_cuda(f, nullptr);
+    ADD_FAILURE() << "no activations: not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no activation codes"), std::string::npos) << e.what();
+  }
+  f.a = d_a.get(), f.sx = d_s.get();
+  f.epilogue = cuda::SmallMEpilogue::Heads, f.n_heads = 1, f.n_kv = 1, f.hd = 16, f.q = d_q.get(), f.k = d_k.get(), f.v = d_v.get();
+  EXPECT_EQ(cuda::small_m_fused_refusal(f), "");  // the shape itself is fine
+  try {
+    cuda::linear_fp8_small_m_fused_cuda(f, nullptr);
+    ADD_FAILURE() << "Heads without a prologue: not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with a prologue only"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace bestofn::gpu_ops

@@ -30,10 +30,7 @@ std::vector<LayerLaunch> launches(const FusedLayerShape& s) {
 
 TEST(LayerPlan, ALlamaLayerIsSixLaunchesAtOneToEightRows) {
   const std::vector<LayerLaunch> six = {QkvNormRope, Attention, OutResidual, GateUpNorm, SwigluQuant, DownResidual};
-  for (int T = 1; T <= kSmallMMaxRows; ++T) {
-    EXPECT_EQ(launches(llama8b(T)), six) << T << " rows";
-    EXPECT_LE(launches(llama8b(T)).size(), 6u);
-  }
+  for (int T = 1; T <= kSmallMMaxRows; ++T) EXPECT_EQ(launches(llama8b(T)), six) << T << " rows";
   // SmolLM2-135M (9 heads of 64, 3 KV heads, hidden 1536): the same six.
   FusedLayerShape smol = llama8b(4);
   smol.dim = 576, smol.hidden = 1536, smol.n_heads = 9, smol.n_kv = 3, smol.hd = 64;

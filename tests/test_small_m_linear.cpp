@@ -117,42 +117,45 @@ TEST(SmallMLinear, TheButterflyPairsLaneLWithLaneLXorD) {
 // Against cpu::linear, the CPU engine's FP8 linear on the same activations (quantized as it
 // quantizes them): both sum the same exact products, each in its own order, so |twin - cpu| <=
 // 2 gamma_K sum |w a| (times the scales), plus the two final roundings of each.
-TEST(SmallMLinear, WithinTheAdditionsRoundingsOfTheCpuEngine) {
-  std::mt19937 rng(17);
+// cpu::linear against a twin (called as twin(w, a, sx, sw, per_channel, T, out, in, y)) on random
+// codes: within 2 gamma_K sum |w a| (times the scales) plus the two final roundings of each.
+template <typename Twin>
+void expect_within_cpu_roundings(int out, int in, int T, bool per_channel, std::mt19937& rng, Twin twin) {
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   cpu::ThreadPool pool(1);
-  for (const int in : {64, 528, 4096}) {
-    for (const bool per_channel : {true, false}) {
-      const int out = 37, T = 5;
-      const auto w = codes(static_cast<std::size_t>(out * in), rng);
-      Linear l;
-      l.weight = Tensor{"w", DType::F8_E4M3, {out, in}, w.data(), w.size()};
-      for (int o = 0; o < (per_channel ? out : 1); ++o) l.weight_scale.push_back(std::fabs(u(rng)) * 1e-3f + 1e-4f);
-      std::vector<float> x(static_cast<std::size_t>(T * in));
-      for (auto& v : x) v = u(rng);
-      std::vector<float> y_cpu(static_cast<std::size_t>(T * out)), y(static_cast<std::size_t>(T * out));
-      cpu::linear(l, x.data(), static_cast<std::size_t>(T), y_cpu.data(), pool);
-      std::vector<std::uint8_t> a(x.size());
-      std::vector<float> sx(static_cast<std::size_t>(T));
-      quantize_fp8_rows(x.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), a.data(), sx.data());
-      small_m_linear_twin(w.data(), a.data(), sx.data(), l.weight_scale.data(), per_channel, nullptr, T, out, in, y.data());
-      const double gamma = in * 0x1p-24 / (1 - in * 0x1p-24);
-      int differ = 0;
-      for (int t = 0; t < T; ++t)
-        for (int o = 0; o < out; ++o) {
-          double mag = 0;
-          for (int k = 0; k < in; ++k)
-            mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) *
-                             fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]));
-          const double scale = static_cast<double>(sx[static_cast<std::size_t>(t)]) * l.weight_scale[per_channel ? static_cast<std::size_t>(o) : 0];
-          const std::size_t i = static_cast<std::size_t>(t * out + o);
-          const double bound = 2 * gamma * mag * scale * 1.0000005 + 4 * 0x1p-24 * std::fabs(static_cast<double>(y_cpu[i]));
-          EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_cpu[i]), bound) << "in " << in << " [" << t << ", " << o << "]";
-          differ += y[i] != y_cpu[i];
-        }
-      RecordProperty("differ_in_" + std::to_string(in), differ);
+  const auto w = codes(static_cast<std::size_t>(out * in), rng);
+  Linear l;
+  l.weight = Tensor{"w", DType::F8_E4M3, {out, in}, w.data(), w.size()};
+  for (int o = 0; o < (per_channel ? out : 1); ++o) l.weight_scale.push_back(std::fabs(u(rng)) * 1e-3f + 1e-4f);
+  std::vector<float> x(static_cast<std::size_t>(T * in));
+  for (auto& v : x) v = u(rng);
+  std::vector<float> y_cpu(static_cast<std::size_t>(T * out)), y(static_cast<std::size_t>(T * out));
+  cpu::linear(l, x.data(), static_cast<std::size_t>(T), y_cpu.data(), pool);
+  std::vector<std::uint8_t> a(x.size());
+  std::vector<float> sx(static_cast<std::size_t>(T));
+  quantize_fp8_rows(x.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), a.data(), sx.data());
+  twin(w.data(), a.data(), sx.data(), l.weight_scale.data(), per_channel, T, out, in, y.data());
+  const double gamma = in * 0x1p-24 / (1 - in * 0x1p-24);
+  for (int t = 0; t < T; ++t)
+    for (int o = 0; o < out; ++o) {
+      double mag = 0;
+      for (int k = 0; k < in; ++k)
+        mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) *
+                         fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]));
+      const double scale = static_cast<double>(sx[static_cast<std::size_t>(t)]) * l.weight_scale[per_channel ? static_cast<std::size_t>(o) : 0];
+      const std::size_t i = static_cast<std::size_t>(t * out + o);
+      const double bound = 2 * gamma * mag * scale * 1.0000005 + 4 * 0x1p-24 * std::fabs(static_cast<double>(y_cpu[i]));
+      EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_cpu[i]), bound) << "in " << in << " [" << t << ", " << o << "]";
     }
-  }
+}
+
+TEST(SmallMLinear, WithinTheAdditionsRoundingsOfTheCpuEngine) {
+  std::mt19937 rng(17);
+  for (const int in : {64, 528, 4096})
+    for (const bool per_channel : {true, false})
+      expect_within_cpu_roundings(37, in, 5, per_channel, rng,
+                                  [](const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool pc, int T, int out,
+                                     int in_, float* y) { small_m_linear_twin(w, a, sx, sw, pc, nullptr, T, out, in_, y); });
 }
 
 // The prologue's sum of squares in the block's order (rowops::inv_rms): 256 thread partials, each
@@ -173,10 +176,10 @@ TEST(SmallMLinear, PrologueSumsSquaresInTheBlocksOrder) {
   EXPECT_EQ(small_m_inv_rms_twin(x.data(), 257, eps), 1.0f / std::sqrt((0x1p24f + 30.0f) / 257.0f + eps));
 }
 
-// The prologue's codes against the CPU engine's (cpu::rmsnorm, then quantize_fp8_rows / _row):
-// without a norm the same function, so the same bits; with one, the sums of squares differ in order
-// only (each within gamma_in of the exact sum), so the row scales agree within (in + 8) u and a code
-// differs by at most one E4M3 step, rarely.
+// The prologue's codes against the CPU engine's (cpu::rmsnorm, then quantize_fp8_rows / _row): the
+// sums of squares differ in order only (each within gamma_in of the exact sum), so the row scales
+// agree within (in + 8) u and a code differs by at most one E4M3 step, rarely. (Without a norm
+// the twin is quantize_fp8_rows itself; the device row checks the kernel against it.)
 TEST(SmallMLinear, PrologueCodesAreTheCpuEnginesWithinTheNormsOrder) {
   std::mt19937 rng(29);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
@@ -190,15 +193,6 @@ TEST(SmallMLinear, PrologueCodesAreTheCpuEnginesWithinTheNormsOrder) {
     for (const float static_scale : {0.0f, 0.01f}) {
       std::vector<std::uint8_t> codes(n), want(n);
       std::vector<float> scales(T), want_s(T, static_scale);
-      small_m_prologue_twin(x.data(), nullptr, T, in, 1e-5f, static_scale, codes.data(), scales.data());
-      if (static_scale > 0)
-        for (int t = 0; t < T; ++t)
-          quantize_fp8_row(x.data() + static_cast<std::size_t>(t * in), static_cast<std::size_t>(in), static_scale, want.data() + static_cast<std::size_t>(t * in));
-      else
-        quantize_fp8_rows(x.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), want.data(), want_s.data());
-      EXPECT_EQ(codes, want) << "quant, in " << in;
-      EXPECT_EQ(scales, want_s) << "quant, in " << in;
-
       const Tensor gt{"g", DType::F32, {in}, reinterpret_cast<const std::uint8_t*>(g.data()), g.size() * 4};
       std::vector<float> normed(n);
       cpu::rmsnorm(normed.data(), x.data(), gt, static_cast<std::size_t>(T), static_cast<std::size_t>(in), 1e-5f);
@@ -221,6 +215,56 @@ TEST(SmallMLinear, PrologueCodesAreTheCpuEnginesWithinTheNormsOrder) {
       EXPECT_LE(differ, n / 50 + 1) << "in " << in;
     }
   }
+}
+
+TEST(SmallMLinear, TensorCoresTakeNineToSixtyFourRowsAndEnoughSlices) {
+  EXPECT_TRUE(small_m_mma_fits(9, 16, 64));
+  EXPECT_TRUE(small_m_mma_fits(64, 28672, 4096));
+  EXPECT_FALSE(small_m_mma_fits(8, 4096, 4096));   // the CUDA-core kernel's
+  EXPECT_FALSE(small_m_mma_fits(65, 4096, 4096));  // cuBLASLt's
+  EXPECT_FALSE(small_m_mma_fits(16, 4104, 4096));  // out not a multiple of 16
+  EXPECT_FALSE(small_m_mma_fits(16, 4096, 4112));  // in not a multiple of 64
+  // About 16 warps per SM: o_proj's 256 row groups on 132 SMs take 8 slices, gate/up's 1792 two.
+  EXPECT_EQ(small_m_mma_slices(4096, 4096, 132), 8);
+  EXPECT_EQ(small_m_mma_slices(28672, 4096, 132), 2);
+  EXPECT_EQ(small_m_mma_slices(128256, 4096, 132), 1);
+  EXPECT_EQ(small_m_mma_slices(4096, 128, 132), 2);  // never more than the 64-wide chunks
+  EXPECT_EQ(small_m_mma_workspace_floats(9, 32, 3), 3u * 16 * 32);
+  EXPECT_EQ(small_m_mma_workspace_floats(64, 32, 1), 0u);
+}
+
+// The tensor-core contract's structure: with small integer products every sum is exact whatever
+// its grouping, so the twin gives the exact result at every slice count (no product or chunk
+// dropped or counted twice), then the scales and bias as stated.
+TEST(SmallMLinear, TensorCoreTwinSumsEveryProductOnceInEverySlicing) {
+  const int out = 32, in = 576, T = 17;
+  std::vector<std::uint8_t> w(static_cast<std::size_t>(out * in)), a(static_cast<std::size_t>(T * in));
+  const std::uint8_t vals[] = {0x38, 0x40, 0xb8, 0xc0, 0x30};  // 1, 2, -1, -2, 0.5
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = vals[(i * 7 + 3) % 5];
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = vals[(i * 11 + 1) % 5];
+  std::vector<float> sx(T, 0.25f), sw(out, 2.0f), bias(out, 0.0f), y(static_cast<std::size_t>(T * out));
+  for (int o = 0; o < out; ++o) bias[static_cast<std::size_t>(o)] = 0.5f * static_cast<float>(o);
+  for (const int slices : {1, 2, 3, 9}) {
+    small_m_mma_twin(w.data(), a.data(), sx.data(), sw.data(), true, bias.data(), T, out, in, slices, y.data());
+    for (int t = 0; t < T; ++t)
+      for (int o = 0; o < out; ++o) {
+        double exact = 0;
+        for (int k = 0; k < in; ++k)
+          exact += static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) * fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]);
+        EXPECT_EQ(y[static_cast<std::size_t>(t * out + o)], static_cast<float>(exact * 0.25 * 2.0 + 0.5 * o)) << slices << " slices [" << t << ", " << o << "]";
+      }
+  }
+}
+
+// Against the CPU engine's FP8 linear (cpu::linear: the same exact products, its own order): the
+// twin's roundings are one per 32 products plus one per chunk and slice, so |twin - cpu| stays
+// within 2 gamma_K sum |w a| (scaled), as small_m_linear_twin's.
+TEST(SmallMLinear, TensorCoreTwinWithinTheAdditionsRoundingsOfTheCpuEngine) {
+  std::mt19937 rng(31);
+  for (const int slices : {1, 5})
+    expect_within_cpu_roundings(48, 1024, 12, true, rng,
+                                [slices](const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool pc, int T, int out,
+                                         int in, float* y) { small_m_mma_twin(w, a, sx, sw, pc, nullptr, T, out, in, slices, y); });
 }
 
 }  // namespace

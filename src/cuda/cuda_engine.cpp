@@ -127,6 +127,29 @@ void CudaEngine::scratch(int T) {
     const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
     attn_work_.resize((2 * static_cast<std::size_t>(sm_count_) * group + t * static_cast<std::size_t>(c_.n_heads)) *
                       (static_cast<std::size_t>(c_.head_dim) + 2) * 4);
+    // The in-kernel merge's counters (one per row and query head at most), 0 between launches.
+    if (inline_merge_) {
+      merge_counters_.resize(t * static_cast<std::size_t>(c_.n_heads) * 4);
+      CUDA_CHECK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.size(), stream_));
+    }
+  }
+  // --small-m-linear, 9-64 rows: the tensor-core kernel's slice sums and counters, for the widest
+  // FP8 layer at min(T, 64) rows.
+  if (small_m_mma_ && T > kSmallMMaxRows) {
+    std::size_t floats = 0, groups = 0;
+    auto need = [&](const DevLinear& l) {
+      if (l.type != GemmInput::FP8 || !small_m_mma_fits(kMmaMinRows, l.out, l.in)) return;
+      floats = std::max(floats, small_m_mma_workspace_floats(std::min(T, kMmaMaxRows), l.out, small_m_mma_slices(l.out, l.in, sm_count_)));
+      groups = std::max(groups, static_cast<std::size_t>(l.out / kMmaRowsPerWarp));
+    };
+    for (const DevLayer& L : layers_)
+      for (const DevLinear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wqkv, &L.w_gate_up}) need(*l);
+    need(lm_head_);
+    mma_work_.resize(std::max<std::size_t>(floats, 1) * 4);
+    if (groups * 4 > mma_counters_.size()) {
+      mma_counters_.resize(groups * 4);
+      CUDA_CHECK(cudaMemsetAsync(mma_counters_.get(), 0, mma_counters_.size(), stream_));
+    }
   }
   scratch_T_ = T;
 }
@@ -220,6 +243,11 @@ void CudaEngine::plan_fused_layers(const CudaOptions& o) {
   if (o.small_m_blocks_per_sm < 0) throw Error("--small-m-blocks-per-sm: expected >= 0, got " + std::to_string(o.small_m_blocks_per_sm));
   small_m_blocks_ = sm_count_ * (o.small_m_blocks_per_sm > 0 ? o.small_m_blocks_per_sm : kSmallMBlocksPerSm);
   small_m_pdl_ = o.small_m_pdl;
+  if (small_m_pdl_ && !small_m_pdl_supported())
+    throw Error("--small-m-pdl: programmatic dependent launch needs a compute capability 9.0 device (and bestofn built for sm_90)");
+  inline_merge_ = small_m_ && !o.small_m_split;
+  small_m_mma_ = small_m_ && small_m_mma_supported();
+  if (small_m_ && !small_m_mma_) spdlog::info("--small-m-linear: steps of 9-64 rows stay on cuBLASLt (FP8 tensor-core products need compute capability 8.9)");
   const int per_layer = kSmallMMaxRows + 1;
   fused_plans_.assign(layers_.size() * static_cast<std::size_t>(per_layer), FusedLayerPlan{});
   if (!small_m_) return;
@@ -303,7 +331,7 @@ void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
 }
 
 bool CudaEngine::small_m_takes(const DevLinear& l, int T) const {
-  return small_m_ && l.type == GemmInput::FP8 && small_m_linear_fits(T, l.out, l.in);
+  return small_m_ && l.type == GemmInput::FP8 && (small_m_linear_fits(T, l.out, l.in) || (small_m_mma_ && small_m_mma_fits(T, l.out, l.in)));
 }
 
 // x (T, l.in) quantized per l's scheme into act_q_ / act_s_ (an FP8 layer's input).
@@ -314,6 +342,15 @@ void CudaEngine::quantize_input(const DevLinear& l, const float* x, int T) {
 // The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
 // --small-m-linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
 void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate) {
+  if (small_m_takes(l, T) && T > kSmallMMaxRows) {  // 9-64 rows: the tensor-core kernel
+    const int slices = small_m_mma_slices(l.out, l.in, sm_count_);
+    timed("gemm", [&] {
+      linear_fp8_mma_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),
+                          l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_, accumulate, slices, mma_work_.get<float>(),
+                          mma_counters_.get<int>());
+    });
+    return;
+  }
   if (small_m_takes(l, T)) {
     timed("gemm", [&] {
       linear_fp8_small_m_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),

@@ -358,6 +358,14 @@ class CudaEngine final : public Engine {
   bool small_m_ = false;  // --small-m-linear
   int small_m_blocks_ = 0;  // the fused kernels' grid cap (sm_count_ x --small-m-blocks-per-sm)
   bool small_m_pdl_ = false;  // --small-m-pdl
+  // --small-m-linear (not --small-m-split) with --split-attention: the chunk states merged in the
+  // attention launch by its last block per row (merge_counters_), not by a second launch.
+  bool inline_merge_ = false;
+  DeviceBuffer merge_counters_;
+  // --small-m-linear, 9-64 rows: the tensor-core kernel (a compute capability 8.9 device), its
+  // slices' partial sums and their counters (0 between launches).
+  bool small_m_mma_ = false;
+  DeviceBuffer mma_work_, mma_counters_;
   // The fused layer's plan of layer l for T rows at [l * (kSmallMMaxRows + 1) + T] (n == 0: unfused).
   std::vector<FusedLayerPlan> fused_plans_;
   bool fused_lm_head_ = false;  // an FP8 lm_head (--quantize-lm-head): the final norm in its prologue

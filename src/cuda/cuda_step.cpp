@@ -197,11 +197,13 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
     a.T = T, a.n_heads = c_.n_heads, a.n_kv = c_.n_kv_heads, a.hd = c_.head_dim, a.out = att_.get<float>();
     a.suffix_table = s.tables, a.suffix_table_start = s.starts, a.block_tokens = s.block;
     a.splits = s.splits, a.partial = s.partial, a.kv = kv_;
+    a.merge_counters = inline_merge_ ? merge_counters_.get<int>() : nullptr;
     decode_attention_tiled_cuda(a, stream_);
     return;
   }
   decode_attention_cuda(q_.get<float>(), d, d + n, s.lens, d + 2 * n, d + 3 * n, s.lens + T, T, c_.n_heads, c_.n_kv_heads, c_.head_dim,
-                        att_.get<float>(), stream_, s.tables, s.starts, s.block, s.splits, s.partial, kv_);
+                        att_.get<float>(), stream_, s.tables, s.starts, s.block, s.splits, s.partial, kv_,
+                        inline_merge_ ? merge_counters_.get<int>() : nullptr);
 }
 
 // What overlaps: the host plans step t+1 while the device runs step t (speculate_next, then
@@ -300,7 +302,7 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
                addr(arena_.device_base()), addr(step_ptrs_.get())};
   key.insert(key.end(), {lay.tokens, lay.pos, lay.lens, lay.draws, lay.map, lay.desc, lay.starts, lay.tables});
   for (const DeviceBuffer* b : {&x_, &xn_, &q_, &k_, &v_, &att_, &o_, &gate_, &up_, &logits_, &act_q_, &act_s_, &act_bf16_, &fused_,
-                                &attn_work_, &samples_, &sample_ws_})
+                                &attn_work_, &merge_counters_, &mma_work_, &mma_counters_, &samples_, &sample_ws_})
     key.push_back(addr(b->get()));
   if (draws) {
     const SamplingParams& p = draws->params;

@@ -67,6 +67,23 @@ void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const
 // small_m_linear_twin; with rope, the unfused kernels on the device (tests/test_gpu_ops.cpp).
 // Throws with small_m_fused_refusal's reason, for Heads without a prologue, or w / a unaligned.
 void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream);
+// --small-m-linear from 9 to 64 rows: y (T, out) = the FP8 linear layer on tensor cores
+// (mma.sync m16n8k32 E4M3, the weights as the wide operand), the k range split over `slices` warps
+// per 16 rows (small_m_mma_slices), their sums added in slice order by the last to finish; the
+// scales, the bias and (accumulate) the residual add as linear_fp8_small_m_cuda's. slices > 1:
+// partial (small_m_mma_workspace_floats) and counters (out / 16 ints, 0; left 0). Contract and
+// twin: small_m_mma_twin (src/cuda/small_m_linear.h: each tensor-core product within 2^-13 of its
+// terms). Throws for a shape small_m_mma_fits refuses, bad slices, w / a unaligned, or a device
+// below compute capability 8.9.
+void linear_fp8_mma_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
+                         const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate, int slices,
+                         float* partial, int* counters);
+// Whether the device runs linear_fp8_mma_cuda (compute capability 8.9 or later, code built for it).
+bool small_m_mma_supported();
+
+// Whether f.pdl may be set: the current device is compute capability 9.0 or later and runs the
+// kernels' sm_90 code (their wait for the kernel before them exists only there).
+bool small_m_pdl_supported();
 
 // y (T, out) row-major: y[t, o] += bias[o] (the bias of a BF16 or F32 linear layer, after its
 // GEMM). Twin: the bias add of cpu::linear.
@@ -142,12 +159,15 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 // splits > 1: each row's positions are split into `splits` chunks, one block each, merged by
 // log-sum-exp in chunk order (flash-decoding); workspace holds
 // decode_attention_workspace_floats(T, n_heads, hd, splits) floats. splits = 1 needs none.
+// merge_counters (T x n_heads ints, all 0; left 0): with splits > 1 the chunk states are merged in
+// the same launch by the last block of each row to finish (decode_merge_cuda's numbers, bit for
+// bit), not by a second launch. The tiled kernel counts per (row, KV head): T x n_kv of them.
 constexpr int kMaxDecodeSplits = 32;
 void decode_attention_cuda(const float* q, const std::uint16_t* const* k_prefix, const std::uint16_t* const* v_prefix,
                            const int* prefix_len, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
                            const int* suffix_len, int T, int n_heads, int n_kv, int hd, float* out, cudaStream_t stream,
                            const int* suffix_table = nullptr, const int* suffix_table_start = nullptr, int block_tokens = 0,
-                           int splits = 1, float* workspace = nullptr, KvFormat kv = KvFormat::BF16);
+                           int splits = 1, float* workspace = nullptr, KvFormat kv = KvFormat::BF16, int* merge_counters = nullptr);
 // The splits that give about two blocks per SM for T rows of `blocks_per_row` blocks each (query
 // heads for decode_attention_cuda, KV heads for the tiled kernel), 1 when T rows already do, at
 // most kMaxDecodeSplits; and the workspace they need (per query head and chunk: m, l, o).
@@ -178,6 +198,7 @@ struct TiledAttentionArgs {
   int splits = 1;
   float* partial = nullptr;  // splits > 1: decode_attention_workspace_floats(T, n_heads, hd, splits)
   KvFormat kv = KvFormat::BF16;  // the cache rows' format
+  int* merge_counters = nullptr;   // splits > 1: T x n_kv zeros, the merge in the same launch (as decode_attention_cuda's)
   const int* prefix_map = nullptr;
   const float* prefix_m = nullptr;
   const float* prefix_l = nullptr;

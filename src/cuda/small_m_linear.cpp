@@ -119,3 +119,55 @@ void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, f
 }
 
 }  // namespace bestofn::cuda
+
+namespace bestofn::cuda {
+
+bool small_m_mma_fits(int T, int out, int in) {
+  return T >= kMmaMinRows && T <= kMmaMaxRows && out >= kMmaRowsPerWarp && out % kMmaRowsPerWarp == 0 && in >= kMmaChunk &&
+         in % kMmaChunk == 0;
+}
+
+int small_m_mma_slices(int out, int in, int sm_count) {
+  const long long groups = std::max(out / kMmaRowsPerWarp, 1), want = 16LL * std::max(sm_count, 1);
+  const long long s = (want + groups - 1) / groups;
+  return static_cast<int>(std::clamp<long long>(s, 1, std::min<long long>(kMmaMaxSlices, std::max(in / kMmaChunk, 1))));
+}
+
+std::size_t small_m_mma_workspace_floats(int T, int out, int slices) {
+  const auto t_pad = static_cast<std::size_t>((T + 7) / 8 * 8);
+  return slices <= 1 ? 0 : static_cast<std::size_t>(slices) * t_pad * static_cast<std::size_t>(out);
+}
+
+void small_m_mma_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
+                      const float* bias, int T, int out, int in, int slices, float* y, bool accumulate) {
+  const auto K = static_cast<std::size_t>(in);
+  const int chunks = in / kMmaChunk;
+  for (int t = 0; t < T; ++t) {
+    const std::uint8_t* at = a + static_cast<std::size_t>(t) * K;
+    for (int o = 0; o < out; ++o) {
+      const std::uint8_t* wo = w + static_cast<std::size_t>(o) * K;
+      float total = 0.0f;
+      for (int s = 0; s < slices; ++s) {
+        float acc = 0.0f;
+        for (int c = s * chunks / slices; c < (s + 1) * chunks / slices; ++c)
+          for (int half = 0; half < 2; ++half) {  // j = 0..7, then 8..15 of each 16-code group
+            double exact = 0.0;                   // 32 products of 8-bit significands: exact in double
+            for (int q = 0; q < 4; ++q)
+              for (int j = 8 * half; j < 8 * half + 8; ++j) {
+                const std::size_t k = static_cast<std::size_t>(c * kMmaChunk + 16 * q + j);
+                exact += static_cast<double>(fp8_e4m3_to_float_finite(wo[k])) * fp8_e4m3_to_float_finite(at[k]);
+              }
+            acc = static_cast<float>(static_cast<double>(acc) + exact);  // one rounding (acc + exact is exact in double here)
+          }
+        total = total + acc;
+      }
+      float v = total * sx[t];
+      v = v * sw[per_channel ? o : 0];
+      if (bias) v = v + bias[o];
+      float& dst = y[static_cast<std::size_t>(t) * static_cast<std::size_t>(out) + static_cast<std::size_t>(o)];
+      dst = accumulate ? dst + v : v;
+    }
+  }
+}
+
+}  // namespace bestofn::cuda

@@ -113,4 +113,41 @@ float small_m_inv_rms_twin(const float* x, int dim, float eps);
 void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, float eps, float static_scale, std::uint8_t* codes,
                            float* scales);
 
+// --- 9 to 64 rows: tensor cores, the weights as the wide operand (kernels/linear_fp8_mma.cu) ---
+//
+// From 9 rows on a CUDA-core dot product per row costs more than the weights' read (64 rows: 1
+// TFLOP a step for an 8B model); cuBLASLt's FP8 tiles put the weights on the m side too but read
+// them at 2.0 TB/s (qkv) and 1.7 (o) at 64 rows, with 32-48 tiles for 132 SMs. This kernel:
+// one warp per 16 output rows (the mma's m) and all the step's tokens (n: tiles of 8, up to 64),
+// mma.sync m16n8k32 E4M3 x E4M3 -> F32, the k range split over `slices` warps (enough warps for
+// the bandwidth: small_m_mma_slices), merged by the last of them in slice order (deterministic).
+//
+// The contract. Per (row o, token t): the k range of slice s is chunks [s C / S, (s + 1) C / S) of
+// 64 (C = in / 64); chunk c is two tensor-core products of 32 codes each: k = 64 c + 16 q + j for
+// q = 0..3 and j = 0..7 (the first), j = 8..15 (the second); each adds its 32 exact products to the
+// F32 accumulator. The slices' sums are added in slice order from 0, then the scales and the bias
+// as small_m_linear's. What the tensor core does inside one product (the order and the precision of
+// its 32-term sum) is NVIDIA's: the twin takes the exact sum rounded once, and the bound below
+// allows 2^-13 of the product's |terms| on top (Hopper's FP8 accumulation keeps about 14 bits,
+// DeepSeek-V3 report sec. 3.3.2): |kernel - twin| <= (2^-13 sum_k |w a| + (C + S) u |acc|) scales.
+// tests/test_gpu_ops.cpp measures both: the fraction of values bit for bit, and the bound.
+constexpr int kMmaMinRows = kSmallMMaxRows + 1;
+constexpr int kMmaMaxRows = 64;
+constexpr int kMmaRowsPerWarp = 16;
+constexpr int kMmaChunk = 64;  // k per step: two m16n8k32 products
+constexpr int kMmaMaxSlices = 8;
+
+// Whether the tensor-core kernel takes T rows of out x in: 9 <= T <= 64, out a multiple of 16, in
+// a multiple of 64.
+bool small_m_mma_fits(int T, int out, int in);
+// Slices of the k range per 16-row group: about 16 warps per SM in all, at most kMmaMaxSlices and
+// at most the chunks.
+int small_m_mma_slices(int out, int in, int sm_count);
+// Workspace floats for the slices' partial sums (T_pad = T rounded up to 8), and counters (out / 16 ints, all 0).
+std::size_t small_m_mma_workspace_floats(int T, int out, int slices);
+
+// The host twin of the contract's structure, each tensor-core product its exact sum rounded once.
+void small_m_mma_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
+                      const float* bias, int T, int out, int in, int slices, float* y, bool accumulate = false);
+
 }  // namespace bestofn::cuda
