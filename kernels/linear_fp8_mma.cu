@@ -13,6 +13,7 @@
 // product and the last 8 to the next. The slices' partial sums go to a workspace; the last warp of
 // a row group to finish (an atomic counter, left at 0) adds them in slice order and applies the
 // scales, the bias and the residual add, as kernel_linear_fp8_small_m does.
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +26,7 @@ namespace bestofn::cuda {
 namespace {
 
 constexpr int kMmaWarpsPerBlock = 4;
+constexpr int kMaxDevices = 64;  // the support answers cached per device id below this
 constexpr int kMmaThreads = 32 * kMmaWarpsPerBlock;
 
 // d += A B, one m16n8k32 E4M3 product with F32 accumulation (sm_89 and later).
@@ -142,17 +144,25 @@ void launch_mma(const MmaArgs& p, cudaStream_t stream) {
 }  // namespace
 
 bool small_m_mma_supported() {
-  static const bool ok = [] {
-    int device = 0, major = 0, minor = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  static std::atomic<int> known[kMaxDevices];  // per device: 0 unknown, 1 yes, 2 no
+  if (device >= 0 && device < kMaxDevices && known[device].load() != 0) return known[device].load() == 1;
+  const bool ok = [device] {
+    int major = 0, minor = 0;
     cudaFuncAttributes attr{};
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
         cudaFuncGetAttributes(&attr, kernel_linear_fp8_mma<2>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    return major * 10 + minor >= 89 && attr.binaryVersion >= 89;
+    return major * 10 + minor >= 89 && attr.binaryVersion >= 89 && attr.ptxVersion >= 89;  // a JIT of older PTX would trap
   }();
+  if (device >= 0 && device < kMaxDevices) known[device].store(ok ? 1 : 2);
   return ok;
 }
 

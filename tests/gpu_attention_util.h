@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -158,8 +159,10 @@ struct DecodeBatch {
     DeviceArray<std::uint16_t> k, v;
     DeviceArray<const std::uint16_t*> kp, vp, ks, vs;
     DeviceArray<int> plen, slen;
+    // out starts as NaNs (0xFF bytes), so a launch that leaves it unwritten cannot pass as
+    // another's output that happened to be left in the same memory.
     OnDevice(const DecodeBatch& b, int splits)
-        : q(b.q), out(b.q.size()), work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(b.T, b.s.n_heads, b.s.hd, splits), 1)),
+        : q(b.q), out(std::vector<float>(b.q.size(), std::numeric_limits<float>::quiet_NaN())), work(std::max<std::size_t>(cuda::decode_attention_workspace_floats(b.T, b.s.n_heads, b.s.hd, splits), 1)),
           k(b.k_pool), v(b.v_pool), kp(at(static_cast<const std::uint16_t*>(k.get()), b.prefix_off)),
           vp(at(static_cast<const std::uint16_t*>(v.get()), b.prefix_off)), ks(at(static_cast<const std::uint16_t*>(k.get()), b.suffix_off)),
           vs(at(static_cast<const std::uint16_t*>(v.get()), b.suffix_off)), plen(b.prefix_len), slen(b.suffix_len) {}

@@ -20,6 +20,7 @@
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
 #include "cuda/cuda_api.h"
+#include "cuda/kernels.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -280,23 +281,46 @@ TEST(GpuEngine, SmallMLinearMatchesTheCpuEngine) {
   }
 }
 
-// --small-m-linear from 9 to 64 rows: 24 rows a step (12 candidates per prompt) run every FP8
-// linear layer on the tensor-core kernel (kernels/linear_fp8_mma.cu), whose 32-term products are
-// the tensor core's own sums, as cuBLASLt's are: held to cuBLASLt's contract (1.5 times the CPU's
-// own movement when every GEMM output is off by 2^-14 relative), with and without --fused-qkv.
+// --small-m-linear from 9 to 64 rows: 24 rows a step (12 candidates per prompt) run the FP8 linear
+// layers whose inputs are multiples of 64 on the tensor-core kernel (kernels/linear_fp8_mma.cu),
+// whose 32-term products are the tensor core's own sums, as cuBLASLt's are: held to cuBLASLt's
+// contract (1.5 times the CPU's own movement when every GEMM output is off by 2^-14 relative).
+// The tiny model (inputs of 64: one slice; its down_proj's 176 stays on cuBLASLt), with and
+// without --fused-qkv; bench-100m (every input a multiple of 64, up to 2048: 8 slices merged by
+// the last warp) with an FP8 lm_head (32000 x 768: 2 slices) and CUDA graphs (the workspace and
+// the counters in the graph key).
 TEST(GpuEngine, SmallMTensorCoresMatchTheCpuEngine) {
   SKIP_WITHOUT_GPU();
+  if (!cuda::small_m_mma_supported()) GTEST_FAIL() << "the device cannot run the tensor-core kernel: the rows would stay on cuBLASLt";
   test::TempDir dir;
+  struct Case {
+    std::shared_ptr<const Weights> w;
+    bool fused, graphs;
+    std::string name;
+    int steps;
+  };
+  std::vector<Case> cases;
   for (const char* scheme : {"channel", "tensor"}) {
     auto w = synthetic_tiny(dir, "fp8", scheme, 27);
-    const Trace cpu = trace(*make_cpu_engine(w, bf16_kv()), 12, 16, nullptr);
-    const Deviation sens = cpu_sensitivity(w, cpu, 0x1p-14, bf16_kv(), 12, 16);
-    for (const bool fused : {false, true}) {
-      EngineOptions o;
-      o.cuda.small_m_linear = true, o.cuda.fused_qkv = fused;
-      auto gpu_e = cuda::make_cuda_engine(w, o);
-      compare(trace(*gpu_e, 12, 16, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f,
-              std::string(scheme) + " --small-m-linear, 24 rows" + (fused ? " --fused-qkv" : ""), 1.5 * sens.mean);
+    for (const bool fused : {false, true}) cases.push_back({w, fused, false, std::string("tiny ") + scheme, 16});
+  }
+  SyntheticOptions so;
+  so.shape = "bench-100m", so.dtype = "fp8", so.fp8_scheme = "channel", so.seed = 29, so.out = dir / "bench-100m";
+  make_synthetic(so);
+  LoadOptions lo;
+  lo.quantize_lm_head_fp8 = true;
+  cases.push_back({std::make_shared<const Weights>(load_model(so.out, lo)), true, true, "bench-100m, FP8 lm_head", 6});
+  for (const Case& c : cases) {
+    const Trace cpu = trace(*make_cpu_engine(c.w, bf16_kv()), 12, c.steps, nullptr);
+    const Deviation sens = cpu_sensitivity(c.w, cpu, 0x1p-14, bf16_kv(), 12, c.steps);
+    EngineOptions o;
+    o.cuda.small_m_linear = true, o.cuda.fused_qkv = c.fused, o.cuda.graphs = c.graphs;
+    auto gpu_e = cuda::make_cuda_engine(c.w, o);
+    const std::string what = c.name + " --small-m-linear, 24 rows" + (c.fused ? " --fused-qkv" : "") + (c.graphs ? " --cuda-graphs" : "");
+    compare(trace(*gpu_e, 12, c.steps, &cpu), cpu, static_cast<std::size_t>(c.w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f, what,
+            1.5 * sens.mean);
+    if (c.graphs) {
+      EXPECT_GT(gpu_e->graph_stats().replays, 0) << what;
     }
   }
 }

@@ -242,50 +242,51 @@ void linear_fp8_mma() {
   std::uint64_t seed = 9700;
   std::size_t same = 0, all = 0;
   for (const int in : {64, 576, 4096})
-    for (const int T : {9, 16, 23, 40, 64})
+    for (const int T : {9, 16, 23, 40, 64}) {
+      const int out = in == 4096 ? 1024 : 272;
+      const bool accumulate = T % 2 == 1;
+      const auto nx = static_cast<std::size_t>(T) * static_cast<std::size_t>(in), ny = static_cast<std::size_t>(T) * static_cast<std::size_t>(out);
+      const std::vector<float> xf = test::random_floats(nx, seed++, 2.0f);
+      std::vector<std::uint8_t> xq(nx);
+      std::vector<float> sx(static_cast<std::size_t>(T));
+      quantize_fp8_rows(xf.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), xq.data(), sx.data());
+      const Linear l = random_linear(out, in, seed);
+      seed += 2;
+      const std::vector<float> y0 = test::random_floats(ny, seed++, 3.0f);
+      std::vector<double> mag(ny, 0.0);  // sum_k |w a| of each (t, o)
+      for (std::size_t t = 0; t < static_cast<std::size_t>(T); ++t)
+        for (std::size_t o = 0; o < static_cast<std::size_t>(out); ++o)
+          for (std::size_t k = 0; k < static_cast<std::size_t>(in); ++k)
+            mag[t * static_cast<std::size_t>(out) + o] += std::fabs(static_cast<double>(fp8_e4m3_to_float(l.w[o * static_cast<std::size_t>(in) + k])) *
+                                                                    fp8_e4m3_to_float(xq[t * static_cast<std::size_t>(in) + k]));
+      const DeviceArray<std::uint8_t> d_w(l.w), d_x(xq);
+      const DeviceArray<float> d_sx(sx), d_sw(l.sw), d_b(l.bias);
       for (const int slices : {1, 3, 8}) {
         if (slices > in / cuda::kMmaChunk) continue;
-        const int out = in == 4096 ? 1024 : 272;
-        const bool accumulate = T % 2 == 1;
         SCOPED_TRACE("mma, T " + std::to_string(T) + ", " + std::to_string(out) + " x " + std::to_string(in) + ", " + std::to_string(slices) +
                      " slices, seed " + std::to_string(seed));
-        const auto nx = static_cast<std::size_t>(T) * static_cast<std::size_t>(in), ny = static_cast<std::size_t>(T) * static_cast<std::size_t>(out);
-        const std::vector<float> xf = test::random_floats(nx, seed++, 2.0f);
-        std::vector<std::uint8_t> xq(nx);
-        std::vector<float> sx(static_cast<std::size_t>(T));
-        quantize_fp8_rows(xf.data(), static_cast<std::size_t>(T), static_cast<std::size_t>(in), xq.data(), sx.data());
-        const Linear l = random_linear(out, in, seed);
-        seed += 2;
-        const std::vector<float> y0 = test::random_floats(ny, seed++, 3.0f);
         std::vector<float> want = y0;
         cuda::small_m_mma_twin(l.w.data(), xq.data(), sx.data(), l.sw.data(), true, l.bias.data(), T, out, in, slices, want.data(), accumulate);
-        const DeviceArray<std::uint8_t> d_w(l.w), d_x(xq);
-        const DeviceArray<float> d_sx(sx), d_sw(l.sw), d_b(l.bias),
-            d_work(std::max<std::size_t>(cuda::small_m_mma_workspace_floats(T, out, slices), 1));
+        const DeviceArray<float> d_work(std::max<std::size_t>(cuda::small_m_mma_workspace_floats(T, out, slices), 1));
         const DeviceArray<int> d_counters(std::vector<int>(static_cast<std::size_t>(out / cuda::kMmaRowsPerWarp), 0));
+        const double rounding = 0x1p-13 + 2.0 * (2 * (in / cuda::kMmaChunk) + slices) * 0x1p-24;
         for (int run = 0; run < 2; ++run) {
           const DeviceArray<float> d_y(y0);
           cuda::linear_fp8_mma_cuda(d_w.get(), d_x.get(), d_sx.get(), d_sw.get(), true, d_b.get(), T, out, in, d_y.get(), nullptr, accumulate,
                                     slices, d_work.get(), d_counters.get());
           sync();
           const std::vector<float> got = d_y.download();
-          for (int t = 0; t < T; ++t)
-            for (int o = 0; o < out; ++o) {
-              double mag = 0;
-              const auto ts = static_cast<std::size_t>(t), os = static_cast<std::size_t>(o);
-              for (std::size_t k = 0; k < static_cast<std::size_t>(in); ++k)
-                mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(l.w[os * static_cast<std::size_t>(in) + k])) *
-                                 fp8_e4m3_to_float(xq[ts * static_cast<std::size_t>(in) + k]));
-              const std::size_t i = ts * static_cast<std::size_t>(out) + os;
-              const double scale = static_cast<double>(sx[ts]) * l.sw[os];
-              const double bound = (0x1p-13 * mag + (in / cuda::kMmaChunk + slices) * 0x1p-24 * mag) * scale + 4 * 0x1p-24 * std::fabs(static_cast<double>(want[i]));
-              EXPECT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound) << "[" << t << ", " << o << "], run " << run;
-              same += std::memcmp(&got[i], &want[i], 4) == 0, ++all;
-            }
+          for (std::size_t i = 0; i < ny; ++i) {
+            const std::size_t t = i / static_cast<std::size_t>(out), o = i % static_cast<std::size_t>(out);
+            const double bound = rounding * mag[i] * static_cast<double>(sx[t]) * l.sw[o] + 4 * 0x1p-24 * std::fabs(static_cast<double>(want[i]));
+            EXPECT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound) << "[" << t << ", " << o << "], run " << run;
+            same += std::memcmp(&got[i], &want[i], 4) == 0, ++all;
+          }
         }
         const std::vector<int> counters = d_counters.download();
         EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), static_cast<std::ptrdiff_t>(counters.size()));
       }
+    }
   std::printf("[ mma      ] %zu of %zu values equal the twin (each product's exact sum, rounded once) bit for bit\n", same, all);
   ::testing::Test::RecordProperty("mma_bit_for_bit", std::to_string(same) + " / " + std::to_string(all));
   EXPECT_THROW(cuda::linear_fp8_mma_cuda(nullptr, nullptr, nullptr, nullptr, true, nullptr, 8, 16, 64, nullptr, nullptr, false, 1, nullptr, nullptr),

@@ -129,7 +129,8 @@ void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, f
 // as small_m_linear's. What the tensor core does inside one product (the order and the precision of
 // its 32-term sum) is NVIDIA's: the twin takes the exact sum rounded once, and the bound below
 // allows 2^-13 of the product's |terms| on top (Hopper's FP8 accumulation keeps about 14 bits,
-// DeepSeek-V3 report sec. 3.3.2): |kernel - twin| <= (2^-13 sum_k |w a| + (C + S) u |acc|) scales.
+// DeepSeek-V3 report sec. 3.3.2): |kernel - twin| <= (2^-13 + 2 (2C + S) u) sum_k |w a| scales
+// (2C + S roundings of partial sums bounded by sum_k |w a|, each up to an ulp apart), u = 2^-24.
 // tests/test_gpu_ops.cpp measures both: the fraction of values bit for bit, and the bound.
 constexpr int kMmaMinRows = kSmallMMaxRows + 1;
 constexpr int kMmaMaxRows = 64;
