@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(kTiledThreads) kernel_decode_attention_tiled(T
   // In-kernel merge: the last of the (row, KV head)'s blocks merges its query heads' states.
   if (splits > 1 && a.merge_counters)
     merge_if_last(a.merge_counters + static_cast<std::size_t>(t) * static_cast<std::size_t>(a.n_kv) + static_cast<std::size_t>(g),
-                  a.partial + head0 * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2), a.out + head0 * static_cast<std::size_t>(hd),
-                  hd, group, splits);
+                  a.partial + head0 * static_cast<std::size_t>(splits) * static_cast<std::size_t>(hd + 2),
+                  a.out + head0 * static_cast<std::size_t>(hd), hd, group, splits);
 }
 
 }  // namespace

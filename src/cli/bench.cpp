@@ -64,7 +64,8 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
     for (const char* flag : {"--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
-      if (sub->count(flag) && !sub->count("--small-m-linear")) throw CLI::ValidationError(flag, "changes --small-m-linear's path: add --small-m-linear");
+      if (sub->count(flag) && !sub->count("--small-m-linear"))
+        throw CLI::ValidationError(flag, "changes --small-m-linear's path: add --small-m-linear");
   });
   return [o, command] { return run_bench(*o, command); };
 }

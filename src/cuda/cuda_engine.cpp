@@ -247,7 +247,8 @@ void CudaEngine::plan_fused_layers(const CudaOptions& o) {
     throw Error("--small-m-pdl: programmatic dependent launch needs a compute capability 9.0 device (and bestofn built for sm_90)");
   inline_merge_ = small_m_ && !o.small_m_split;
   small_m_mma_ = small_m_ && small_m_mma_supported();
-  if (small_m_ && !small_m_mma_) spdlog::info("--small-m-linear: steps of 9-64 rows stay on cuBLASLt (FP8 tensor-core products need compute capability 8.9)");
+  if (small_m_ && !small_m_mma_)
+    spdlog::info("--small-m-linear: steps of 9-64 rows stay on cuBLASLt (FP8 tensor-core products need compute capability 8.9)");
   const int per_layer = kSmallMMaxRows + 1;
   fused_plans_.assign(layers_.size() * static_cast<std::size_t>(per_layer), FusedLayerPlan{});
   if (!small_m_) return;
