@@ -13,7 +13,6 @@
 // product and the last 8 to the next. The slices' partial sums go to a workspace; the last warp of
 // a row group to finish (an atomic counter, left at 0) adds them in slice order and applies the
 // scales, the bias and the residual add, as kernel_linear_fp8_small_m does.
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -21,12 +20,12 @@
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/small_m_linear.h"
+#include "kernel_support.cuh"
 
 namespace bestofn::cuda {
 namespace {
 
 constexpr int kMmaWarpsPerBlock = 4;
-constexpr int kMaxDevices = 64;  // the support answers cached per device id below this
 constexpr int kMmaThreads = 32 * kMmaWarpsPerBlock;
 
 // d += A B, one m16n8k32 E4M3 product with F32 accumulation (sm_89 and later).
@@ -144,26 +143,8 @@ void launch_mma(const MmaArgs& p, cudaStream_t stream) {
 }  // namespace
 
 bool small_m_mma_supported() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  static std::atomic<int> known[kMaxDevices];  // per device: 0 unknown, 1 yes, 2 no
-  if (device >= 0 && device < kMaxDevices && known[device].load() != 0) return known[device].load() == 1;
-  const bool ok = [device] {
-    int major = 0, minor = 0;
-    cudaFuncAttributes attr{};
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-        cudaFuncGetAttributes(&attr, kernel_linear_fp8_mma<2>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major * 10 + minor >= 89 && attr.binaryVersion >= 89 && attr.ptxVersion >= 89;  // a JIT of older PTX would trap
-  }();
-  if (device >= 0 && device < kMaxDevices) known[device].store(ok ? 1 : 2);
-  return ok;
+  static support::Answers answers;  // sm_89: FP8 mma.sync (the kernel traps below it)
+  return support::runs_as_built_for(reinterpret_cast<const void*>(kernel_linear_fp8_mma<2>), 89, answers);
 }
 
 void linear_fp8_mma_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,

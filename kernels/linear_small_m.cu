@@ -16,7 +16,6 @@
 // that the codes are made once per block, not once per 8 rows. With pdl (--small-m-pdl) the kernel
 // is launched as a programmatic dependent of the one before it: its first weights are prefetched
 // into L2 while that one finishes.
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +23,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/small_m_linear.h"
+#include "kernel_support.cuh"
 #include "rope.cuh"
 #include "row_ops.cuh"
 
@@ -248,28 +248,10 @@ void launch_small_m(const SmallMFused& f, cudaStream_t stream) {
 }  // namespace
 
 bool small_m_pdl_supported() {
-  // The kernels wait (griddepcontrol.wait) only where compiled for sm_90 or later: the binary the
-  // device runs must be one of those (a PTX JIT of an older target would launch early and race).
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  constexpr int kPdlDevices = 64;  // the answers cached per device id below this
-  static std::atomic<int> known[kPdlDevices];  // per device: 0 unknown, 1 yes, 2 no
-  if (device >= 0 && device < kPdlDevices && known[device].load() != 0) return known[device].load() == 1;
-  const bool ok = [device] {
-    int major = 0;
-    cudaFuncAttributes attr{};
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaFuncGetAttributes(&attr, kernel_linear_fp8_small_m<1, false, SmallMEpilogue::Rows>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major >= 9 && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
-  }();
-  if (device >= 0 && device < kPdlDevices) known[device].store(ok ? 1 : 2);
-  return ok;
+  // The kernels wait (griddepcontrol.wait) only where compiled for sm_90 or later: a JIT of an
+  // older target would launch early and race.
+  static support::Answers answers;
+  return support::runs_as_built_for(reinterpret_cast<const void*>(kernel_linear_fp8_small_m<1, false, SmallMEpilogue::Rows>), 90, answers);
 }
 
 void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the engines' runs tests (test_cpu_runs.cpp, test_gpu_runs.cpp): feeds each slot its
+// Shared by the engines' runs tests (test_cpu_runs.cpp, test_gpu_runs.cpp, test_speculate.cpp): feeds each slot its
 // token stream as --speculate would, in runs of 1..6 true tokens followed by 0..3 wrong ones
 // (rejected drafts), every unfinished slot in one decode_runs step, then rolls each slot back to
 // its true tokens with truncate_slot; `row(s, position, logits)` sees each true token's logits.
@@ -12,9 +12,22 @@
 #include <vector>
 
 #include "bestofn/engine/engine.h"
+#include "bestofn/generate/scheduler.h"
 #include "bestofn/util/error.h"
 
 namespace bestofn::test {
+
+// The generation both engines' --speculate tests run: 32 tokens, 8 rows a step, seed 7, at T 0
+// (greedy) or T > 0 with top-p 0.9 (test_speculate.cpp, test_gpu_runs.cpp).
+inline GenerationOptions speculate_test_options(float temperature) {
+  GenerationOptions o;
+  o.sampling.temperature = temperature;
+  o.sampling.top_p = temperature > 0 ? 0.9f : 1.0f;
+  o.sampling.seed = 7;
+  o.max_new_tokens = 32;
+  o.batch = 8;
+  return o;
+}
 
 inline void feed_runs(Engine& e, const std::vector<int>& slots, const std::vector<std::vector<int>>& streams, std::mt19937& rng,
                       const std::function<void(std::size_t, std::size_t, std::span<const float>)>& row) {

@@ -137,12 +137,7 @@ TEST(GpuEngine, SpeculateGivesThePlainCandidates) {
   const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
   const std::vector<GenerationRequest> reqs = {{"a", {1}, 8, {}}, {"b", {1, 461, 401, 378}, 8, {}}};
   for (const float temperature : {0.0f, 0.8f}) {
-    GenerationOptions o;
-    o.sampling.temperature = temperature;
-    o.sampling.top_p = temperature > 0 ? 0.9f : 1.0f;
-    o.sampling.seed = 7;
-    o.max_new_tokens = 32;
-    o.batch = 8;
+    GenerationOptions o = test::speculate_test_options(temperature);
     o.speculate_rows = 1000;
     auto run = [&](int k, GenerationStats* stats) {
       o.speculate = k;

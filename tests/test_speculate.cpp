@@ -12,6 +12,7 @@
 #include "bestofn/model/weights.h"
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/util/error.h"
+#include "runs_util.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -56,12 +57,7 @@ std::string rows(const std::vector<GenerationRequest>& reqs, const GenerationOpt
 TEST(Speculate, CandidatesAreThoseOfPlainDecoding) {
   const std::vector<GenerationRequest> reqs = {{"a", {1}, 8, {}}, {"b", {1, 461, 401, 378}, 8, {}}, {"c", {1, 283, 264, 283, 452}, 8, {}}};
   for (float temperature : {0.0f, 0.8f}) {
-    GenerationOptions o;
-    o.sampling.temperature = temperature;
-    o.sampling.top_p = temperature > 0 ? 0.9f : 1.0f;
-    o.sampling.seed = 7;
-    o.max_new_tokens = 32;
-    o.batch = 8;
+    GenerationOptions o = test::speculate_test_options(temperature);
     // A stop string from the middle of a plain candidate's text and an EOS id from late in
     // another's, so that some candidates stop early, some mid-draft.
     std::vector<Candidate> plain;
