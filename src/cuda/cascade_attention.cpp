@@ -42,12 +42,14 @@ void CascadeAttention::grow_pool(int pages) {
     v_pages_[l].grow(static_cast<std::size_t>(pages) * page_bytes(), static_cast<std::size_t>(old) * page_bytes(), stream_);
   }
   runs_.grow(pages);
+  ++epoch_;
 }
 
 int CascadeAttention::add_prefix(std::span<const std::uint16_t* const> k, std::span<const std::uint16_t* const> v, int len) {
   if (static_cast<int>(k.size()) != n_layers_ || static_cast<int>(v.size()) != n_layers_ || len < 1)
     throw Error("CascadeAttention::add_prefix", "expected " + std::to_string(n_layers_) + " layers of at least one row");
   const int pages = pages_for(len, kCascadePageTokens);
+  ++epoch_;
   int first = runs_.take(pages);
   if (first < 0) {
     grow_pool(runs_.grown_size(pages));
@@ -140,6 +142,7 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
   s.dev = ints_.get<const int>();
   CUDA_CHECK(cudaEventRecord(uploaded_, stream_));
+  s.epoch = ++epoch_;
   return s;
 }
 

@@ -54,6 +54,7 @@ struct CascadeStepPlan {
   CascadeSchedule schedule;
   bool suffix = false;    // the suffixes by FlashInfer's decode (else cascade_merge_cuda)
   CascadeSuffixSchedule suffix_schedule;
+  std::uint64_t epoch = 0;  // CascadeAttention::epoch() right after it was made
 };
 
 class CascadeAttention {
@@ -69,7 +70,10 @@ class CascadeAttention {
   // format) copied into a fresh run of pages; returns the run's first page. Grows the pool when
   // no free run is long enough (a stream-ordered copy of the pool, then a synchronization).
   int add_prefix(std::span<const std::uint16_t* const> k, std::span<const std::uint16_t* const> v, int len);
-  void release_prefix(int first_page) { runs_.give(first_page); }
+  void release_prefix(int first_page) {
+    runs_.give(first_page);
+    ++epoch_;
+  }
   // Before a run: the pool grown so that `pages` more are free (Engine::reserve; add_prefix then
   // grows it only when no free run is long enough).
   void reserve_pages(int pages);
@@ -94,6 +98,12 @@ class CascadeAttention {
   // --cuda-graphs: the addresses and plan values the captured launches depend on (under graphs a
   // function of the bucket and of buffers that only move when they grow: no group count).
   void add_to_key(GraphKey& key, const CascadeStepPlan& s) const;
+
+  // Bumped by every plan and every change of the page pool: a plan is still the one its buffers
+  // hold, and its pages still the prompts', while epoch() is its epoch (a plan made ahead, while the
+  // previous step ran, is used only then).
+  std::uint64_t epoch() const { return epoch_; }
+  bool current(const CascadeStepPlan& s) const { return s.epoch == epoch_; }
 
   int pool_pages() const { return runs_.pages(); }
   // The last run's prefix state (rows in group order): the normalized BF16 output (T, n_heads,
@@ -126,6 +136,7 @@ class CascadeAttention {
   PinnedBuffer ints_pinned_;
   cudaEvent_t uploaded_ = nullptr;  // the last plan's uploads from fi_pinned_, dec_pinned_ and ints_pinned_
   int scratch_T_ = 0;
+  std::uint64_t epoch_ = 0;
 };
 
 }  // namespace bestofn::cuda

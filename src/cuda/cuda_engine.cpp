@@ -99,7 +99,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   }
   planner_ = std::make_unique<StepPlanner>(plan);
   // Step t+1 prepared while step t runs, where the plan does not hang on the prefix groups.
-  if (!prefix_gemm_ && !cascade_) ahead_ = std::make_unique<StepAhead>(*planner_);
+  if (!prefix_gemm_) ahead_ = std::make_unique<StepAhead>(*planner_);
 }
 
 EngineDescription CudaEngine::describe() const {
@@ -193,22 +193,38 @@ void CudaEngine::reserve(const RunShape& shape) {
 }
 
 // A KV part per prompt of the run, each the prompt's length, shortest first within a quarter of the
-// device memory free now (a run with more allocates the rest at their prefill, counted); the
-// cascade's page pool grown to hold them all too. Parts of an earlier run are dropped first.
+// device memory free now (a run with more allocates the rest at their prefill, counted); with
+// --cuda-prefix-gemm its F32 copy too; the cascade's page pool grown to hold them all. Parts of an
+// earlier run are dropped first.
 void CudaEngine::reserve_prefix_parts(const std::vector<int>& lengths) {
   prefix_shelf_.clear();
+  wide_shelf_.clear();
   std::size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * kv_row_bytes();
+  const std::size_t wide_row = prefix_gemm_ ? static_cast<std::size_t>(c_.kv_dim()) * 4 : 0;
+  const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * (kv_row_bytes() + wide_row);
   int pages = 0;
   for (const int len : shelf_lengths(lengths, static_cast<long long>(free_bytes / 4 / row))) {
     KvPart part;
     reserve(part, len, true);
     prefix_shelf_.put(len, std::move(part));
+    if (prefix_gemm_) wide_shelf_.put(len, make_wide_part(len));
     pages += pages_for(len, kCascadePageTokens);
   }
   prefix_shelf_on_ = true;
   if (cascade_) cascade_->reserve_pages(pages);
+}
+
+WidePart CudaEngine::make_wide_part(int rows) const {
+  WidePart part;
+  part.kv_dim = static_cast<std::size_t>(c_.kv_dim()), part.capacity = rows;
+  part.buf.resize(2 * static_cast<std::size_t>(c_.n_layers) * static_cast<std::size_t>(rows) * part.kv_dim * 4);
+  return part;
+}
+
+WidePart CudaEngine::take_wide_part(int rows) {
+  if (auto part = wide_shelf_.take(rows)) return std::move(*part);
+  return make_wide_part(rows);
 }
 
 KvPart CudaEngine::take_prefix_part(int rows) {
@@ -700,21 +716,17 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
 }
 
 // The cache rows of a prompt widened to F32 once, for the prefix GEMMs (BF16: exact; FP8: the
-// values the kernels read, code times scale).
+// values the kernels read, code times scale), into a part from the shelf.
 void CudaEngine::widen_prefix(Prefix& p) {
-  const std::size_t n = static_cast<std::size_t>(p.kv.len) * static_cast<std::size_t>(c_.kv_dim());
-  p.kf.resize(static_cast<std::size_t>(c_.n_layers));
-  p.vf.resize(static_cast<std::size_t>(c_.n_layers));
-  for (std::size_t l = 0; l < p.kf.size(); ++l) {
-    const int li = static_cast<int>(l);
-    p.kf[l].resize(n * 4), p.vf[l].resize(n * 4);
+  const auto rows = static_cast<std::size_t>(p.kv.len);
+  p.wide = take_wide_part(p.kv.len);
+  for (int l = 0; l < c_.n_layers; ++l) {
     if (kv_ == KvFormat::FP8) {
-      const auto rows = static_cast<std::size_t>(p.kv.len);
-      fp8_rows_to_f32_cuda(p.kv.k(li), rows, c_.n_kv_heads, c_.head_dim, p.kf[l].get<float>(), stream_);
-      fp8_rows_to_f32_cuda(p.kv.v(li), rows, c_.n_kv_heads, c_.head_dim, p.vf[l].get<float>(), stream_);
+      fp8_rows_to_f32_cuda(p.kv.k(l), rows, c_.n_kv_heads, c_.head_dim, p.wide.k(l), stream_);
+      fp8_rows_to_f32_cuda(p.kv.v(l), rows, c_.n_kv_heads, c_.head_dim, p.wide.v(l), stream_);
     } else {
-      bf16_to_f32_cuda(p.kv.k(li), n, p.kf[l].get<float>(), stream_);
-      bf16_to_f32_cuda(p.kv.v(li), n, p.vf[l].get<float>(), stream_);
+      bf16_to_f32_cuda(p.kv.k(l), rows * p.wide.kv_dim, p.wide.k(l), stream_);
+      bf16_to_f32_cuda(p.kv.v(l), rows * p.wide.kv_dim, p.wide.v(l), stream_);
     }
   }
 }

@@ -59,11 +59,25 @@ struct KvPart {
   std::uint16_t* row_at(std::size_t r) const { return reinterpret_cast<std::uint16_t*>(buf.get<std::uint8_t>() + r * row_bytes); }
 };
 
+// --cuda-prefix-gemm: a prompt's K/V widened to F32 for the prefix GEMMs, every layer in one
+// allocation (layer l's `capacity` K rows of kv_dim floats, then its V rows), taken at prefill from
+// a shelf that reserve() filled, as the KV parts are (no cudaMalloc inside a run).
+struct WidePart {
+  DeviceBuffer buf;
+  std::size_t kv_dim = 0;
+  int capacity = 0;
+  float* k(int l) const { return buf.get<float>() + 2 * static_cast<std::size_t>(l) * rows(); }
+  float* v(int l) const { return buf.get<float>() + (2 * static_cast<std::size_t>(l) + 1) * rows(); }
+
+ private:
+  std::size_t rows() const { return static_cast<std::size_t>(capacity) * kv_dim; }
+};
+
 struct Prefix {
   KvPart kv;
   int slots = 0;
-  std::vector<DeviceBuffer> kf, vf;  // --cuda-prefix-gemm: per layer, the K/V widened to F32 (len, kv_dim)
-  int cascade_page = -1;             // --cascade-attention: the first page of its run in the page pool
+  WidePart wide;          // --cuda-prefix-gemm: the K/V widened to F32
+  int cascade_page = -1;  // --cascade-attention: the first page of its run in the page pool
 };
 
 struct Slot {
@@ -94,6 +108,7 @@ class CudaEngine final : public Engine {
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
     if (cascade_ && pre.cascade_page >= 0) cascade_->release_prefix(pre.cascade_page);
     if (prefix_shelf_on_ && pre.kv.capacity > 0) prefix_shelf_.put(pre.kv.capacity, std::move(pre.kv));
+    if (prefix_shelf_on_ && pre.wide.capacity > 0) wide_shelf_.put(pre.wide.capacity, std::move(pre.wide));
     prefixes_.erase(p);
   }
   int add_slot(int p) override {
@@ -165,6 +180,7 @@ class CudaEngine final : public Engine {
     timer_.enable(on);
   }
   Ceilings measure_ceilings() override;
+  AheadStats ahead_stats() const override { return ahead_stats_; }
   GraphStats graph_stats() const override {
     return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason(), static_cast<long long>(graphs_->last_nodes())} : GraphStats{};
   }
@@ -274,6 +290,7 @@ class CudaEngine final : public Engine {
   void point_step(StepPlan& s, const Draws* draws);
   // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
   void speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws);
+  CascadeStepPlan plan_cascade(std::span<Slot* const> batch, int T);
   // The step's device work (what a CUDA graph may capture): the forward, then the logits in
   // logits_ or (draws) the samples in samples_.
   void forward(const StepPlan& s, const Draws* draws);
@@ -327,23 +344,25 @@ class CudaEngine final : public Engine {
   DeviceBuffer step_ptrs_; // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
   std::unique_ptr<StepPlanner> planner_;
   std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
-  // Step t+1 prepared while step t runs (off with --cuda-prefix-gemm and --cascade-attention).
+  // Step t+1 prepared while step t runs (off with --cuda-prefix-gemm).
   std::unique_ptr<StepAhead> ahead_;
   std::vector<StepRow> spec_rows_, fresh_rows_;
   std::vector<Slot*> spec_batch_;  // the speculated rows' slots
+  std::optional<CascadeStepPlan> spec_cascade_;  // --cascade-attention: the speculated batch's plan
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
   std::vector<KvPart> spare_parts_;
   // The prompts' KV parts made by reserve(), one per prompt of the run at its length, taken at
   // prefill by best fit and put back at release_prefix (src/cuda/part_shelf.h).
   PartShelf<KvPart> prefix_shelf_;
+  PartShelf<WidePart> wide_shelf_;  // --cuda-prefix-gemm: the F32 copies, filled alongside
   bool prefix_shelf_on_ = false;
   KvPart take_prefix_part(int rows);
+  WidePart take_wide_part(int rows);
+  WidePart make_wide_part(int rows) const;
   void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
-  struct {
-    long long in_place = 0, copied = 0;
-  } ahead_stats_;
+  AheadStats ahead_stats_;
   // --cuda-graphs: what the padding rows read and write, nothing else: a 1-position prefix of
   // zeros (row 0; its F32 copy with --cuda-prefix-gemm) and a scratch suffix row (row 1; with
   // --paged-kv the pool's scratch block instead).

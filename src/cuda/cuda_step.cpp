@@ -35,6 +35,15 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
   if (!patched) {
     if (ahead_) ahead_->drop();
     plan_step(s, slots, tokens, draws, runs);
+    ahead_stats_.full++;
+  }
+  // --cascade-attention: the plan made while the last step ran holds when the batch is the
+  // speculated one row for row and nothing has touched the page pool or planned since.
+  if (cascade_) {
+    const bool reuse = patched && ahead_->exact() && spec_cascade_ && cascade_->current(*spec_cascade_);
+    if (reuse) s.cascade = std::move(spec_cascade_);
+    (reuse ? ahead_stats_.cascade_ahead : ahead_stats_.cascade_planned)++;
+    spec_cascade_.reset();
   }
   point_step(s, draws);
   return s;
@@ -108,14 +117,32 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
   std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
   groups.resize(s.use_prefix ? L : 0);
   for (std::size_t l = 0; l < groups.size(); ++l)
-    for (const Prefix* p : group_prefix) groups[l].push_back({p->kf[l].get<float>(), p->vf[l].get<float>(), p->kv.len});
+    for (const Prefix* p : group_prefix) groups[l].push_back({p->wide.k(static_cast<int>(l)), p->wide.v(static_cast<int>(l)), p->kv.len});
   if (s.use_prefix) prefix_attn_->reserve(s.plan, groups[0], c_.n_kv_heads, c_.head_dim);
+}
+
+// --cascade-attention: the rows of `batch` (then padding rows up to T, grouped by padding_) by
+// prompt, each row's suffix (its block table and length with this step's row; the padding rows
+// attend to no suffix) for FlashInfer's decode, and FlashInfer's schedules. A batch row's slot
+// length is read as it stands before the step (prepare_step), or after the step that speculated it
+// (speculate_next): both are the length the step it is planned for starts from.
+CascadeStepPlan CudaEngine::plan_cascade(std::span<Slot* const> batch, int T) {
+  const auto n = static_cast<std::size_t>(T);
+  std::vector<CascadeRow> by_row(n);
+  std::vector<SuffixRow> suffix(cascade_->suffix_decode() ? n : 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool pad = i >= batch.size();
+    const Prefix& pre = pad ? *padding_ : prefix_at(batch[i]->prefix);
+    by_row[i] = {pad ? kPaddingPrefix : batch[i]->prefix, pre.cascade_page, pre.kv.len};
+    if (!suffix.empty() && !pad) suffix[i] = {batch[i]->paged.blocks, batch[i]->kv.len + 1};
+  }
+  return cascade_->plan(by_row, suffix, graphs_ != nullptr);
 }
 
 // The device addresses of the staged arrays, and the attention path.
 void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
   const StepLayout& lay = s.layout;
-  const auto n = static_cast<std::size_t>(s.T), n_real = static_cast<std::size_t>(s.real);
+  const auto n = static_cast<std::size_t>(s.T);
   s.tokens = arena_.at<int>(lay.tokens);
   s.pos = arena_.at<int>(lay.pos);
   s.lens = arena_.at<int>(lay.lens);
@@ -128,19 +155,7 @@ void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
   s.starts = paged_ ? arena_.at<int>(lay.starts) : nullptr;
   s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
-  if (cascade_) {  // --cascade-attention: the rows grouped by prompt (the padding rows by padding_), FlashInfer's schedules
-    std::vector<CascadeRow> by_row(n);
-    // With FlashInfer's decode for the suffixes: each row's block table and positions, this step's
-    // row included (the padding rows attend to no suffix).
-    std::vector<SuffixRow> suffix(cascade_->suffix_decode() ? n : 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      const bool pad = i >= n_real;
-      const Prefix& pre = pad ? *padding_ : prefix_at(s.batch[i]->prefix);
-      by_row[i] = {pad ? kPaddingPrefix : s.batch[i]->prefix, pre.cascade_page, pre.kv.len};
-      if (!suffix.empty() && !pad) suffix[i] = {s.batch[i]->paged.blocks, s.batch[i]->kv.len + 1};
-    }
-    s.cascade = cascade_->plan(by_row, suffix, graphs_ != nullptr);
-  }
+  if (cascade_ && !s.cascade) s.cascade = plan_cascade(s.batch, s.T);  // unless made ahead (prepare_step)
   // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
   // part-1 kernel split over positions; chunks when few rows leave the GPU idle.
   s.tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);

@@ -1,8 +1,10 @@
 // Step t+1 prepared while step t runs (src/cuda/step_ahead.h): speculate_next, between launching
 // step t and waiting for its ids, writes step t+1 as "every row again, one further" into the next
 // staging buffer; patch_step, once the scheduler's batch comes, keeps what held and writes the rest.
-// Off with --cuda-prefix-gemm and --cascade-attention, whose plans depend on the prefix groups
-// (a full plan each step there).
+// With --cascade-attention the step's cascade plan (the groups, FlashInfer's schedules, their
+// upload) is made for the speculated batch too, and used when the batch is exactly that one
+// (prepare_step). Off with --cuda-prefix-gemm, whose state-row map is in the step's arrays and
+// depends on the prefix groups (a full plan each step there).
 #include <vector>
 
 #include "bestofn/util/error.h"
@@ -13,6 +15,7 @@ namespace bestofn::cuda {
 
 void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws) {
   if (!ahead_) return;
+  spec_cascade_.reset();
   try {
     spec_rows_.clear(), spec_batch_.clear();
     std::vector<PagedSlot*> need;
@@ -46,6 +49,16 @@ void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, c
     ahead_->speculate(spec_rows_, draws != nullptr, arena_.stage(lay.capacity));
   } catch (const Error&) {
     ahead_->drop();  // a speculation never fails a step: the next one plans in full
+    return;
+  }
+  // --cascade-attention: its uploads are ordered after this step's launches on the stream, so they
+  // overwrite nothing this step still reads. The speculated batch has no more rows than this
+  // step's, so the plan's scratch (sized for this step's T) does not grow here.
+  if (!cascade_) return;
+  try {
+    spec_cascade_ = plan_cascade(spec_batch_, planner_->padded(static_cast<int>(spec_batch_.size())));
+  } catch (const Error&) {
+    spec_cascade_.reset();  // planned in full at the next step
   }
 }
 

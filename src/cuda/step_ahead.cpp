@@ -46,7 +46,7 @@ void StepAhead::speculate(std::span<const StepRow> rows, bool with_draws, char* 
     table_at_[j] = at, table_len_[j] = static_cast<int>(rows[j].blocks.size());
     at += table_len_[j];
   }
-  spec_ = lay, buf_ = out, valid_ = true;
+  spec_ = lay, buf_ = out, valid_ = true, spec_rows_ = rows.size();
 }
 
 bool StepAhead::match(std::span<const int> slots, std::span<const int> tokens) {
@@ -54,7 +54,8 @@ bool StepAhead::match(std::span<const int> slots, std::span<const int> tokens) {
   const std::uint32_t e = next_stamp(seen_epoch_, seen_);
   const int vocab = planner_.config().vocab;
   src_.resize(slots.size());
-  fresh_ = 0, matched_entries_ = 0;
+  fresh_ = 0, matched_entries_ = 0, exact_ = false;
+  bool in_order = valid_ && slots.size() == spec_rows_;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const int s = slots[i];
     int j = -1;
@@ -67,9 +68,11 @@ bool StepAhead::match(std::span<const int> slots, std::span<const int> tokens) {
     }
     if (tokens[i] < 0 || tokens[i] >= vocab) throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
     src_[i] = j;
+    in_order = in_order && j == static_cast<int>(i);
     if (j < 0) ++fresh_;
     else matched_entries_ += static_cast<std::size_t>(table_len_[static_cast<std::size_t>(j)]);
   }
+  exact_ = in_order;
   return valid_ && 2 * static_cast<std::size_t>(fresh_) <= slots.size();
 }
 

@@ -52,6 +52,10 @@ class StepAhead {
   bool match(std::span<const int> slots, std::span<const int> tokens);
   std::span<const int> source() const { return src_; }
   int fresh_rows() const { return fresh_; }
+  // The last match found the speculated batch itself: the same rows in the same order, none fresh,
+  // none left out. Everything else derived from the speculated rows (--cascade-attention's groups
+  // and FlashInfer's schedules, made while step t ran) then holds for the step as it is.
+  bool exact() const { return exact_; }
 
   // The layout of the matched batch: `fresh` holds the rows with source -1, in batch order.
   StepLayout layout(std::span<const StepRow> fresh, bool with_draws) const;
@@ -73,6 +77,8 @@ class StepAhead {
   std::vector<int> table_at_, table_len_;  // per speculated row: its table in the staged tables
   std::vector<int> src_;
   int fresh_ = 0;
+  std::size_t spec_rows_ = 0;  // the speculated batch's rows
+  bool exact_ = false;
   std::size_t matched_entries_ = 0;        // the table entries of the rows match found
   std::vector<std::uint64_t> zeros_;       // the speculation's draw indexes (the call's replace them)
 };

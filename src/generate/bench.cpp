@@ -162,6 +162,7 @@ struct Measurement {
   double round_trip_ns = 0, prefill_ms = 0, ms = 0, sample_ms = 0;  // ms, sample_ms: per timed step
   PhaseTimes split;
   long long graph_replays = 0;
+  Engine::AheadStats ahead;  // the run's steps (warm-up, timed, profiled), as the engine prepared them
 };
 
 Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescription& described, const std::vector<int>& prompt, int n) {
@@ -211,6 +212,7 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
     });
   };
   const long long replays_before = engine.graph_stats().replays;
+  const Engine::AheadStats ahead_before = engine.ahead_stats();
   double timed = 0, sampling = 0;
   for (int step = 0; step < o.steps + 2; ++step) {
     if (step == 2) engine.take_phase_times();  // the split covers the timed steps only
@@ -232,6 +234,9 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
     engine.profile_phases(false);
   }
   m.graph_replays = engine.graph_stats().replays - replays_before;
+  const Engine::AheadStats a = engine.ahead_stats();
+  m.ahead = {a.in_place - ahead_before.in_place, a.copied - ahead_before.copied, a.full - ahead_before.full,
+             a.cascade_ahead - ahead_before.cascade_ahead, a.cascade_planned - ahead_before.cascade_planned};
   for (int slot : slots) engine.release_slot(slot);
   engine.release_prefix(prefix);
   m.ms = timed / o.steps;
@@ -283,6 +288,9 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
                     {"split_attention", p->split_attention}, {"cuda_graphs", p->graphs}, {"cascade_attention", p->cascade_attention},
                     {"small_m_linear", p->small_m_linear}, {"small_m_split", p->small_m_split},
                     {"small_m_blocks_per_sm", p->small_m_blocks_per_sm}, {"small_m_pdl", p->small_m_pdl}};
+  if (described.cuda)  // how the host prepared the steps: from the speculation made during the last one, or in full
+    row["step_ahead"] = {{"patched_in_place", m.ahead.in_place}, {"patched_copied", m.ahead.copied}, {"full_plans", m.ahead.full},
+                         {"cascade_plans_ahead", m.ahead.cascade_ahead}, {"cascade_plans_full", m.ahead.cascade_planned}};
   if (o.engine.cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
     row["graph_replays"] = m.graph_replays;
     const Engine::GraphStats g = engine.graph_stats();

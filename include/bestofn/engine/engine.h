@@ -180,6 +180,13 @@ class Engine {
     long long last_nodes = 0;  // the nodes (kernels, copies) of the step captured last
   };
   virtual GraphStats graph_stats() const { return {}; }
+  // The CUDA engine's host work for step t+1 done while step t ran (src/cuda/step_ahead.h), steps
+  // so far: patched from the speculation in place or into another buffer, or planned in full; with
+  // --cascade-attention, the steps whose cascade plan was made ahead or in full. Zeros elsewhere.
+  struct AheadStats {
+    long long in_place = 0, copied = 0, full = 0, cascade_ahead = 0, cascade_planned = 0;
+  };
+  virtual AheadStats ahead_stats() const { return {}; }
   // Sizes every buffer a run of this shape needs, at its start (the CUDA engine: activations,
   // logits, staging, the sampler's workspace, the slots' parts; the CPU engine needs nothing).
   // A run that asks for more later still works: the buffer grows then (counted below).
