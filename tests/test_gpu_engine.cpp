@@ -1025,6 +1025,26 @@ class CountingEngine final : public Engine {
   int steps = 0;
 };
 
+// `prompts` prompts of first + p x step token ids (p = 0, 1, ...), 6 candidates each.
+std::vector<GenerationRequest> counted_requests(int prompts, int first, int step) {
+  std::vector<GenerationRequest> reqs;
+  for (int p = 0; p < prompts; ++p) {
+    std::vector<int> ids;
+    for (int k = 0; k < first + step * p; ++k) ids.push_back(1 + (k * 37 + p * 11) % 500);
+    reqs.push_back({std::to_string(p), ids, 6, {}});
+  }
+  return reqs;
+}
+// Sampled, 24 tokens each, no EOS, a batch of 20 (candidates finish and are admitted across
+// buckets), prefill passes of 40 rows (several prefill_many calls land between steps).
+GenerationOptions counted_options() {
+  GenerationOptions go;
+  go.sampling.temperature = 1.0f, go.sampling.seed = 5;
+  go.max_new_tokens = 24, go.batch = 20, go.prefill_tokens = 40;
+  go.eos_ids = {};
+  return go;
+}
+
 }  // namespace
 
 // Issue 32: no allocation, free or host wait inside a run but the ids coming back. A best-of-N run
@@ -1039,16 +1059,8 @@ TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
   const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
-  std::vector<GenerationRequest> reqs;
-  for (int p = 0; p < 12; ++p) {
-    std::vector<int> ids;
-    for (int k = 0; k < 3 + 4 * p; ++k) ids.push_back(1 + (k * 37 + p * 11) % 500);
-    reqs.push_back({std::to_string(p), ids, 6, {}});
-  }
-  GenerationOptions go;
-  go.sampling.temperature = 1.0f, go.sampling.seed = 5;
-  go.max_new_tokens = 24, go.batch = 20, go.prefill_tokens = 40;
-  go.eos_ids = {};
+  const std::vector<GenerationRequest> reqs = counted_requests(12, 3, 4);
+  const GenerationOptions go = counted_options();
   for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, true, false, true},
                              Paths{true, false, true}}) {
     SCOPED_TRACE(paths.name());
@@ -1061,6 +1073,34 @@ TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
     generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
     EXPECT_TRUE(e.reserved);
     EXPECT_EQ(done, 72u);
+    EXPECT_GT(e.steps, 20);
+  }
+}
+
+// The same with --cascade-attention (head_dim 128: the synthetic model), --paged-kv (the suffixes by
+// FlashInfer's decode) without and with --cuda-graphs --device-sampling: reserve() sized the
+// cascade's scratch, its step ints and FlashInfer's workspaces, and a plan's pinned staging
+// alternates, so that no step allocates or waits but for its ids, though the plan for step t + 1
+// is made while step t runs (src/cuda/cascade_attention.h).
+TEST(GpuEngine, CascadeRunsWithoutAllocationAfterReserve) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir dir;
+  auto w = synthetic_hd128(dir);
+  const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
+  const std::vector<GenerationRequest> reqs = counted_requests(6, 5, 7);
+  const GenerationOptions go = counted_options();
+  for (const bool graphs : {false, true}) {
+    Paths paths{false, false, true, false, graphs};
+    SCOPED_TRACE(paths.name());
+    EngineOptions o = paths.options();
+    o.cuda.kv_blocks = 256;
+    o.cuda.device_sampling = graphs;
+    o.cuda.cascade_attention = true;
+    CountingEngine e(cuda::make_cuda_engine(w, o));
+    std::size_t done = 0;
+    generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
+    EXPECT_TRUE(e.reserved);
+    EXPECT_EQ(done, 36u);
     EXPECT_GT(e.steps, 20);
   }
 }

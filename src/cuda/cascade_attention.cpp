@@ -19,11 +19,33 @@ CascadeAttention::CascadeAttention(cudaStream_t stream, int n_layers, int n_head
                 std::to_string(hd) + ", heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv));
   k_pages_.resize(static_cast<std::size_t>(n_layers));
   v_pages_.resize(static_cast<std::size_t>(n_layers));
-  CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  for (Staging& st : staging_) CUDA_CHECK(cudaEventCreateWithFlags(&st.uploaded, cudaEventDisableTiming));
 }
 
 CascadeAttention::~CascadeAttention() {
-  if (uploaded_) cudaEventDestroy(uploaded_);
+  for (Staging& st : staging_)
+    if (st.uploaded) cudaEventDestroy(st.uploaded);
+}
+
+void CascadeAttention::grow_scratch(int T) {
+  if (T <= scratch_T_) return;  // grow-only: addresses change rarely, and then the graph key does too
+  const std::size_t t = static_cast<std::size_t>(T), heads = static_cast<std::size_t>(n_heads_), hd = static_cast<std::size_t>(hd_);
+  q_bf16_.resize(t * heads * hd * 2), o_bf16_.resize(t * heads * hd * 2), lse_.resize(t * heads * 4);
+  if (suffix_decode()) suffix_o_.resize(t * heads * hd * 4), suffix_lse_.resize(t * heads * 4);
+  scratch_T_ = T;
+}
+
+void CascadeAttention::reserve(int rows, int longest_prompt) {
+  if (rows < 1) return;
+  grow_scratch(rows);
+  const CascadeLayout lay = cascade_layout(rows, static_cast<std::size_t>(runs_.pages()) + static_cast<std::size_t>(rows),
+                                           static_cast<std::size_t>(suffix_blocks_));
+  ints_.resize(std::max(lay.size * sizeof(int), std::size_t{64} << 10));
+  fi_float_.resize(kCascadeFloatWorkspace), fi_int_.resize(kCascadeIntWorkspace);
+  if (suffix_decode()) dec_float_.resize(kCascadeFloatWorkspace), dec_int_.resize(kCascadeIntWorkspace);
+  for (Staging& st : staging_) st.ints.resize(ints_.size()), st.fi.resize(fi_int_.size()), st.dec.resize(dec_int_.size());
+  if (kv_ == KvFormat::FP8 && longest_prompt > 0)
+    widened_.resize(static_cast<std::size_t>(longest_prompt) * static_cast<std::size_t>(n_kv_) * static_cast<std::size_t>(hd_) * 4);
 }
 
 std::size_t CascadeAttention::page_bytes() const {
@@ -87,6 +109,7 @@ bool CascadeAttention::use_paged_suffix(const KvLayout& pools, int blocks) {
 
 template <class Plan>
 auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan) {
+  pinned.resize(i.size());  // the other staging may have grown since this one was used
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto s = plan(CascadeWorkspace{f.get(), f.size(), i.get(), pinned.get(), i.size()});
     if (s.planned) return s;
@@ -111,38 +134,35 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   s.suffix = suffix_decode();
   s.layout = cascade_layout(T, static_cast<std::size_t>(runs_.pages()) + static_cast<std::size_t>(T),
                             s.suffix ? static_cast<std::size_t>(suffix_blocks_) : 0);
-  // Scratch for T rows (grow-only: addresses change rarely, and then the graph key does too).
-  if (T > scratch_T_) {
-    const std::size_t t = static_cast<std::size_t>(T), heads = static_cast<std::size_t>(n_heads_), hd = static_cast<std::size_t>(hd_);
-    q_bf16_.resize(t * heads * hd * 2), o_bf16_.resize(t * heads * hd * 2), lse_.resize(t * heads * 4);
-    if (s.suffix) suffix_o_.resize(t * heads * hd * 4), suffix_lse_.resize(t * heads * 4);
-    scratch_T_ = T;
-  }
-  // The pinned buffers must have left for the device (the previous plan's copies) before they are
-  // written again.
-  CUDA_CHECK(cudaEventSynchronize(uploaded_));
+  grow_scratch(T);
+  // The other staging: its copies (the plan before last's) must have left for the device before it
+  // is written again; they have, after the last step's synchronization.
+  side_ ^= 1;
+  Staging& st = staging_[side_];
+  wait_event(st.uploaded);
   const std::size_t bytes = s.layout.size * sizeof(int);
-  if (bytes > ints_.size()) ints_.resize(std::max(bytes, std::size_t{64} << 10)), ints_pinned_.resize(ints_.size());
-  int* host = ints_pinned_.get<int>();
+  if (bytes > ints_.size()) ints_.resize(std::max(bytes, std::size_t{64} << 10));
+  st.ints.resize(ints_.size());
+  int* host = st.ints.get<int>();
   write_cascade_ints(step, s.suffix ? &pages : nullptr, s.layout, host);
   s.host = {host, s.layout.size};
   // FlashInfer's plans read the host arrays just written (each plans once, uploading its own
   // workspace on the stream).
   int* qo_indptr = host + s.layout.qo_indptr;
   int* page_indptr = host + s.layout.page_indptr;
-  s.schedule = plan_into(fi_float_, fi_int_, fi_pinned_, [&](const CascadeWorkspace& ws) {
+  s.schedule = plan_into(fi_float_, fi_int_, st.fi, [&](const CascadeWorkspace& ws) {
     return cascade_schedule(ws, qo_indptr, page_indptr, s.shape.groups, s.shape.row_bound, n_heads_, n_kv_, hd_, fixed_grid, stream_);
   });
   if (s.suffix) {
     int* indptr = host + s.layout.suffix_indptr;
-    s.suffix_schedule = plan_into(dec_float_, dec_int_, dec_pinned_, [&](const CascadeWorkspace& ws) {
+    s.suffix_schedule = plan_into(dec_float_, dec_int_, st.dec, [&](const CascadeWorkspace& ws) {
       return cascade_suffix_schedule(ws, indptr, T, n_heads_, n_kv_, hd_, fixed_grid, stream_);
     });
   }
   CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
   s.dev = ints_.get<const int>();
-  CUDA_CHECK(cudaEventRecord(uploaded_, stream_));
-  s.epoch = ++epoch_;
+  CUDA_CHECK(cudaEventRecord(st.uploaded, stream_));
+  s.epoch = ++epoch_, s.side = side_;
   return s;
 }
 
@@ -163,7 +183,7 @@ void CascadeAttention::run(int l, const CascadeStepPlan& s, const float* q, cons
   a.sm_scale = 1.0f / std::sqrt(static_cast<float>(hd_));  // the CPU engine's fp32 scale
   a.out = o_bf16_.get<std::uint16_t>(), a.lse = lse_.get<float>();
   a.schedule = &s.schedule;
-  a.ws = {fi_float_.get(), fi_float_.size(), fi_int_.get(), fi_pinned_.get(), fi_int_.size()};
+  a.ws = {fi_float_.get(), fi_float_.size(), fi_int_.get(), staging_[s.side].fi.get(), fi_int_.size()};
   cascade_prefix_attention_cuda(a, stream_);
   if (!s.suffix) {  // today's per-row kernel: each suffix attended and merged in one block per (row, head)
     cascade_merge_cuda(q, map, lse_.get<float>(), o_bf16_.get<std::uint16_t>(), k_suffix, v_suffix, suffix_len, T, n_heads_, n_kv_, hd_,
@@ -179,7 +199,7 @@ void CascadeAttention::run(int l, const CascadeStepPlan& s, const float* q, cons
   b.rows = T, b.n_heads = n_heads_, b.n_kv = n_kv_, b.hd = hd_, b.sm_scale = a.sm_scale;
   b.out = suffix_o_.get<float>(), b.lse = suffix_lse_.get<float>();
   b.schedule = &s.suffix_schedule;
-  b.ws = {dec_float_.get(), dec_float_.size(), dec_int_.get(), dec_pinned_.get(), dec_int_.size()};
+  b.ws = {dec_float_.get(), dec_float_.size(), dec_int_.get(), staging_[s.side].dec.get(), dec_int_.size()};
   cascade_suffix_attention_cuda(b, stream_);
   const CascadeSuffixStates st = cascade_suffix_states(b);
   cascade_state_merge_cuda(map, lse_.get<float>(), o_bf16_.get<std::uint16_t>(), st.o, st.lse2, st.chunk_indptr, T, n_heads_, n_kv_, hd_,

@@ -55,7 +55,13 @@ struct CascadeStepPlan {
   bool suffix = false;    // the suffixes by FlashInfer's decode (else cascade_merge_cuda)
   CascadeSuffixSchedule suffix_schedule;
   std::uint64_t epoch = 0;  // CascadeAttention::epoch() right after it was made
+  int side = 0;             // the pinned staging it was written to (CascadeAttention's staging_)
 };
+
+// FlashInfer's recommended workspace sizes (its Python wrappers allocate a 128 MB float buffer and
+// an 8 MB int one per wrapper).
+constexpr std::size_t kCascadeFloatWorkspace = std::size_t{128} << 20;
+constexpr std::size_t kCascadeIntWorkspace = std::size_t{8} << 20;
 
 class CascadeAttention {
  public:
@@ -77,6 +83,12 @@ class CascadeAttention {
   // Before a run: the pool grown so that `pages` more are free (Engine::reserve; add_prefix then
   // grows it only when no free run is long enough).
   void reserve_pages(int pages);
+  // Before a run (Engine::reserve, after reserve_pages and use_paged_suffix): the scratch for
+  // `rows` rows, the step's ints for them, FlashInfer's workspaces at the size its own Python
+  // wrappers allocate (kCascadeFloatWorkspace, kCascadeIntWorkspace), and (--kv-cache fp8) the
+  // widening buffer for prompts of up to longest_prompt positions. A plan that needs more grows
+  // them then (counted by Engine::device_counts).
+  void reserve(int rows, int longest_prompt);
 
   // --paged-kv: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool
   // at pools.k + l x pools.layer_stride; `blocks` blocks of kCascadePageTokens rows, the scratch
@@ -118,6 +130,7 @@ class CascadeAttention {
   // the schedule asks for more.
   template <class Plan>
   auto plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan);
+  void grow_scratch(int T);
   cudaStream_t stream_;
   int n_layers_, n_heads_, n_kv_, hd_;
   KvFormat kv_;
@@ -126,15 +139,22 @@ class CascadeAttention {
   DeviceBuffer widened_;                          // --kv-cache fp8: a prompt's rows widened to F32 on their way to BF16
   DeviceBuffer q_bf16_, o_bf16_, lse_;            // (T, n_heads, hd) BF16 twice, (T, n_heads) F32
   DeviceBuffer fi_float_, fi_int_;                // FlashInfer's workspaces: the prefix side's plan
-  PinnedBuffer fi_pinned_;
   DeviceBuffer dec_float_, dec_int_;              // and the suffix side's
-  PinnedBuffer dec_pinned_;
   DeviceBuffer suffix_o_, suffix_lse_;            // (T, n_heads, hd), (T, n_heads) F32: the suffix states when not split
   KvLayout suffix_pool_;                          // --paged-kv's block pools (use_paged_suffix)
   int suffix_blocks_ = 0;
-  DeviceBuffer ints_;               // the step's ints at CascadeStepPlan::layout (grow-only)
-  PinnedBuffer ints_pinned_;
-  cudaEvent_t uploaded_ = nullptr;  // the last plan's uploads from fi_pinned_, dec_pinned_ and ints_pinned_
+  DeviceBuffer ints_;  // the step's ints at CascadeStepPlan::layout (grow-only)
+  // The host side of a plan's uploads, two of them used in turn: a plan writes the pair the plan
+  // before last used, whose copies left with the step before last (over by the last step's
+  // synchronization), so that it never waits (wait_event: counted if it had to). The device
+  // buffers above are single: the uploads into them are ordered on the stream after the launches
+  // of the step that reads their previous contents.
+  struct Staging {
+    PinnedBuffer fi, dec, ints;       // FlashInfer's int workspaces for the two plans, the step's ints
+    cudaEvent_t uploaded = nullptr;   // recorded after this pair's last uploads
+  };
+  Staging staging_[2];
+  int side_ = 0;                      // the pair the last plan used
   int scratch_T_ = 0;
   std::uint64_t epoch_ = 0;
 };

@@ -180,6 +180,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   prefill_logits_.resize(static_cast<std::size_t>(std::max(shape.prefill_prompts, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
   arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
   reserve_prefix_parts(shape.prompt_lengths);
+  if (cascade_) cascade_->reserve(bucket, shape.longest_prompt);  // after the pool: its layout counts the pages
   // Unpaged: a part of max_new_tokens rows (what a candidate feeds, and one for the speculation)
   // for each slot of the largest batch.
   if (!paged_) {
