@@ -214,6 +214,31 @@ std::string message_of(F&& f) {
   return "";
 }
 
+// exact(): the speculated rows, all of them, in their order; not a reordering, a subset or a
+// superset of them, nor after the speculation was consumed or dropped.
+TEST(StepAhead, ExactOnlyForTheSpeculatedBatchInItsOrder) {
+  StepPlanner planner(config(false, false));
+  StepAhead ahead(planner);
+  World w(false, 3);
+  const std::vector<int> slots = {w.add(), w.add(), w.add()};
+  std::vector<StepRow> spec;
+  for (int h : slots) spec.push_back(w.row(h, 0));
+  std::vector<char> buf(1 << 20);
+  auto check = [&](std::vector<int> batch, bool want) {
+    ahead.speculate(spec, false, buf.data());
+    ahead.match(batch, std::vector<int>(batch.size(), 1));
+    EXPECT_EQ(ahead.exact(), want) << "batch of " << batch.size();
+  };
+  check(slots, true);
+  check({slots[1], slots[0], slots[2]}, false);
+  check({slots[0], slots[1]}, false);
+  check({slots[0], slots[1], slots[2], w.add()}, false);
+  ahead.speculate(spec, false, buf.data());
+  ahead.drop();
+  ahead.match(slots, std::vector<int>(3, 1));
+  EXPECT_FALSE(ahead.exact());
+}
+
 TEST(StepAhead, MatchChecksTheBatchAsThePlannerDoes) {
   StepPlanner planner(config(false, false));
   StepAhead ahead(planner);

@@ -37,6 +37,7 @@ void CascadeAttention::grow_scratch(int T) {
 
 void CascadeAttention::reserve(int rows, int longest_prompt) {
   if (rows < 1) return;
+  ++epoch_;  // the buffers below may move
   grow_scratch(rows);
   const CascadeLayout lay = cascade_layout(rows, static_cast<std::size_t>(runs_.pages()) + static_cast<std::size_t>(rows),
                                            static_cast<std::size_t>(suffix_blocks_));
@@ -108,11 +109,13 @@ bool CascadeAttention::use_paged_suffix(const KvLayout& pools, int blocks) {
 }
 
 template <class Plan>
-auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan) {
+auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, bool ahead, Plan&& plan) {
+  if (pinned.size() < i.size() && ahead) throw Error("--cascade-attention", "a plan made ahead would grow its staging");
   pinned.resize(i.size());  // the other staging may have grown since this one was used
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto s = plan(CascadeWorkspace{f.get(), f.size(), i.get(), pinned.get(), i.size()});
     if (s.planned) return s;
+    if (ahead) throw Error("--cascade-attention", "a plan made ahead would grow FlashInfer's workspace");
     // Grow to what it asks (at least 1 MB of ints, 16 MB of floats), once: a larger step than any before.
     f.resize(std::max<std::size_t>(s.float_bytes, std::size_t{16} << 20));
     i.resize(std::max<std::size_t>(s.int_bytes, std::size_t{1} << 20));
@@ -121,8 +124,9 @@ auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer&
   throw Error("--cascade-attention", "FlashInfer's plan did not fit the workspace it asked for");
 }
 
-CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid) {
+CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid, bool ahead) {
   if (rows.empty()) throw Error("CascadeAttention::plan", "no rows");
+  ++epoch_;  // whatever happens below, an earlier plan no longer holds what its buffers do
   if (suffix.size() != (suffix_decode() ? rows.size() : 0))
     throw Error("CascadeAttention::plan", std::to_string(suffix.size()) + " suffix rows for " + std::to_string(rows.size()) + " rows");
   const int T = static_cast<int>(rows.size());
@@ -134,15 +138,19 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   s.suffix = suffix_decode();
   s.layout = cascade_layout(T, static_cast<std::size_t>(runs_.pages()) + static_cast<std::size_t>(T),
                             s.suffix ? static_cast<std::size_t>(suffix_blocks_) : 0);
+  // Made ahead, while a step runs: nothing may grow (a freed buffer may be the step's); the step
+  // then plans in full.
+  const std::size_t bytes = s.layout.size * sizeof(int);
+  if (ahead && (T > scratch_T_ || bytes > ints_.size() || bytes > staging_[side_ ^ 1].ints.size()))
+    throw Error("--cascade-attention", "a plan made ahead would grow its buffers");
   grow_scratch(T);
   // The other staging: its copies (the plan before last's) must have left for the device before it
   // is written again; they have, after the last step's synchronization.
   side_ ^= 1;
   Staging& st = staging_[side_];
   wait_event(st.uploaded);
-  const std::size_t bytes = s.layout.size * sizeof(int);
   if (bytes > ints_.size()) ints_.resize(std::max(bytes, std::size_t{64} << 10));
-  st.ints.resize(ints_.size());
+  if (st.ints.size() < bytes) st.ints.resize(ints_.size());
   int* host = st.ints.get<int>();
   write_cascade_ints(step, s.suffix ? &pages : nullptr, s.layout, host);
   s.host = {host, s.layout.size};
@@ -150,12 +158,12 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   // workspace on the stream).
   int* qo_indptr = host + s.layout.qo_indptr;
   int* page_indptr = host + s.layout.page_indptr;
-  s.schedule = plan_into(fi_float_, fi_int_, st.fi, [&](const CascadeWorkspace& ws) {
+  s.schedule = plan_into(fi_float_, fi_int_, st.fi, ahead, [&](const CascadeWorkspace& ws) {
     return cascade_schedule(ws, qo_indptr, page_indptr, s.shape.groups, s.shape.row_bound, n_heads_, n_kv_, hd_, fixed_grid, stream_);
   });
   if (s.suffix) {
     int* indptr = host + s.layout.suffix_indptr;
-    s.suffix_schedule = plan_into(dec_float_, dec_int_, st.dec, [&](const CascadeWorkspace& ws) {
+    s.suffix_schedule = plan_into(dec_float_, dec_int_, st.dec, ahead, [&](const CascadeWorkspace& ws) {
       return cascade_suffix_schedule(ws, indptr, T, n_heads_, n_kv_, hd_, fixed_grid, stream_);
     });
   }

@@ -101,7 +101,9 @@ class CascadeAttention {
   // suffix_decode() the suffixes' page table from each row's block table and length (else none),
   // FlashInfer's schedules (uploaded on the stream) and the scratch sized for T rows. fixed_grid
   // with --cuda-graphs (grids, offsets and splits that depend on T alone).
-  CascadeStepPlan plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid);
+  // ahead: made while a step runs (speculate_next): throws bestofn::Error, nothing grown, where it
+  // would grow a buffer (the step may be reading it).
+  CascadeStepPlan plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid, bool ahead = false);
   // Layer l's attention: att (T, n_heads, hd) from q (T, n_heads, hd) F32, the prefix pages and
   // each row's suffix: from the block pools when s.suffix, else as decode_attention_cuda takes it
   // (paged or not).
@@ -129,7 +131,7 @@ class CascadeAttention {
   // Plans into (f, i, pinned) with `plan` (a CascadeWorkspace -> schedule), growing them once when
   // the schedule asks for more.
   template <class Plan>
-  auto plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, Plan&& plan);
+  auto plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, bool ahead, Plan&& plan);
   void grow_scratch(int T);
   cudaStream_t stream_;
   int n_layers_, n_heads_, n_kv_, hd_;

@@ -290,7 +290,7 @@ class CudaEngine final : public Engine {
   void point_step(StepPlan& s, const Draws* draws);
   // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
   void speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws);
-  CascadeStepPlan plan_cascade(std::span<Slot* const> batch, int T);
+  CascadeStepPlan plan_cascade(std::span<Slot* const> batch, int T, bool ahead = false);
   // The step's device work (what a CUDA graph may capture): the forward, then the logits in
   // logits_ or (draws) the samples in samples_.
   void forward(const StepPlan& s, const Draws* draws);

@@ -126,7 +126,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
 // attend to no suffix) for FlashInfer's decode, and FlashInfer's schedules. A batch row's slot
 // length is read as it stands before the step (prepare_step), or after the step that speculated it
 // (speculate_next): both are the length the step it is planned for starts from.
-CascadeStepPlan CudaEngine::plan_cascade(std::span<Slot* const> batch, int T) {
+CascadeStepPlan CudaEngine::plan_cascade(std::span<Slot* const> batch, int T, bool ahead) {
   const auto n = static_cast<std::size_t>(T);
   std::vector<CascadeRow> by_row(n);
   std::vector<SuffixRow> suffix(cascade_->suffix_decode() ? n : 0);
@@ -136,7 +136,7 @@ CascadeStepPlan CudaEngine::plan_cascade(std::span<Slot* const> batch, int T) {
     by_row[i] = {pad ? kPaddingPrefix : batch[i]->prefix, pre.cascade_page, pre.kv.len};
     if (!suffix.empty() && !pad) suffix[i] = {batch[i]->paged.blocks, batch[i]->kv.len + 1};
   }
-  return cascade_->plan(by_row, suffix, graphs_ != nullptr);
+  return cascade_->plan(by_row, suffix, graphs_ != nullptr, ahead);
 }
 
 // The device addresses of the staged arrays, and the attention path.

@@ -52,11 +52,10 @@ void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, c
     return;
   }
   // --cascade-attention: its uploads are ordered after this step's launches on the stream, so they
-  // overwrite nothing this step still reads. The speculated batch has no more rows than this
-  // step's, so the plan's scratch (sized for this step's T) does not grow here.
+  // overwrite nothing this step still reads; a plan that would grow a buffer is not made here.
   if (!cascade_) return;
   try {
-    spec_cascade_ = plan_cascade(spec_batch_, planner_->padded(static_cast<int>(spec_batch_.size())));
+    spec_cascade_ = plan_cascade(spec_batch_, planner_->padded(static_cast<int>(spec_batch_.size())), true);
   } catch (const Error&) {
     spec_cascade_.reset();  // planned in full at the next step
   }
