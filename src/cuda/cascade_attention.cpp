@@ -150,7 +150,7 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   Staging& st = staging_[side_];
   wait_event(st.uploaded);
   if (bytes > ints_.size()) ints_.resize(std::max(bytes, std::size_t{64} << 10));
-  if (st.ints.size() < bytes) st.ints.resize(ints_.size());
+  if (!ahead) st.ints.resize(ints_.size());  // ahead: checked above (at least `bytes`)
   int* host = st.ints.get<int>();
   write_cascade_ints(step, s.suffix ? &pages : nullptr, s.layout, host);
   s.host = {host, s.layout.size};
@@ -170,6 +170,12 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   CUDA_CHECK(cudaMemcpyAsync(ints_.get(), host, bytes, cudaMemcpyHostToDevice, stream_));
   s.dev = ints_.get<const int>();
   CUDA_CHECK(cudaEventRecord(st.uploaded, stream_));
+  // A plan in full comes between steps (the last one's copies all done): the other staging grows
+  // with this one here, so that the plan made ahead next, into it, has the room it would need.
+  if (!ahead) {
+    Staging& other = staging_[side_ ^ 1];
+    other.ints.resize(ints_.size()), other.fi.resize(fi_int_.size()), other.dec.resize(dec_int_.size());
+  }
   s.epoch = ++epoch_, s.side = side_;
   return s;
 }
