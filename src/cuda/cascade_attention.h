@@ -11,6 +11,11 @@
 // - otherwise (FP8 KV: FlashInfer's decode reads one scale per tensor, not this cache's scale per
 //   position and head; no --paged-kv: the suffixes are not in pages; another shape: one kernel
 //   instantiation only) today's per-row kernel, cascade_merge_cuda (kernels/prefix_attention.cu).
+//   FlashInfer 0.7.4 reads per-(position, head) F32 scales in its tensor-core prefill only
+//   (USE_TOKEN_HEAD_SF, the scale applied to the BF16 fragments in BF16): FP8 suffixes through it
+//   would be ~10 more kernel instantiations to compile, and whether they beat the per-row kernel
+//   on suffixes of at most a few hundred positions is the device check's A/B to say
+//   (bench_8b_cascade_fp8kv against bench_8b_cascade and bench_8b_cascade_rowkernel).
 //
 // The prompts' K/V sit once more in a per-layer BF16 page pool (pages of kCascadePageTokens
 // positions, NHD), each prompt in a run of consecutive pages (PageRuns, src/cuda/cascade_plan.h),
