@@ -978,7 +978,6 @@ class CountingEngine final : public Engine {
   // Runs f: no allocation or free, and syncs(result) host waits (a step: the ids or logits back).
   template <class F, class S>
   auto counted(F&& f, S&& syncs) {
-    if (!check_steps) return f();
     const DeviceCounts before = e_->device_counts();
     auto r = f();
     const DeviceCounts after = e_->device_counts();
@@ -1023,7 +1022,6 @@ class CountingEngine final : public Engine {
     return sampled;
   }
   bool reserved = false;
-  bool check_steps = true;  // false: prefill_many alone is checked
   int steps = 0;
 };
 
@@ -1055,8 +1053,8 @@ GenerationOptions counted_options() {
 // default path, --paged-kv, and --paged-kv --cuda-graphs --device-sampling: after reserve() every
 // decode step waits once and allocates nothing, admissions and releases allocate nothing, each
 // prefill_many allocates nothing (the prompts' KV parts were made by reserve: src/cuda/part_shelf.h).
-// --cuda-prefix-gemm: its prompts' F32 copies come from a shelf too (prefill_many checked; its
-// steps still size the prefix GEMMs' scratch to their groups, counted).
+// --cuda-prefix-gemm: its prompts' F32 copies come from a shelf too, and reserve() sized the prefix
+// GEMMs' scratch for the bucket over the longest prompt.
 TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
@@ -1070,7 +1068,6 @@ TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
     o.cuda.kv_blocks = 256;
     o.cuda.device_sampling = paths.graphs;
     CountingEngine e(cuda::make_cuda_engine(w, o));
-    e.check_steps = !paths.prefix_gemm;
     std::size_t done = 0;
     generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
     EXPECT_TRUE(e.reserved);

@@ -181,6 +181,15 @@ void CudaEngine::reserve(const RunShape& shape) {
   arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
   reserve_prefix_parts(shape.prompt_lengths);
   if (cascade_) cascade_->reserve(bucket, shape.longest_prompt);  // after the pool: its layout counts the pages
+  // --cuda-prefix-gemm: the prefix GEMMs' scratch for the bucket's rows over the longest prompt,
+  // where that fits in an eighth of the free memory (else its steps grow it, counted).
+  if (prefix_gemm_) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const std::size_t rows = static_cast<std::size_t>(bucket) * static_cast<std::size_t>(c_.n_heads);
+    const auto longest = static_cast<std::size_t>(std::max(shape.longest_prompt, 1));
+    if (PrefixAttention::reserve_bytes(rows, longest, c_.head_dim) <= free_bytes / 8) prefix_attn_->reserve_for(rows, longest, c_.head_dim);
+  }
   // Unpaged: a part of max_new_tokens rows (what a candidate feeds, and one for the speculation)
   // for each slot of the largest batch.
   if (!paged_) {

@@ -93,6 +93,12 @@ void PrefixAttention::reserve(const PrefixStateMap& plan, const std::vector<Grou
   qg_.resize(rows * D * 4), o_.resize(rows * D * 4), m_.resize(rows * 4), l_.resize(rows * 4), s_.resize(s_floats * 4);
 }
 
+void PrefixAttention::reserve_for(std::size_t state_rows, std::size_t longest, int hd) {
+  const auto D = static_cast<std::size_t>(hd);
+  qg_.resize(state_rows * D * 4), o_.resize(state_rows * D * 4), m_.resize(state_rows * 4), l_.resize(state_rows * 4);
+  s_.resize(std::max<std::size_t>(state_rows * longest, 1) * 4);
+}
+
 void PrefixAttention::add_to_key(GraphKey& key) const {
   for (const DeviceBuffer* b : {&qg_, &s_, &m_, &l_, &o_}) key.push_back(reinterpret_cast<std::uintptr_t>(b->get()));
 }

@@ -47,6 +47,13 @@ class PrefixAttention {
   // Sizes the scratch buffers for plan and groups (run does it too); then add_to_key appends
   // their addresses (--cuda-graphs: a captured run must find them where they were).
   void reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd);
+  // Before a run: room for any step of at most `state_rows` state rows (rows x n_heads) over
+  // prefixes of at most `longest` positions (a group's scores are n_kv R_g x L_g <= state_rows x
+  // longest floats), so that reserve() above grows nothing inside it.
+  void reserve_for(std::size_t state_rows, std::size_t longest, int hd);
+  static std::size_t reserve_bytes(std::size_t state_rows, std::size_t longest, int hd) {
+    return state_rows * (2 * static_cast<std::size_t>(hd) + 2 + longest) * 4;
+  }
   void add_to_key(GraphKey& key) const;
 
  private:
