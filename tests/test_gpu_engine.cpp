@@ -1044,6 +1044,24 @@ GenerationOptions counted_options() {
   go.eos_ids = {};
   return go;
 }
+// generate() over reqs with counted_options() through a CountingEngine on `paths` (256 KV blocks,
+// --device-sampling with graphs; --cascade-attention when asked): every candidate done, more than
+// 20 steps, reserve() called. The engine's step-ahead counts, for more checks.
+Engine::AheadStats counted_run(const std::shared_ptr<const Weights>& w, const std::vector<GenerationRequest>& reqs, const Paths& paths,
+                               bool cascade, std::size_t candidates) {
+  EngineOptions o = paths.options();
+  o.cuda.kv_blocks = 256;
+  o.cuda.device_sampling = paths.graphs;
+  o.cuda.cascade_attention = cascade;
+  CountingEngine e(cuda::make_cuda_engine(w, o));
+  const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
+  std::size_t done = 0;
+  generate(e, tok, reqs, counted_options(), [&](Candidate&&) { ++done; });
+  EXPECT_TRUE(e.reserved);
+  EXPECT_EQ(done, candidates);
+  EXPECT_GT(e.steps, 20);
+  return e.ahead_stats();
+}
 
 }  // namespace
 
@@ -1058,21 +1076,11 @@ GenerationOptions counted_options() {
 TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
   SKIP_WITHOUT_GPU();
   auto w = std::make_shared<const Weights>(load_model(test::require_shared("models/llama-260k")));
-  const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
   const std::vector<GenerationRequest> reqs = counted_requests(12, 3, 4);
-  const GenerationOptions go = counted_options();
   for (const Paths& paths : {Paths{false, false, false}, Paths{false, false, true}, Paths{false, false, true, false, true},
                              Paths{true, false, true}}) {
     SCOPED_TRACE(paths.name());
-    EngineOptions o = paths.options();
-    o.cuda.kv_blocks = 256;
-    o.cuda.device_sampling = paths.graphs;
-    CountingEngine e(cuda::make_cuda_engine(w, o));
-    std::size_t done = 0;
-    generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
-    EXPECT_TRUE(e.reserved);
-    EXPECT_EQ(done, 72u);
-    EXPECT_GT(e.steps, 20);
+    counted_run(w, reqs, paths, false, 72);
   }
 }
 
@@ -1085,24 +1093,12 @@ TEST(GpuEngine, CascadeRunsWithoutAllocationAfterReserve) {
   SKIP_WITHOUT_GPU();
   test::TempDir dir;
   auto w = synthetic_hd128(dir);
-  const Tokenizer tok = Tokenizer::load(test::require_shared("tokenizers/llama3"));
   const std::vector<GenerationRequest> reqs = counted_requests(6, 5, 7);
-  const GenerationOptions go = counted_options();
   for (const bool graphs : {false, true}) {
     Paths paths{false, false, true, false, graphs};
     SCOPED_TRACE(paths.name());
-    EngineOptions o = paths.options();
-    o.cuda.kv_blocks = 256;
-    o.cuda.device_sampling = graphs;
-    o.cuda.cascade_attention = true;
-    CountingEngine e(cuda::make_cuda_engine(w, o));
-    std::size_t done = 0;
-    generate(e, tok, reqs, go, [&](Candidate&&) { ++done; });
-    EXPECT_TRUE(e.reserved);
-    EXPECT_EQ(done, 36u);
-    EXPECT_GT(e.steps, 20);
     // Steps whose batch came back as speculated (none finished or was admitted) used the plan made
     // ahead, whose uploads then were inside the counted steps too.
-    EXPECT_GT(e.ahead_stats().cascade_ahead, 0);
+    EXPECT_GT(counted_run(w, reqs, paths, true, 36).cascade_ahead, 0);
   }
 }
