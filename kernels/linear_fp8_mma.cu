@@ -10,7 +10,10 @@
 // its sum, so the fragments may be fed any permutation of the k's, the same for A and B: here lane
 // (g, q) loads 16 contiguous codes, k = 64c + 16q + 0..15, of rows g and g + 8 and of its token g of
 // each tile (16-byte loads: the weights streamed in 64-byte runs per row), the first 8 going to one
-// product and the last 8 to the next. The slices' partial sums go to a workspace; the last warp of
+// product and the last 8 to the next. The two products of a chunk accumulate into a zeroed fragment
+// that is then added to the slice's sum in F32 (the mma's own accumulation is not full F32 on Ada
+// and Hopper: chaining a whole slice through its C operand would err by a fraction of the running
+// sum at every product). The slices' partial sums go to a workspace; the last warp of
 // a row group to finish (an atomic counter, left at 0) adds them in slice order and applies the
 // scales, the bias and the residual add, as kernel_linear_fp8_small_m does.
 #include <cstdint>
@@ -28,7 +31,8 @@ namespace {
 constexpr int kMmaWarpsPerBlock = 4;
 constexpr int kMmaThreads = 32 * kMmaWarpsPerBlock;
 
-// d += A B, one m16n8k32 E4M3 product with F32 accumulation (sm_89 and later).
+// d += A B, one m16n8k32 E4M3 product accumulated into d (sm_89 and later; the sum keeps about
+// 13-14 bits, the rest truncated: the DeepSeek-V3 report, section 3.3.2).
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -85,8 +89,14 @@ __global__ void __launch_bounds__(kMmaThreads) kernel_linear_fp8_mma(const MmaAr
       const int t = j * 8 + g;
       uint4 x = make_uint4(0, 0, 0, 0);  // tokens past T: zero codes, their results never written
       if (t < p.T) x = *reinterpret_cast<const uint4*>(p.a + static_cast<std::size_t>(t) * K + k + static_cast<std::size_t>(16 * q));
-      mma_e4m3(acc[j], wa.x, wb.x, wa.y, wb.y, x.x, x.y);
-      mma_e4m3(acc[j], wa.z, wb.z, wa.w, wb.w, x.z, x.w);
+      // The chunk's two products into a zeroed fragment, then one F32 add each into the running
+      // sum: the tensor core's truncated accumulation (about 13-14 bits kept on Ada and Hopper)
+      // then errs by a fraction of this chunk's terms, never of the slice's sum so far.
+      float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_e4m3(chunk, wa.x, wb.x, wa.y, wb.y, x.x, x.y);
+      mma_e4m3(chunk, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = __fadd_rn(acc[j][e], chunk[e]);
     }
     wa = na, wb = nb;
   }

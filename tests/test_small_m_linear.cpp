@@ -5,8 +5,10 @@
 // bit on a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -265,6 +267,121 @@ TEST(SmallMLinear, TensorCoreTwinWithinTheAdditionsRoundingsOfTheCpuEngine) {
     expect_within_cpu_roundings(48, 1024, 12, true, rng,
                                 [slices](const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool pc, int T, int out,
                                          int in, float* y) { small_m_mma_twin(w, a, sx, sw, pc, nullptr, T, out, in, slices, y); });
+}
+
+}  // namespace
+}  // namespace bestofn::cuda
+
+namespace bestofn::cuda {
+namespace {
+
+// A CPU model of the tensor-core kernel on hardware whose FP8 mma does not accumulate in F32 (Ada
+// and Hopper keep about 13-14 bits: DeepSeek-V3 report, sec. 3.3.2): each product's exact sum, C
+// included, cut toward zero to `bits` fraction bits. The kernel's own adds (chunk into slice, slice
+// into total) are F32. PerChunk is the kernel's order (each chunk's two products from a zeroed
+// fragment); PerSlice chains the whole slice through the C operand, as the kernel did before.
+enum class Chain { PerChunk, PerSlice };
+
+float truncated(double v, int bits) {
+  if (v == 0.0) return 0.0f;
+  int e = 0;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  const double quantum = std::ldexp(1.0, e - 1 - bits);
+  return static_cast<float>(std::trunc(v / quantum) * quantum);
+}
+
+// y (T, out): the raw sums (unit scales, no bias) as the modelled hardware would give them.
+std::vector<float> mma_on_truncating_hardware(const std::vector<std::uint8_t>& w, const std::vector<std::uint8_t>& a, int T, int out, int in,
+                                              int slices, Chain chain, int bits) {
+  std::vector<float> y(static_cast<std::size_t>(T) * static_cast<std::size_t>(out));
+  const int chunks = in / kMmaChunk;
+  for (int t = 0; t < T; ++t)
+    for (int o = 0; o < out; ++o) {
+      float total = 0.0f;
+      for (int s = 0; s < slices; ++s) {
+        float acc = 0.0f;
+        for (int c = s * chunks / slices; c < (s + 1) * chunks / slices; ++c) {
+          float frag = chain == Chain::PerChunk ? 0.0f : acc;
+          for (int half = 0; half < 2; ++half) {
+            double exact = frag;
+            for (int q = 0; q < 4; ++q)
+              for (int j = 8 * half; j < 8 * half + 8; ++j) {
+                const int k = c * kMmaChunk + 16 * q + j;
+                exact += static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) *
+                         fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]);
+              }
+            frag = truncated(exact, bits);
+          }
+          acc = chain == Chain::PerChunk ? acc + frag : frag;
+        }
+        total = total + acc;
+      }
+      y[static_cast<std::size_t>(t * out + o)] = total;
+    }
+  return y;
+}
+
+// The largest |model - twin| / sum_k |w a| over a layer, with unit scales.
+double worst_against_twin(const std::vector<std::uint8_t>& w, const std::vector<std::uint8_t>& a, int T, int out, int in, int slices,
+                          Chain chain) {
+  const std::vector<float> ones(static_cast<std::size_t>(std::max(T, out)), 1.0f);
+  std::vector<float> twin(static_cast<std::size_t>(T * out));
+  small_m_mma_twin(w.data(), a.data(), ones.data(), ones.data(), true, nullptr, T, out, in, slices, twin.data());
+  const std::vector<float> hw = mma_on_truncating_hardware(w, a, T, out, in, slices, chain, 13);
+  double worst = 0.0;
+  for (int t = 0; t < T; ++t)
+    for (int o = 0; o < out; ++o) {
+      double mag = 0.0;
+      for (int k = 0; k < in; ++k)
+        mag += std::fabs(static_cast<double>(fp8_e4m3_to_float(w[static_cast<std::size_t>(o * in + k)])) *
+                         fp8_e4m3_to_float(a[static_cast<std::size_t>(t * in + k)]));
+      const std::size_t i = static_cast<std::size_t>(t * out + o);
+      if (mag > 0) worst = std::max(worst, std::fabs(static_cast<double>(hw[i]) - twin[i]) / mag);
+    }
+  return worst;
+}
+
+// Random codes of both signs, or of one sign (a row aligned with its input, as the rows that make
+// a layer's largest outputs are: the running sum then grows with every product).
+std::vector<std::uint8_t> signed_codes(std::size_t n, std::mt19937& rng, bool positive) {
+  std::vector<std::uint8_t> c = codes(n, rng);
+  if (positive)
+    for (auto& v : c) v &= 0x7f;
+  return c;
+}
+
+// The contract's bound holds for products whose sums keep 13 fraction bits, truncated, on the
+// Llama-3.1-8B shapes' inputs (4096: q/k/v, o, gate/up and the lm_head; 14336: down) at the slice
+// counts the kernel picks there and at one, for inputs of both signs and of one sign.
+TEST(SmallMLinear, TensorCoreBoundHoldsWhenTheMmaTruncatesItsSums) {
+  std::mt19937 rng(41);
+  const int T = 9, out = 16;
+  for (const int in : {4096, 14336})
+    for (const bool positive : {false, true}) {
+      const auto w = signed_codes(static_cast<std::size_t>(out * in), rng, positive);
+      const auto a = signed_codes(static_cast<std::size_t>(T * in), rng, positive);
+      for (const int slices : {1, 2, 8}) {
+        const double worst = worst_against_twin(w, a, T, out, in, slices, Chain::PerChunk);
+        EXPECT_LE(worst, small_m_mma_bound(in, slices)) << "in " << in << ", " << slices << " slices, " << (positive ? "one sign" : "both signs");
+        EXPECT_GT(worst, 0.0) << "the model truncated nothing: it would not tell the orders apart";
+      }
+    }
+}
+
+// The order the kernel had before (a slice chained through the mma's C operand, 2 C / S products
+// in a row) breaks that bound under the same model: its error is a fraction of the running sum at
+// every product, growing with the chain, where the chunk's is a fraction of its own terms.
+TEST(SmallMLinear, SliceChainedMmaAccumulationBreaksTheBound) {
+  std::mt19937 rng(43);
+  const int T = 9, out = 16, in = 4096;
+  const auto w = signed_codes(static_cast<std::size_t>(out * in), rng, true);
+  const auto a = signed_codes(static_cast<std::size_t>(T * in), rng, true);
+  const double chained = worst_against_twin(w, a, T, out, in, 1, Chain::PerSlice);
+  const double chunked = worst_against_twin(w, a, T, out, in, 1, Chain::PerChunk);
+  EXPECT_GT(chained, small_m_mma_bound(in, 1));
+  EXPECT_GT(chained, 8 * chunked);
+  std::printf("[ model    ] in 4096, one slice, one sign: worst |hw - twin| / sum|w a| 2^%.1f slice-chained, 2^%.1f per chunk\n",
+              std::log2(chained), std::log2(chunked));
 }
 
 }  // namespace

@@ -133,6 +133,11 @@ int small_m_mma_slices(int out, int in, int sm_count) {
   return static_cast<int>(std::clamp<long long>(s, 1, std::min<long long>(kMmaMaxSlices, std::max(in / kMmaChunk, 1))));
 }
 
+double small_m_mma_bound(int in, int slices) {
+  const double chunks = in / kMmaChunk;
+  return 0x1p-12 + (2.0 * chunks + 2.0 * slices + 4.0) * 0x1p-24;
+}
+
 std::size_t small_m_mma_workspace_floats(int T, int out, int slices) {
   const auto t_pad = static_cast<std::size_t>((T + 7) / 8 * 8);
   return slices <= 1 ? 0 : static_cast<std::size_t>(slices) * t_pad * static_cast<std::size_t>(out);
@@ -149,16 +154,19 @@ void small_m_mma_twin(const std::uint8_t* w, const std::uint8_t* a, const float*
       float total = 0.0f;
       for (int s = 0; s < slices; ++s) {
         float acc = 0.0f;
-        for (int c = s * chunks / slices; c < (s + 1) * chunks / slices; ++c)
+        for (int c = s * chunks / slices; c < (s + 1) * chunks / slices; ++c) {
+          double chunk = 0.0;  // the zeroed fragment
           for (int half = 0; half < 2; ++half) {  // j = 0..7, then 8..15 of each 16-code group
-            double exact = 0.0;                   // 32 products of 8-bit significands: exact in double
+            double exact = chunk;                 // 32 products of 8-bit significands and C: exact in double
             for (int q = 0; q < 4; ++q)
               for (int j = 8 * half; j < 8 * half + 8; ++j) {
                 const std::size_t k = static_cast<std::size_t>(c * kMmaChunk + 16 * q + j);
                 exact += static_cast<double>(fp8_e4m3_to_float_finite(wo[k])) * fp8_e4m3_to_float_finite(at[k]);
               }
-            acc = static_cast<float>(static_cast<double>(acc) + exact);  // one rounding (acc + exact is exact in double here)
+            chunk = static_cast<float>(exact);  // the product's one rounding
           }
+          acc = acc + static_cast<float>(chunk);  // the chunk into the slice's sum: one F32 add
+        }
         total = total + acc;
       }
       float v = total * sx[t];

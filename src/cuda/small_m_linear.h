@@ -124,14 +124,25 @@ void small_m_prologue_twin(const float* x, const float* norm_w, int T, int in, f
 //
 // The contract. Per (row o, token t): the k range of slice s is chunks [s C / S, (s + 1) C / S) of
 // 64 (C = in / 64); chunk c is two tensor-core products of 32 codes each: k = 64 c + 16 q + j for
-// q = 0..3 and j = 0..7 (the first), j = 8..15 (the second); each adds its 32 exact products to the
-// F32 accumulator. The slices' sums are added in slice order from 0, then the scales and the bias
-// as small_m_linear's. What the tensor core does inside one product (the order and the precision of
-// its 32-term sum) is NVIDIA's: the twin takes the exact sum rounded once, and the bound below
-// allows 2^-13 of the product's |terms| on top (Hopper's FP8 accumulation keeps about 14 bits,
-// DeepSeek-V3 report sec. 3.3.2): |kernel - twin| <= (2^-13 + 2 (2C + S) u) sum_k |w a| scales
-// (2C + S roundings of partial sums bounded by sum_k |w a|, each up to an ulp apart), u = 2^-24.
-// tests/test_gpu_ops.cpp measures both: the fraction of values bit for bit, and the bound.
+// q = 0..3 and j = 0..7 (the first), j = 8..15 (the second). The first product starts from a zeroed
+// fragment, the second accumulates onto the first's result, and the chunk's value is then added to
+// the slice's F32 sum, one rounded add (from 0, in chunk order). The slices' sums are added in slice
+// order from 0, then the scales and the bias as small_m_linear's.
+//
+// What the tensor core does inside one product (the order and the precision of its 33-term sum,
+// C included) is NVIDIA's, and it is not an F32 sum: on Ada and Hopper the FP8 mma keeps about 13-14
+// bits of the accumulation and truncates the rest (DeepSeek-V3 report, sec. 3.3.2). Hence the chunk:
+// a slice chained through the C operand (up to 64 products in a row at in = 4096) loses a fraction
+// of the running sum at every product, an error that grows with the chain; from a zeroed fragment
+// each chunk's error is a fraction of its own terms. The twin takes each product's exact sum
+// (C included) rounded once to F32. The bound, for products whose sum keeps 13 fraction bits,
+// truncated: per chunk, |error| <= 2^-13 (|S1| + |p1 + S2|) <= 2^-12 sum of the chunk's |w a| (S1,
+// S2 the two products' exact sums, p1 the first's result); the twin's product roundings within u
+// = 2^-24 of their chunk's terms (2 u sum_k |w a| in all), and the C + S F32 adds of each within u
+// of a partial sum bounded by sum_k |w a| (1 + 2^-12):
+// |kernel - twin| <= (2^-12 + (2C + 2S + 4) u) sum_k |w a| scales (+ the final scale and bias
+// roundings). tests/test_small_m_linear.cpp checks the bound on a CPU model of that truncation
+// (and that the slice-chained order breaks it); tests/test_gpu_ops.cpp measures the hardware.
 constexpr int kMmaMinRows = kSmallMMaxRows + 1;
 constexpr int kMmaMaxRows = 64;
 constexpr int kMmaRowsPerWarp = 16;
@@ -141,13 +152,17 @@ constexpr int kMmaMaxSlices = 8;
 // Whether the tensor-core kernel takes T rows of out x in: 9 <= T <= 64, out a multiple of 16, in
 // a multiple of 64.
 bool small_m_mma_fits(int T, int out, int in);
+// The contract's bound on |kernel - twin| as a fraction of sum_k |w a| (before the scales), for in
+// codes in `slices` slices: 2^-12 + (2C + 2S + 4) u, C = in / 64.
+double small_m_mma_bound(int in, int slices);
 // Slices of the k range per 16-row group: about 16 warps per SM in all, at most kMmaMaxSlices and
 // at most the chunks.
 int small_m_mma_slices(int out, int in, int sm_count);
 // Workspace floats for the slices' partial sums (T_pad = T rounded up to 8), and counters (out / 16 ints, all 0).
 std::size_t small_m_mma_workspace_floats(int T, int out, int slices);
 
-// The host twin of the contract's structure, each tensor-core product its exact sum rounded once.
+// The host twin of the contract's structure, each tensor-core product its exact sum (C included)
+// rounded once to F32.
 void small_m_mma_twin(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                       const float* bias, int T, int out, int in, int slices, float* y, bool accumulate = false);
 
