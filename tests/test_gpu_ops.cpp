@@ -589,7 +589,8 @@ const OpRow kRows[] = {
     {"linear_fp8_small_m_cuda", "cuda::small_m_linear_twin (within 2 gamma_K sum |w a| of cpu::linear: test_small_m_linear)",
      "bit for bit: the same exact products added in the stated order, the scales and bias rounded apart", linear_fp8_small_m},
     {"linear_fp8_mma_cuda", "cuda::small_m_mma_twin (each product's exact sum rounded once)",
-     "(2^-13 + 2 (2C + S) u) sum |w a| scaled: the tensor core's 32-term sums are NVIDIA's; the fraction bit for bit is printed",
+     "small_m_mma_bound: (2^-12 + (2C + 2S + 4) u) sum |w a| scaled, each chunk's truncated mma sums 2^-12 of its terms; the fraction bit "
+     "for bit and the worst ratio are printed",
      linear_fp8_mma},
     {"linear_fp8_small_m_fused_cuda", "small_m_prologue_twin then small_m_linear_twin; with rope, the unfused kernels on the device",
      "bit for bit: the row kernels' codes, the same product, rope_kv_write_cuda's arithmetic", linear_fp8_small_m_fused},

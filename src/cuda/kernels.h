@@ -72,8 +72,8 @@ void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream);
 // per 16 rows (small_m_mma_slices), their sums added in slice order by the last to finish; the
 // scales, the bias and (accumulate) the residual add as linear_fp8_small_m_cuda's. slices > 1:
 // partial (small_m_mma_workspace_floats) and counters (out / 16 ints, 0; left 0). Contract and
-// twin: small_m_mma_twin (src/cuda/small_m_linear.h: each tensor-core product within 2^-13 of its
-// terms). Throws for a shape small_m_mma_fits refuses, bad slices, w / a unaligned, or a device
+// twin: small_m_mma_twin (src/cuda/small_m_linear.h: each 64-code chunk's products from a zeroed
+// fragment, then one F32 add; small_m_mma_bound). Throws for a shape small_m_mma_fits refuses, bad slices, w / a unaligned, or a device
 // below compute capability 8.9.
 void linear_fp8_mma_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                          const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate, int slices,
