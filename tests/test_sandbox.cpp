@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "bestofn/verifier/sandbox.h"
 #include "test_util.h"
@@ -146,6 +147,23 @@ TEST(Sandbox, UnboundedOutputIsCappedAndContained) {
   EXPECT_LE(v.out.size(), SandboxLimits{}.output_bytes);
   const Verdict e = box().run("import sys\nfor _ in range(100000):\n    sys.stderr.write('y' * 1000)\nraise ValueError('end')\n");
   EXPECT_EQ(e.result, "failed: ValueError: end");
+}
+
+// The cap holds for what a results row stores: 64 KB of \x01 (each six bytes as JSON, \u0001) on
+// stderr as the last line, which becomes the result, and on stdout, keep at most the cap once
+// escaped (it was ~6x before), their ends kept.
+TEST(Sandbox, OutputIsCappedAsStoredNotBeforeEscaping) {
+  const std::size_t cap = SandboxLimits{}.output_bytes;
+  const Verdict v = box().run("import sys, os\nos.write(1, b'\\x01' * 65536 + b'out-end')\nos.write(2, b'\\x01' * 65536 + b'err-end')\nsys.exit(3)\n");
+  EXPECT_EQ(v.status, Verdict::Status::Failed);
+  for (const std::string* text : {&v.out, &v.err, &v.result}) {
+    const std::string stored = nlohmann::json(*text).dump();
+    EXPECT_LE(stored.size(), cap + 2) << stored.substr(0, 40);  // + the quotes
+    EXPECT_GT(stored.size(), cap - 16) << "the cap kept less than it may";
+  }
+  EXPECT_EQ(v.out.substr(v.out.size() - 7), "out-end");
+  EXPECT_EQ(v.err.substr(v.err.size() - 7), "err-end");
+  EXPECT_EQ(v.result.rfind("failed: \x01", 0), 0u) << v.result.substr(0, 20);
 }
 
 TEST(Sandbox, MemoryHogFailsInsteadOfTakingTheMachine) {

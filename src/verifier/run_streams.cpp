@@ -2,6 +2,8 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include "bestofn/util/utf8.h"
 
 namespace bestofn::sandbox_run {
@@ -18,6 +20,28 @@ std::string last_line(const std::string& s) {
   if (end == std::string::npos) return "";
   std::size_t begin = s.find_last_of('\n', end);
   return s.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin == std::string::npos ? 0 : begin + 1));
+}
+
+// Bytes a character takes in a JSON string as the results files store it (nlohmann::json's dump:
+// control characters other than \b \f \n \r \t as \u00XX, '"' and '\\' escaped, the rest as is).
+std::size_t json_size(unsigned char c) {
+  if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') return 2;
+  return c < 0x20 ? 6 : 1;
+}
+
+// Keeps the longest tail of valid UTF-8 `s` whose JSON encoding fits in `cap` bytes, cut at a
+// character's start: the documented cap holds for what is stored, not only before escaping (64 KB of
+// \x01 would otherwise store six times as much).
+void keep_json_tail(std::string& s, std::size_t cap) {
+  std::size_t size = 0, begin = s.size();
+  while (begin > 0) {
+    const std::size_t c = json_size(static_cast<unsigned char>(s[begin - 1]));
+    if (size + c > cap) break;
+    size += c;
+    --begin;
+  }
+  while (begin < s.size() && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) ++begin;  // not mid-character
+  s.erase(0, begin);
 }
 
 }  // namespace
@@ -56,6 +80,8 @@ Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& chan
   // becomes U+FFFD.
   v.out = utf8::lossy(out_s);
   v.err = utf8::lossy(err_s);
+  keep_json_tail(v.out, output_bytes);
+  keep_json_tail(v.err, output_bytes);
   const Channel::Proof proof = channel.proof(token);
   if (!status_s.empty()) {
     v.status = Verdict::Status::SandboxError;
@@ -75,7 +101,9 @@ Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& chan
     if (why.empty())
       why = WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
                             : "exited (status " + std::to_string(WEXITSTATUS(st)) + ") before the tests finished";
-    v.result = "failed: " + why;
+    const std::string failed = "failed: ";
+    keep_json_tail(why, output_bytes - std::min(output_bytes, failed.size()));
+    v.result = failed + why;
   }
   return v;
 }
