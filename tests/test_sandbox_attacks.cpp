@@ -231,12 +231,14 @@ TEST(SandboxAttacks, AHostUnixSocketGetsNothing) {
       "            raise AssertionError('socket(AF_UNIX) was allowed')\n"
       "        except PermissionError:\n"
       "            pass\n"
-      // A socket pair's datagram end could name a path in sendto(): datagram pairs are refused.
-      "    try:\n"
-      "        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-      "        raise AssertionError('a datagram socket pair was allowed')\n"
-      "    except PermissionError:\n"
-      "        pass\n"
+      // A socket pair's datagram end could name a path in sendto(): every pair but stream is
+      // refused (SOCK_RAW on a unix socket is a datagram socket; seqpacket has no use here).
+      "    for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_SEQPACKET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC):\n"
+      "        try:\n"
+      "            a, b = socket.socketpair(socket.AF_UNIX, kind)\n"
+      "            raise AssertionError('a socket pair of type %d was allowed' % kind)\n"
+      "        except PermissionError:\n"
+      "            pass\n"
       // Ordinary programs keep socket pairs (multiprocessing's duplex pipes, asyncio's wake-up).
       "a, b = socket.socketpair()\n"
       "a.sendall(b'ok')\n"

@@ -13,9 +13,10 @@
 //    host socket file, should one ever be reachable (the minimal root holds none: this is the
 //    second wall); no AF_VSOCK, which network namespaces do not isolate (a VM's host at CID 2);
 //    no packet, netlink or crypto sockets;
-//  - datagram socket pairs (EPERM): a datagram end can name a path in sendto()/sendmsg(), the one
-//    way a socket pair reaches a socket file. Stream and seqpacket pairs stay: Python's
-//    multiprocessing pipes and asyncio's wake-up use them (and they refuse addresses);
+//  - socket pairs of any type but stream (EPERM): a datagram end (SOCK_DGRAM, and SOCK_RAW, which
+//    unix sockets treat as datagram) can name a path in sendto()/sendmsg(), the one way a socket
+//    pair reaches a socket file. Stream pairs stay: Python's multiprocessing duplex pipes and
+//    asyncio's wake-up use them (and they refuse addresses);
 //  - io_uring (ENOSYS): its operations create and connect sockets without the system calls this
 //    filter sees;
 //  - every other system call ABI (i386 int 0x80, x32: ENOSYS), whose numbers the filter would
@@ -85,11 +86,11 @@ inline int install() {
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BESTOFN_ALLOW,
-      // socketpair(domain, type, ...): no datagram pair (the type less its SOCK_* flag bits).
+      // socketpair(domain, type, ...): stream pairs only (the type less its SOCK_* flag bits).
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 5),
       BESTOFN_ARG(1),
       BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_DGRAM, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BESTOFN_ALLOW,
       BESTOFN_ALLOW,  // every other call
