@@ -14,12 +14,17 @@ Runner add_bench(CLI::App& app, const std::string& command) {
   sub->footer(
       "For each N: prefill one random prompt of --prompt-len tokens, add N candidates on it, then\n"
       "time --steps decode steps (after 2 warm-up steps). Reports ms per step, tok/s, prefill ms,\n"
-      "the weight + KV bytes one step reads and the GB/s that achieves. Without --device-sampling,\n"
-      "also the host's sampling per step (every row drawn at T = 1 after the step, as generate does:\n"
+      "the weight + KV bytes one step reads and the GB/s that achieves. Where the engine does not\n"
+      "sample on the device (the CPU; a CUDA path without --device-sampling), also the host's\n"
+      "sampling per step (every row drawn at T = 1 after the step, as generate does:\n"
       "host_sample_ms_per_step, apart from ms_per_step) and the tok/s counting it.\n"
+      "On CUDA each N runs --cuda-path's path (auto: the defaults' choice for N candidates on one\n"
+      "prompt, so N = 1 and N = 64 may run different paths); each line names it (cuda_path, with\n"
+      "any switch added, and cuda_path_why).\n"
       "Examples:\n"
       "  bestofn bench --synthetic bench-100m --device cpu --n 1,2,4,8,16,32 --prompt-len 256 --json\n"
-      "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json");
+      "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 1,64 --json\n"
+      "  bestofn bench --model ~/models/Llama-3.1-8B-FP8 --device cuda --n 64 --cuda-path reference --fused-qkv --json");
   auto* m = sub->add_option("--model", o->model, "Model directory")->check(non_empty());
   auto* s = sub->add_option("--synthetic", o->synthetic, "Synthetic preset to make for the run: tiny, llama-3.1-8b, bench-100m, or the path of a config.json")
                 ->check(synthetic_shape());
@@ -39,33 +44,10 @@ Runner add_bench(CLI::App& app, const std::string& command) {
                   "Time steps of K + 1 positions per candidate (K drafts verified, then rolled back): the cost side of generate --speculate")
       ->check(CLI::Range(0, 64))
       ->default_str("0");
-  sub->add_flag("--cuda-prefix-gemm", o->engine.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs");
-  sub->add_flag("--fused-qkv", o->engine.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs");
-  sub->add_flag("--gemm-autotune", o->engine.gemm_autotune, "CUDA: GEMM algorithms timed at first use and cached on disk");
-  sub->add_flag("--paged-kv", o->engine.paged_kv, "CUDA: suffix KV in blocks from a pool (half the free device memory)");
-  sub->add_flag("--device-sampling", o->engine.device_sampling, "CUDA: sample on the device (T = 1), only the ids come back");
-  sub->add_flag("--split-attention", o->engine.split_attention, "CUDA: tiled decode attention per KV head, positions split over blocks when few candidates");
-  sub->add_flag("--cuda-graphs", o->engine.cuda_graphs, "CUDA: each decode step as a CUDA graph, captured once per batch shape");
-  sub->add_flag("--cascade-attention", o->engine.cascade_attention, "CUDA: all prompts' shared-prefix attention in one tensor-core launch per layer; with --paged-kv (BF16 KV) the suffixes in one paged-decode launch");
-  sub->add_flag("--small-m-linear", o->engine.small_m_linear,
-                "CUDA: FP8 linear layers of 1-8 rows as one weight-streaming kernel; with --fused-qkv on an FP8 model, a layer in six "
-                "launches (norms, quantizations, RoPE and the residual adds inside them)");
-  sub->add_flag("--small-m-split", o->engine.small_m_split,
-                "CUDA, with --small-m-linear: the norms, quantizations and RoPE as their own launches (to measure the fused layer against)");
-  sub->add_option("--small-m-blocks-per-sm", o->engine.small_m_blocks_per_sm,
-                  "CUDA, with --small-m-linear: blocks per SM of the kernels that make their own activation codes (0: 2)")
-      ->check(CLI::Range(0, 32))
-      ->default_str("0");
-  sub->add_flag("--small-m-pdl", o->engine.small_m_pdl,
-                "CUDA, with --small-m-linear: its kernels as programmatic dependent launches, each prefetching its first weights "
-                "into L2 while the kernel before it finishes (to measure against)");
+  add_cuda_flags(sub, o->engine.cuda, "cpu");
   add_kv_cache_flag(sub, o->engine.kv_cache);
-  refuse_cuda_flags_on_cpu(sub, "cpu");
   sub->callback([sub] {
     if (sub->count("--model") + sub->count("--synthetic") != 1) throw CLI::ValidationError("give one of --model DIR or --synthetic SHAPE");
-    for (const char* flag : {"--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
-      if (sub->count(flag) && !sub->count("--small-m-linear"))
-        throw CLI::ValidationError(flag, "changes --small-m-linear's path: add --small-m-linear");
   });
   return [o, command] { return run_bench(*o, command); };
 }

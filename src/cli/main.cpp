@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "bestofn/backends/backends.h"
+#include "bestofn/engine/cuda_paths.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/parallel.h"
 #include "bestofn/util/temp_paths.h"
@@ -19,14 +20,18 @@
 
 namespace {
 
+// The version, the CUDA backend and its devices, and (a second line) the device run that
+// --cuda-path auto's defaults come from.
 std::string version_string() {
   const auto info = bestofn::backend_info();
   std::string s = "bestofn " BESTOFN_VERSION " (commit " BESTOFN_COMMIT "), CUDA backend: ";
-  if (!info.cuda_built) return s + "not built";
-  if (info.cuda_devices.empty()) return s + "built, no device (" + info.cuda_error + ")";
-  s += "built, devices:";
-  for (const auto& d : info.cuda_devices) s += " [" + d + "]";
-  return s;
+  if (!info.cuda_built) s += "not built";
+  else if (info.cuda_devices.empty()) s += "built, no device (" + info.cuda_error + ")";
+  else {
+    s += "built, devices:";
+    for (const auto& d : info.cuda_devices) s += " [" + d + "]";
+  }
+  return s + "\nCUDA defaults: " + bestofn::cuda_defaults_source() + " (--cuda-path auto; docs/gpu.md)";
 }
 
 // Errors are printed on exactly one line.

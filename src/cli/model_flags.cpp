@@ -1,5 +1,8 @@
 #include "cli/model_flags.h"
 
+#include <vector>
+
+#include "bestofn/engine/cuda_paths.h"
 #include "bestofn/generate/shard.h"
 #include "cli/validators.h"
 
@@ -48,40 +51,67 @@ void add_model_flags(CLI::App* sub, ModelOptions& f) {
                   "--speculate 0, token for token (CUDA: docs/commands.md) (0: off)")
       ->check(CLI::Range(0, 64))
       ->default_str("0");
-  sub->add_flag("--cuda-prefix-gemm", f.cuda_prefix_gemm, "CUDA: shared-prefix attention as batched GEMMs (Hydragen), for prompts with 2+ candidates in a step");
-  sub->add_flag("--fused-qkv", f.fused_qkv, "CUDA: fused q/k/v and gate/up GEMMs; on FP8 also RMSNorm and SwiGLU fused with the activation quantization");
-  sub->add_flag("--gemm-autotune", f.gemm_autotune,
-                "CUDA: time GEMM algorithms at first use, cached in ~/.cache/bestofn/gemm_algos.json");
-  sub->add_flag("--paged-kv", f.paged_kv, "CUDA: suffix KV in 16-token blocks, candidates admitted by free blocks");
-  sub->add_option("--kv-blocks", f.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")
-      ->check(CLI::Range(0, 1 << 30))
-      ->needs("--paged-kv");
-  sub->add_flag("--device-sampling", f.device_sampling, "CUDA: sample on the device, only the sampled ids come back; the host checks stop strings during the next step");
-  sub->add_flag("--split-attention", f.split_attention,
-                "CUDA: tiled decode attention per KV head, each candidate's positions split over blocks when few candidates");
-  sub->add_flag("--cuda-graphs", f.cuda_graphs, "CUDA: capture each decode step into a CUDA graph per batch shape, then replay it");
-  sub->add_flag("--cascade-attention", f.cascade_attention,
-                "CUDA: every prompt's shared-prefix attention in one tensor-core launch per layer (FlashInfer; head_dim 128); "
-                "with --paged-kv and BF16 KV the candidates' suffixes in one paged-decode launch (FlashInfer; 4 query heads per KV "
-                "head), else by a per-candidate kernel");
-  sub->add_flag("--small-m-linear", f.small_m_linear,
-                "CUDA: FP8 linear layers of steps with 1-8 rows as one weight-streaming kernel with the scales fused (in place of "
-                "cuBLASLt's GEMM and the scale kernel); with --fused-qkv on an FP8 model, a layer in six launches (the norms, "
-                "quantizations, RoPE and residual adds inside them). Not yet timed on a GPU");
+  add_cuda_flags(sub, f.cuda, "auto");
   add_kv_cache_flag(sub, f.kv_cache);
-  refuse_cuda_flags_on_cpu(sub, "auto");
 }
 
-void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device) {
-  sub->parse_complete_callback([sub, default_device] {
-    const CLI::Option* device = sub->get_option("--device");
-    if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
-    for (const char* flag : {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--kv-blocks", "--device-sampling",
-                             "--split-attention", "--cuda-graphs", "--cascade-attention", "--small-m-linear",
-                             "--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
-      if (sub->get_option_no_throw(flag) && sub->count(flag))
-        throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
+namespace {
+// The paths (besides auto) whose options have `feature`: "prefix-gemm or cascade".
+std::string paths_with(bool CudaOptions::*feature) {
+  std::vector<std::string> names;
+  for (const CudaPath& p : cuda_paths())
+    if (p.options.*feature) names.emplace_back(p.name);
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+// Whether `feature` is on: its switch given, or the path named has it.
+bool feature_on(const CudaFlags& f, bool CudaOptions::*feature) {
+  const CudaPath* path = find_cuda_path(f.path);
+  return f.added.*feature || (path && path->options.*feature);
+}
+}  // namespace
+
+void add_cuda_flags(CLI::App* sub, CudaFlags& f, const std::string& default_device) {
+  std::vector<std::string> names = {"auto"};
+  std::string paths;
+  for (const CudaPath& p : cuda_paths()) {
+    names.emplace_back(p.name);
+    paths += "; " + std::string(p.name) + ": " + std::string(p.description);
+  }
+  sub->add_option("--cuda-path", f.path,
+                  "CUDA engine path: auto (the fastest path that passed its tests on the device run the defaults come from, "
+                  "`bestofn --version`, chosen for this run's candidates per prompt, prompts, device and weights; else reference)" +
+                      paths + ". The switches below add their feature to it (docs/gpu.md)")
+      ->check(CLI::IsMember(names))
+      ->default_str("auto");
+  for (const CudaSwitch& s : cuda_switches()) sub->add_flag(std::string(s.flag), f.added.*s.feature, std::string(s.help));
+  sub->add_option("--kv-blocks", f.added.kv_blocks, "CUDA --paged-kv: blocks in the pool (0: half the free device memory)")
+      ->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--small-m-blocks-per-sm", f.added.small_m_blocks_per_sm,
+                  "CUDA, with --small-m-linear: blocks per SM of the kernels that make their own activation codes (0: 2)")
+      ->check(CLI::Range(0, 32))
+      ->default_str("0");
+  sub->parse_complete_callback([sub, &f, default_device] {
+    refuse_cuda_flags_on_cpu(sub, default_device);
+    if (sub->count("--kv-blocks") && !feature_on(f, &CudaOptions::paged_kv))
+      throw CLI::ValidationError("--kv-blocks", "sizes --paged-kv's block pool: add --paged-kv (or --cuda-path " +
+                                                    paths_with(&CudaOptions::paged_kv) + ", which page the KV)");
+    for (const char* knob : {"--small-m-split", "--small-m-blocks-per-sm", "--small-m-pdl"})
+      if (sub->count(knob) && !feature_on(f, &CudaOptions::small_m_linear))
+        throw CLI::ValidationError(knob, "changes --small-m-linear's path: add --small-m-linear (or --cuda-path " +
+                                             paths_with(&CudaOptions::small_m_linear) + ")");
   });
+}
+
+void refuse_cuda_flags_on_cpu(const CLI::App* sub, const std::string& default_device) {
+  const CLI::Option* device = sub->get_option("--device");
+  if ((device->count() ? device->as<std::string>() : default_device) != "cpu") return;
+  std::vector<std::string> flags = {"--cuda-path", "--kv-blocks", "--small-m-blocks-per-sm"};
+  for (const CudaSwitch& s : cuda_switches()) flags.emplace_back(s.flag);
+  for (const std::string& flag : flags)
+    if (sub->count(flag)) throw CLI::ValidationError(flag, "selects a path of the CUDA engine, and --device is cpu");
 }
 
 void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_help) {

@@ -15,13 +15,19 @@ void add_chat_template_flags(CLI::App* sub, CLI::Option* chat, std::string& form
 // --kv-cache auto|f32|bf16|fp8 into `value` (checked by CLI11); kv_cache_kind reads it.
 void add_kv_cache_flag(CLI::App* sub, std::string& value);
 
-// --model --tokenizer --quantize --device --threads --batch --prefill-tokens --speculate --cuda-prefix-gemm --fused-qkv
-// --gemm-autotune --paged-kv --kv-blocks --device-sampling --split-attention --cuda-graphs --cascade-attention --kv-cache
+// --model --tokenizer --quantize --quantize-lm-head --device --threads --batch --prefill-tokens
+// --speculate, the CUDA flags (add_cuda_flags, --device's default auto) and --kv-cache.
 void add_model_flags(CLI::App* sub, ModelOptions& f);
-// The CUDA engine's flags (--cuda-prefix-gemm ... --cuda-graphs, --kv-blocks) with --device cpu
-// (given, or `default_device` when not) change nothing: a usage error, checked when sub's flags
-// are parsed (its parse-complete callback, which sub must not set otherwise).
-void refuse_cuda_flags_on_cpu(CLI::App* sub, const std::string& default_device);
+// The CUDA flags of generate, eval and bench, declared once: --cuda-path (auto or a path of
+// cuda_paths()), every switch of cuda_switches() with its help, --kv-blocks and
+// --small-m-blocks-per-sm, into f. Checked when sub's flags are parsed (its parse-complete
+// callback, which sub must not set otherwise): refuse_cuda_flags_on_cpu; --kv-blocks needs paged
+// KV (--paged-kv, or a path that pages), the small-m knobs --small-m-linear (or --cuda-path
+// small-m): each a usage error rather than a silent no-op. default_device: --device's default.
+void add_cuda_flags(CLI::App* sub, CudaFlags& f, const std::string& default_device);
+// Any CUDA flag (--cuda-path too, even auto) with --device cpu (given, or `default_device` when
+// not) changes nothing: throws CLI::ValidationError naming it.
+void refuse_cuda_flags_on_cpu(const CLI::App* sub, const std::string& default_device);
 // --max-new-tokens --temperature --top-p --top-k --min-p --seed --stop --chat --chat-format --system
 // (the --max-new-tokens default shown is f.max_new_tokens as given)
 void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_help);

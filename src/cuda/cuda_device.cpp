@@ -8,6 +8,7 @@
 #include "bestofn/util/error.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
 #include "quantize_fp8.cuh"
 
 namespace bestofn::cuda {
@@ -61,6 +62,18 @@ std::vector<std::string> list_devices(std::string* error) {
   }
   return names;
 }
+
+int device_capability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // cleared, as list_devices does
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+bool cascade_built() { return cascade_attention_built(); }
 
 void quantize_fp8_rows_host(const float* x, std::size_t rows, std::size_t cols, std::uint8_t* q, float* scales) {
   const std::size_t n = checked_count(rows, cols);

@@ -312,7 +312,10 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   const std::vector<int> devices = choose_devices(o.m.device, o.devices);
   if (!devices.empty()) o.m.device_index = devices.front();
   LoadedModel model = load_model_options(o.m);
-  const std::vector<std::unique_ptr<Engine>> more = more_engines(model.weights, devices);
+  std::vector<int> candidates;
+  for (const std::vector<int>& s : share) candidates.push_back(static_cast<int>(s.size()));
+  start_engine(model, o.m, cuda_shape(candidates, 0, o.m, static_cast<int>(std::max<std::size_t>(devices.size(), 1))));
+  const std::vector<std::unique_ptr<Engine>> more = more_engines(model.weights, devices, started_options(o.m, *model.engine));
   std::vector<Engine*> engines{model.engine.get()};
   for (const auto& e : more) engines.push_back(e.get());
   GenerationOptions go = generation_options(o.m, model);

@@ -222,12 +222,18 @@ class Progress {
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
-  const LoadedModel model = load_model_options(o.m);
+  LoadedModel model = load_model_options(o.m);
   std::vector<PromptSpec> specs = o.prompts.empty() ? std::vector<PromptSpec>{{json(0), o.prompt, {}, o.n, "", ""}} : read_prompts(o.prompts, o.n);
   if (o.verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
     throw Error(input_name(o.prompts), "--verify: no prompt row has \"test\" and \"entry_point\"");
   const bool select = o.verify || !o.select.empty();  // rows wait for the verdicts and the ranking
   const std::vector<GenerationRequest> reqs = generation_requests(o, model, specs);
+  // The engine, once the run's shape is known (the CUDA path may depend on it).
+  std::vector<int> candidates;
+  int longest = 0;
+  for (const GenerationRequest& r : reqs)
+    candidates.push_back(static_cast<int>(candidate_count(r))), longest = std::max(longest, static_cast<int>(r.prompt_ids.size()));
+  start_engine(model, o.m, cuda_shape(candidates, longest, o.m));
   const GenerationOptions go = generation_options(o.m, model);
 
   const std::string out_path = o.out == "-" ? "" : o.out;  // "-": stdout, never a file named "-"

@@ -165,8 +165,12 @@ struct Measurement {
   Engine::AheadStats ahead;  // the run's steps (warm-up, timed, profiled), as the engine prepared them
 };
 
+// Whether the engine samples on the device (its CUDA path has --device-sampling).
+bool samples_on_device(const EngineDescription& d) { return d.cuda && d.cuda->device_sampling; }
+
 Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescription& described, const std::vector<int>& prompt, int n) {
   const ModelConfig& c = engine.config();
+  const bool device_sampling = samples_on_device(described);
   const std::size_t V = static_cast<std::size_t>(c.vocab_size);
   Measurement m;
   // Measured for the CPU engine only, whose threads hand work to each other through caches.
@@ -196,7 +200,7 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
       for (std::size_t i = 0; i < run_tokens.size(); ++i) run_tokens[i] = (tokens[i / static_cast<std::size_t>(run)] + static_cast<int>(i)) % c.vocab_size;
       engine.decode_runs(slots, counts, run_tokens, logits);
       for (int slot : slots) engine.truncate_slot(slot, engine.slot_length(slot) - o.engine.speculate);
-    } else if (o.engine.device_sampling && engine.decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
+    } else if (device_sampling && engine.decode_sample(slots, tokens, SamplingParams{}, draw_prompt, draw_candidate, draw_step, samples))
       for (auto& d : draw_step) ++d;
     else
       engine.decode(slots, tokens, logits);
@@ -219,7 +223,7 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
     t0 = Clock::now();
     one_step();
     if (step >= 2) timed += ms_since(t0);
-    if (!o.engine.device_sampling) {
+    if (!device_sampling) {
       t0 = Clock::now();
       host_sample(step);
       if (step >= 2) sampling += ms_since(t0);
@@ -273,7 +277,7 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   const double flops = 2.0 * static_cast<double>(linear_params(c)) * n * (1 + o.engine.speculate) +
                        4.0 * c.n_layers * c.n_heads * static_cast<double>(c.head_dim) * ctx * n;
   row["tflop_per_s"] = flops / ms / 1e9;
-  if (!o.engine.device_sampling) {
+  if (!samples_on_device(described)) {
     row["host_sample_ms_per_step"] = m.sample_ms;
     row["tok_per_s_with_host_sampling"] = n * 1000.0 / (ms + m.sample_ms);
   }
@@ -281,6 +285,10 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
     row["ceilings"] = {{"copy_gbps", ceilings.copy_gbps}, {"gemm_tflops", ceilings.gemm_tflops}, {"gemm", ceilings.gemm}};
     row["gb_per_s_frac_of_copy"] = bytes / ms / 1e6 / ceilings.copy_gbps;
     row["tflop_per_s_frac_of_gemm"] = flops / ms / 1e9 / ceilings.gemm_tflops;
+  }
+  if (const auto& p = described.cuda) {  // the path (cuda_paths.h) with any switch added, and why it ran
+    row["cuda_path"] = p->path.empty() ? "custom" : p->path;
+    row["cuda_path_why"] = p->why;
   }
   if (const auto& p = described.cuda)
     row["paths"] = {{"cuda_prefix_gemm", p->prefix_gemm}, {"fused_qkv", p->fused_qkv}, {"gemm_autotune", p->gemm_autotune},
@@ -291,7 +299,7 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   if (described.cuda)  // how the host prepared the steps: from the speculation made during the last one, or in full
     row["step_ahead"] = {{"patched_in_place", m.ahead.in_place}, {"patched_copied", m.ahead.copied}, {"full_plans", m.ahead.full},
                          {"cascade_plans_ahead", m.ahead.cascade_ahead}, {"cascade_plans_full", m.ahead.cascade_planned}};
-  if (o.engine.cuda_graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
+  if (described.cuda && described.cuda->graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
     row["graph_replays"] = m.graph_replays;
     const Engine::GraphStats g = engine.graph_stats();
     row["graph_nodes"] = g.last_nodes;  // the launches of a step of this N, counted by CUDA
@@ -313,14 +321,24 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
   return row;
 }
 
-// A line of the table (without --json): the row's numbers, and the split where the engine made one.
+// A line of the table (without --json): the row's numbers, the split where the engine made one,
+// and on CUDA the path.
 void print_row(const json& row, int n, const Measurement& m) {
   const double ms = m.ms, bytes = row["bytes_per_step"].get<double>();
+  const std::string path = row.contains("cuda_path") ? " " + row["cuda_path"].get<std::string>() : "";
   if (m.split.steps > 0)
-    std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f\n", n, ms, n * 1000.0 / ms, m.prefill_ms, bytes / 1e6,
-                bytes / ms / 1e6, m.split.attention_ms / m.split.steps, m.split.gemm_ms / m.split.steps);
+    std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f %10.3f %10.3f%s\n", n, ms, n * 1000.0 / ms, m.prefill_ms, bytes / 1e6,
+                bytes / ms / 1e6, m.split.attention_ms / m.split.steps, m.split.gemm_ms / m.split.steps, path.c_str());
   else
-    std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f\n", n, ms, n * 1000.0 / ms, m.prefill_ms, bytes / 1e6, bytes / ms / 1e6);
+    std::printf("%6d %12.3f %12.1f %12.1f %12.1f %10.2f%s\n", n, ms, n * 1000.0 / ms, m.prefill_ms, bytes / 1e6, bytes / ms / 1e6,
+                path.c_str());
+}
+
+// bench's run as the CUDA defaults see it: n candidates on one prompt of --prompt-len tokens.
+CudaShape bench_shape(const BenchOptions& o, int n) {
+  CudaShape s;
+  s.candidates_per_prompt = n, s.longest_prompt = o.prompt_len, s.speculate = o.engine.speculate;
+  return s;
 }
 
 }  // namespace
@@ -341,15 +359,24 @@ int run_bench(const BenchOptions& o, const std::string& command) {
   auto w = std::make_shared<const Weights>(load_model(dir, lo));
   const ModelConfig& c = w->config;
   check_positions(o, c);
-  auto engine = make_engine(w, o.device, engine_options(o.engine));
-  const EngineDescription described = engine->describe();
+  // On CUDA each N runs the path --cuda-path gives it (auto: the defaults' choice for N candidates
+  // on one prompt): an engine per path, made when the path changes.
+  const EngineOptions eo = engine_options(o.engine);
+  auto engine = make_engine(w, o.device, eo, o.engine.cuda, bench_shape(o, ns.front()));
+  EngineDescription described = engine->describe();
   const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
   std::mt19937 rng(1234);
   std::vector<int> prompt(static_cast<std::size_t>(o.prompt_len));
   for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));
   if (!o.json)
-    std::printf("%6s %12s %12s %12s %12s %10s %10s %10s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms");
+    std::printf("%6s %12s %12s %12s %12s %10s %10s %10s%s\n", "N", "ms/step", "tok/s", "prefill ms", "MB/step", "GB/s", "attn ms", "gemm ms",
+                described.cuda ? " cuda path" : "");
   for (int n : ns) {
+    if (described.cuda && cuda_choice(*w, eo, o.engine.cuda, bench_shape(o, n)).options.path != described.cuda->path) {
+      engine.reset();  // its memory (the paged pool takes half of what is free) before the next one's
+      engine = make_engine(w, "cuda", eo, o.engine.cuda, bench_shape(o, n));
+      described = engine->describe();
+    }
     const Measurement m = measure(o, *engine, described, prompt, n);
     const json row = bench_row(o, command, *engine, *w, dir, described, ceilings, n, m);
     if (o.json) std::cout << json_text(row) << std::endl;

@@ -51,10 +51,11 @@ std::vector<int> choose_devices(std::string& device, const std::string& devices_
   return parse_devices("", static_cast<int>(info.cuda_devices.size()));
 }
 
-std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const Weights>& weights, const std::vector<int>& devices) {
+std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const Weights>& weights, const std::vector<int>& devices,
+                                                  const EngineOptions& options) {
   std::vector<std::unique_ptr<Engine>> out;
   for (std::size_t i = 1; i < devices.size(); ++i) {
-    EngineOptions eo;
+    EngineOptions eo = options;
     eo.cuda.device_index = devices[i];
     out.push_back(make_engine(weights, "cuda", eo));
   }

@@ -1,5 +1,7 @@
 #include "bestofn/generate/model_options.h"
 
+#include <algorithm>
+
 #include "bestofn/backends/backends.h"
 #include "bestofn/util/error.h"
 
@@ -24,19 +26,6 @@ EngineOptions engine_options(const ModelOptions& f) {
   EngineOptions eo;
   eo.threads = f.threads;
   eo.cuda.device_index = f.device_index;
-  eo.cuda.prefix_gemm = f.cuda_prefix_gemm;
-  eo.cuda.fused_qkv = f.fused_qkv;
-  eo.cuda.gemm_autotune = f.gemm_autotune;
-  eo.cuda.paged_kv = f.paged_kv;
-  eo.cuda.kv_blocks = f.kv_blocks;
-  eo.cuda.device_sampling = f.device_sampling;
-  eo.cuda.split_attention = f.split_attention;
-  eo.cuda.graphs = f.cuda_graphs;
-  eo.cuda.cascade_attention = f.cascade_attention;
-  eo.cuda.small_m_linear = f.small_m_linear;
-  eo.cuda.small_m_split = f.small_m_split;
-  eo.cuda.small_m_blocks_per_sm = f.small_m_blocks_per_sm;
-  eo.cuda.small_m_pdl = f.small_m_pdl;
   eo.kv = kv_cache_kind(f.kv_cache);
   return eo;
 }
@@ -52,8 +41,34 @@ LoadedModel load_model_options(const ModelOptions& f) {
     throw Error(m.tokenizer.path(), "tokenizer has " + std::to_string(m.tokenizer.vocab_size()) + " ids, more than the model's vocab_size " +
                                         std::to_string(cfg.vocab_size));
   if (f.chat) m.chat_template = chat_template(m.tokenizer, f.chat_format, f.chat_template);
-  m.engine = make_engine(m.weights, f.device, engine_options(f));
   return m;
+}
+
+CudaShape cuda_shape(const std::vector<int>& candidates, int longest_prompt, const ModelOptions& f, int engines) {
+  CudaShape s;
+  const long long E = std::max(engines, 1);
+  long long total = 0, prompts = 0;
+  for (int c : candidates)
+    if (c > 0) total += (c + E - 1) / E, ++prompts;  // one engine's share of the prompt's candidates
+  const long long batch = std::clamp<long long>(std::min<long long>(f.batch, total), 1, 1 << 30);
+  s.prompts = static_cast<int>(std::max(prompts, 1LL));
+  // Candidates of one prompt in a step: a prompt's share on average, at most a batch; and the
+  // prompts that fill the batch with that many each.
+  s.candidates_per_prompt = static_cast<int>(std::clamp<long long>((total + s.prompts - 1) / s.prompts, 1, batch));
+  s.prompts_per_step = static_cast<int>(std::clamp<long long>((batch + s.candidates_per_prompt - 1) / s.candidates_per_prompt, 1, s.prompts));
+  s.longest_prompt = longest_prompt;
+  s.speculate = f.speculate;
+  return s;
+}
+
+void start_engine(LoadedModel& m, const ModelOptions& f, const CudaShape& shape) {
+  m.engine = make_engine(m.weights, f.device, engine_options(f), f.cuda, shape);
+}
+
+EngineOptions started_options(const ModelOptions& f, const Engine& engine) {
+  EngineOptions eo = engine_options(f);
+  if (const std::optional<CudaOptions> cuda = engine.describe().cuda) eo.cuda = *cuda;
+  return eo;
 }
 
 SamplingParams sampling_params(const ModelOptions& f, const ModelConfig& c) {
@@ -74,7 +89,9 @@ GenerationOptions generation_options(const ModelOptions& f, const LoadedModel& m
   go.batch = f.batch;
   go.prefill_tokens = f.prefill_tokens;
   go.speculate = f.speculate;
-  go.overlap_stop_checks = f.device_sampling;  // the host waits on the device's samples: check text meanwhile
+  // The host waits on the device's samples: check text meanwhile.
+  if (m.engine)
+    if (const std::optional<CudaOptions> cuda = m.engine->describe().cuda) go.overlap_stop_checks = cuda->device_sampling;
   go.stop = f.stop;
   go.eos_ids = m.weights->config.eos_token_ids;
   if (go.eos_ids.empty() && m.tokenizer.eos_id()) go.eos_ids.push_back(*m.tokenizer.eos_id());

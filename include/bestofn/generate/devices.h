@@ -21,8 +21,10 @@ std::vector<int> parse_devices(const std::string& text, int visible);
 // the run is on the CPU. Throws bestofn::Error naming --devices when they cannot be used.
 std::vector<int> choose_devices(std::string& device, const std::string& devices_flag);
 
-// Engines on devices[1...] (the first is the one load_model_options made), sharing the weights.
-std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const Weights>& weights, const std::vector<int>& devices);
+// Engines on devices[1...] (the first is the one start_engine made), sharing the weights, each
+// with `options` (the first engine's: started_options) on its own device.
+std::vector<std::unique_ptr<Engine>> more_engines(const std::shared_ptr<const Weights>& weights, const std::vector<int>& devices,
+                                                  const EngineOptions& options);
 
 // generate() over several engines at once. Each request's candidates (its indices, else 0..n-1)
 // are dealt to the engines in turn, the j-th to engine j mod E; a candidate's draws depend only on

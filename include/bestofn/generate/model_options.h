@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bestofn/engine/cuda_paths.h"
 #include "bestofn/engine/engine.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/model/weights.h"
@@ -26,10 +27,8 @@ struct ModelOptions {
   std::vector<std::string> stop;
   bool chat = false;
   int device_index = 0;  // the CUDA engine's device (eval --devices: the first of them)
-  // CUDA part-2 paths (EngineOptions)
-  bool cuda_prefix_gemm = false, fused_qkv = false, gemm_autotune = false, paged_kv = false, device_sampling = false, split_attention = false, quantize_lm_head = false,
-       cuda_graphs = false, cascade_attention = false, small_m_linear = false, small_m_split = false, small_m_pdl = false;
-  int kv_blocks = 0, small_m_blocks_per_sm = 0;
+  bool quantize_lm_head = false;  // --quantize-lm-head
+  CudaFlags cuda;  // --cuda-path and the CUDA switches (bestofn/engine/cuda_paths.h)
   std::string kv_cache = "auto";  // --kv-cache
 };
 
@@ -41,21 +40,38 @@ const char* kv_cache_name(EngineOptions::Kv kind);
 struct LoadedModel {
   Tokenizer tokenizer;
   std::shared_ptr<const Weights> weights;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Engine> engine;  // null until start_engine
   ChatTemplate chat_template;  // with --chat
 };
 
-// The engine's settings among the options: threads, the CUDA device and paths, the KV cache.
+// The engine's settings among the options: threads, the CUDA device, the KV cache (the CUDA path
+// is chosen when the engine starts: start_engine).
 EngineOptions engine_options(const ModelOptions& f);
 
-// Loads the tokenizer and weights, checks they fit together, and starts the engine.
+// Loads the tokenizer and weights and checks they fit together; the engine is started once the
+// run's shape is known (start_engine).
 LoadedModel load_model_options(const ModelOptions& f);
+
+// The shape of a run whose prompt i gets candidates[i] candidates (its longest prompt in tokens,
+// 0 when not known), as each of `engines` engines sees it (generate_data_parallel deals each
+// prompt's candidates to them in turn), with --batch and --speculate from f: what the CUDA
+// defaults choose a path by (bestofn/engine/cuda_paths.h).
+CudaShape cuda_shape(const std::vector<int>& candidates, int longest_prompt, const ModelOptions& f, int engines = 1);
+
+// Starts m.engine on f.device: on CUDA with the path f.cuda asks for (named, or the defaults'
+// choice for `shape`), logged with the reason (-v).
+void start_engine(LoadedModel& m, const ModelOptions& f, const CudaShape& shape);
+
+// The options m.engine started with, as one more engine of the run takes them (eval --devices):
+// engine_options(f) and, on CUDA, the path it runs.
+EngineOptions started_options(const ModelOptions& f, const Engine& engine);
 
 // Sampling parameters: set options win, unset ones come from generation_config.json, else
 // temperature 1 and no truncation.
 SamplingParams sampling_params(const ModelOptions& f, const ModelConfig& c);
 
-// GenerationOptions from the options (EOS ids from the config, else the tokenizer's).
+// GenerationOptions from the options (EOS ids from the config, else the tokenizer's); the stop
+// checks overlap the next step where m.engine (when started) samples on the device.
 GenerationOptions generation_options(const ModelOptions& f, const LoadedModel& m);
 
 // A prompt's ids: the chat template around it with --chat, else BOS (when the model has one)
