@@ -308,6 +308,58 @@ TEST(SandboxAttacks, TheKernelsRiskierDoorsAreShut) {
   }
 }
 
+// The second round's "host activity in view" (issue 45): a candidate cannot watch which files of
+// the read-only /usr host processes open (inotify, fanotify), nor ask or steer the host's page
+// cache through them (preadv2 with RWF_NOWAIT, mincore, cachestat, fadvise, readahead, madvise's
+// COLD / PAGEOUT on a shared mapping); ordinary reads, mappings and malloc's advice still work.
+TEST(SandboxAttacks, NoWatchingOrProbingWhatTheHostReads) {
+  const std::string program =
+      "import ctypes, errno, mmap, os\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "def refused(r, what):\n"
+      "    assert r == -1 and ctypes.get_errno() == errno.EPERM, '%s: %r, errno %d' % (what, r, ctypes.get_errno())\n"
+      "refused(libc.inotify_init1(0), 'inotify_init1')\n"
+      "refused(libc.fanotify_init(0, 0), 'fanotify_init')\n"
+      "path = os.path.realpath('/usr/bin/python3')\n"
+      "fd = os.open(path, os.O_RDONLY)\n"
+      "buf = bytearray(4096)\n"
+      "try:\n"
+      "    os.preadv(fd, [buf], 0, os.RWF_NOWAIT)\n"
+      "    raise AssertionError('preadv2 with RWF_NOWAIT was allowed')\n"
+      "except PermissionError:\n"
+      "    pass\n"
+      "assert os.preadv(fd, [buf], 0) == 4096 and buf[:4] == b'\\x7fELF'\n"
+      "try:\n"
+      "    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+      "    raise AssertionError('fadvise was allowed')\n"
+      "except PermissionError:\n"
+      "    pass\n"
+      "refused(libc.readahead(fd, ctypes.c_long(0), ctypes.c_size_t(1 << 20)), 'readahead')\n"
+      "cachestat = 451\n"
+      "refused(libc.syscall(cachestat, fd, None, None, 0), 'cachestat')\n"
+      "m = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)\n"
+      "vec = ctypes.create_string_buffer(1)\n"
+      "libc.mmap.restype = ctypes.c_void_p\n"
+      "base = libc.mmap(None, ctypes.c_size_t(4096), 1, 1, fd, ctypes.c_long(0))\n"  // PROT_READ, MAP_SHARED
+      "refused(libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(4096), vec), 'mincore')\n"
+      "for advice in (20, 21):\n"  // MADV_COLD, MADV_PAGEOUT
+      "    try:\n"
+      "        m.madvise(advice)\n"
+      "        raise AssertionError('madvise %d was allowed' % advice)\n"
+      "    except PermissionError:\n"
+      "        pass\n"
+      "m.madvise(mmap.MADV_DONTNEED)\n"
+      "big = bytearray(64 << 20)\n"  // malloc's own mappings and their release still work
+      "del big\n";
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    const Sandbox s(limits(zygote));
+    REQUIRE_ISOLATION(s);
+    const Verdict v = s.run(program);
+    EXPECT_TRUE(v.passed()) << v.result << "\n" << v.err;
+  }
+}
+
 // Finding 3: uids shared with the host and between runs. Each worker of each run leases a uid of
 // its own, with no account and no process, held by a lock: a second run (here a second Sandbox,
 // and another process) gets another, and when the range is used up a run says so rather than share.

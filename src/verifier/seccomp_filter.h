@@ -19,6 +19,12 @@
 //    asyncio's wake-up use them (and they refuse addresses);
 //  - io_uring (ENOSYS): its operations create and connect sockets without the system calls this
 //    filter sees;
+//  - watching and probing what the host does through the files it shares read-only (/usr, the
+//    interpreter): inotify and fanotify (EPERM: which files host processes open), and the page
+//    cache's probes and hints (EPERM): preadv2 / pwritev2 with RWF_NOWAIT (was this page read by
+//    someone?), mincore and cachestat (the same question, by mapping or by range), fadvise64 and
+//    readahead (evicting the host's cache, or timing a refill), madvise's MADV_COLD and
+//    MADV_PAGEOUT (eviction through a shared mapping);
 //  - every other system call ABI (i386 int 0x80, x32: ENOSYS), whose numbers the filter would
 //    otherwise have to know as well.
 // No allocation: callable in a clone()d child. Needs no_new_privs (or CAP_SYS_ADMIN) first.
@@ -40,6 +46,10 @@ inline constexpr unsigned kArch = AUDIT_ARCH_X86_64;
 #elif defined(__aarch64__)
 inline constexpr unsigned kArch = AUDIT_ARCH_AARCH64;
 #endif
+
+// Numbers older kernel headers may lack: cachestat (Linux 6.5, one number on every architecture),
+// RWF_NOWAIT (4.14), MADV_COLD and MADV_PAGEOUT (5.4).
+inline constexpr unsigned kCachestat = 451, kRwfNowait = 0x8, kMadvCold = 20, kMadvPageout = 21;
 
 // 0, or the errno of the failed install (ENOTSUP on an architecture this filter does not know).
 inline int install() {
@@ -68,6 +78,29 @@ inline int install() {
       BESTOFN_REFUSE(__NR_io_uring_enter, ENOSYS),
       BESTOFN_REFUSE(__NR_io_uring_register, ENOSYS),
       BESTOFN_REFUSE(__NR_clone3, ENOSYS),
+#ifdef __NR_inotify_init
+      BESTOFN_REFUSE(__NR_inotify_init, EPERM),
+#endif
+      BESTOFN_REFUSE(__NR_inotify_init1, EPERM),
+      BESTOFN_REFUSE(__NR_fanotify_init, EPERM),
+      BESTOFN_REFUSE(__NR_mincore, EPERM),
+      BESTOFN_REFUSE(kCachestat, EPERM),
+      BESTOFN_REFUSE(__NR_fadvise64, EPERM),
+      BESTOFN_REFUSE(__NR_readahead, EPERM),
+      // preadv2 / pwritev2 (fd, iov, iovcnt, pos_l, pos_h, flags): RWF_NOWAIT refused.
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_preadv2, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pwritev2, 0, 4),
+      BESTOFN_ARG(5),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, kRwfNowait, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
+      // madvise(addr, len, advice): MADV_COLD and MADV_PAGEOUT refused (malloc's DONTNEED / FREE stay).
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 5),
+      BESTOFN_ARG(2),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kMadvCold, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kMadvPageout, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BESTOFN_ALLOW,
       // unshare(flags), clone(flags, ...): CLONE_NEWUSER refused.
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_unshare, 0, 4),
       BESTOFN_ARG(0),
