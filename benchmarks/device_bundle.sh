@@ -54,8 +54,13 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" 
 grep -q "cascade-attention with FlashInfer's headers from" /tmp/device_bundle_configure.log \
   || die "configure found no FlashInfer headers: --cascade-attention would not be built"
 
-# 3. The targets.
+# 3. The targets; every test binary of the labels the check runs (gpu, cuda-host) must be among them.
 mapfile -t names < <(grep -v '^#' "$targets" | cut -f1)
+for f in "$build"/tests/*_include.cmake; do
+  grep -qE 'LABELS;(gpu|cuda-host);' "$f" || continue
+  t=$(basename "$f" | sed 's/\[1\]_include.cmake$//')
+  printf '%s\n' "${names[@]}" | grep -qx "$t" || die "$t (label gpu or cuda-host) is not in $targets"
+done
 t_build=$(date +%s)
 cmake --build "$build" -j "$jobs" --target "${names[@]}"
 build_s=$(($(date +%s) - t_build))
