@@ -6,8 +6,8 @@
 #
 # Before the call, on the dev machine (no GPU needed):
 #   bash benchmarks/device_bundle.sh    # stages .deps/ if needed, builds build-device/ for sm_90a and
-#                                       # packs the binaries into .deps/device-bin.tar.xz (8.5 min from
-#                                       # scratch on 2 cores, ~30 s after a small change)
+#                                       # packs the binaries into .deps/device-bin.tar.xz (~4.5 min from
+#                                       # scratch on 2 cores, ~1 min after a small change)
 # Then, with the device tool, from the repo root (write the commit literally: the device copy of the
 # tree may have no .git):
 #   run(command="BESTOFN_COMMIT=<git rev-parse --short=12 HEAD> bash benchmarks/device_check.sh \"$OUT\"",

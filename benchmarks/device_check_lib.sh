@@ -249,6 +249,9 @@ dc_bundle_prepare() {
   local bundle=$1 build=$2 targets=$3 verdict=ok
   if [[ ! -f $bundle ]]; then
     verdict="missing: no $bundle"
+  elif [[ -f $build/BUNDLE ]] && [[ $(tar -xJOf "$bundle" BUNDLE 2> /dev/null) == "$(cat "$build/BUNDLE")" ]]; then
+    # Unpacked already (the dev machine's own build-device/, whose objects stay).
+    echo "bundle: $build holds this bundle already"
   else
     rm -rf "$build"
     mkdir -p "$build"

@@ -161,6 +161,11 @@ rm -rf "$work/b1" && make_bundle "$work/b1" 0123456789ab-dirty && run_bundle_pla
 check "a good bundle: no fallback" test ! -e "$work/fallback"
 check "a good bundle: bundle, after" json_is "$work/out/summary.json" "[x['step'] for x in d['steps']] == ['bundle','after'] and d['ok']"
 check "a good bundle: its binaries are unpacked" test -x "$work/build/bin/good"
+echo "an object file the build left" > "$work/build/kept.o"
+run_bundle_plan
+check "the same bundle again: not unpacked again (a build folder's objects stay)" \
+  grep -q 'holds this bundle already' "$work/w2/logs/bundle.log"
+check "the same bundle again: the build folder kept" test -f "$work/build/kept.o"
 rm -rf "$work/b2" && BAD=1 make_bundle "$work/b2" 0123456789ab && run_bundle_plan
 check "a binary that does not start: the fallback configures and builds" test "$(tr '\n' ' ' < "$work/fallback")" = "configured built "
 check "a binary that does not start: recorded, then configure, build, and the rest of the plan" json_is "$work/out/summary.json" \
