@@ -30,7 +30,7 @@
 #      on graphs and cascade;
 #   4. the A/Bs (small-m's split layer and PDL, cascade with FP8 KV and with the row kernel's
 #      suffixes, --speculate's cost side), then best-of-100 last (20 HumanEval prompts x 100, 200
-#      tokens: one batch of 2,000 rows, the steady state of the 164-prompt run).
+#      tokens: one batch of 2,000 rows, the steady state of the 164-prompt run; 10 on an H100).
 # Each step has its own time limit and records its program's own exit status (output to a file,
 # its tail shown; a loop records each configuration); a skipped gpu test (no device seen) is a
 # failure. The plan's limits add up to at most the budget; a step that no longer fits is skipped
@@ -229,15 +229,22 @@ ab_8b() {
     --speculate 3
 }
 
-# best_of_100 PROMPTS: the first PROMPTS HumanEval prompts x 100 candidates, 200 new tokens, steps
-# of up to 2,048 rows (issue 32's target run is all 164 prompts: 3.3 M tokens, 160-280 s at the
-# cost model's 11.7-20.3k tok/s, more than the budget holds). The full plan runs 20 prompts: one
-# batch of 2,000 rows over 20 prompts, the steady state of the 164-prompt run (2,048 rows over ~21
-# prompts a step).
+# best_of_100 [PROMPTS]: the first PROMPTS HumanEval prompts x 100 candidates, 200 new tokens,
+# steps of up to 2,048 rows (issue 32's target run is all 164 prompts: 3.3 M tokens, 160-280 s at
+# the cost model's 11.7-20.3k tok/s, more than the budget holds). The full plan runs 20 prompts on
+# an H200: one batch of 2,000 rows over 20 prompts, the steady state of the 164-prompt run (2,048
+# rows over ~21 prompts a step); their suffixes take 52 GB of BF16 KV, more than --paged-kv's pool
+# (half the free memory) holds on an 80 GB H100, which runs 10 prompts (1,000 rows, 26 GB).
 # shellcheck disable=SC2086
 best_of_100() {
+  local prompts=${1:-}
+  if [[ -z $prompts ]]; then
+    local mib
+    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
+    prompts=$((${mib:-0} >= 120000 ? 20 : 10))
+  fi
   gzip -dc "$HE" > /tmp/bestofn-he.jsonl || return 1
-  head -n "${1:-20}" /tmp/bestofn-he.jsonl > /tmp/bestofn-he-part.jsonl || return 1
+  head -n "$prompts" /tmp/bestofn-he.jsonl > /tmp/bestofn-he-part.jsonl || return 1
   each cascade generate_he /tmp/bestofn-he-part.jsonl 100 200 2048 $CASCADE
 }
 
