@@ -140,7 +140,7 @@ TEST(CliGenerate, BadInvocations) {
   // A flag that only modifies another one is a usage error without it, not silently ignored.
   expect_failure({"generate", "--model", m, "--prompt", "x", "--system", "Be terse."}, 2, {"--system", "--chat"});
   expect_failure({"generate", "--model", m, "--prompt", "x", "--chat-format", "llama3"}, 2, {"--chat-format", "--chat"});
-  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--timeout", "5"}, {"--workers", "2"}, {"--no-zygote"}}) {
+  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--timeout", "5"}, {"--workers", "2"}, {"--no-zygote"}, {"--allow-processes"}}) {
     std::vector<std::string> args = {"generate", "--model", m, "--prompt", "x"};
     args.insert(args.end(), flag.begin(), flag.end());
     expect_failure(args, 2, {flag[0], "--verify"});

@@ -136,4 +136,11 @@ CLI::Option* add_shard_flag(CLI::App* sub, std::string& text) {
       ->check(CLI::Validator([](std::string& s) { return shard_error(s); }, "I/N", "shard"));
 }
 
+CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix) {
+  return sub->add_flag("--allow-processes", allow,
+                       prefix + "Let candidates start processes (fork, subprocess, multiprocessing) while they run, for tests that "
+                                "need them. Off by default: a program that tries fails, since a child could learn the tests' answers "
+                                "for it (docs/security.md)");
+}
+
 }  // namespace bestofn::cli

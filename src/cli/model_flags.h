@@ -35,4 +35,7 @@ void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_
 // --shard I/N (bestofn/generate/shard.h), validated at parse time: a bad value is a usage error.
 CLI::Option* add_shard_flag(CLI::App* sub, std::string& text);
 
+// --allow-processes (SandboxLimits::new_processes): `prefix` starts its help ("--verify: " on generate).
+CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix = "");
+
 }  // namespace bestofn::cli

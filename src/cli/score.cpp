@@ -3,6 +3,7 @@
 
 #include "bestofn/eval/run_score.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
@@ -41,6 +42,7 @@ Runner add_score(CLI::App& app) {
   sub->add_flag("--no-zygote", o->no_zygote,
                 "Start a fresh Python interpreter per sample instead of forking it from a per-worker pre-started one "
                 "(slower; the same isolation)");
+  add_allow_processes_flag(sub, o->allow_processes);
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
   return [o, sub] {
     o->plus_timeout_given = sub->count("--plus-timeout") > 0;

@@ -332,6 +332,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   SandboxLimits limits;
   limits.timeout_s = o.timeout;
   limits.zygote = !o.no_zygote;
+  limits.new_processes = o.allow_processes;
   const Sandbox sandbox(limits);
   const int workers = o.workers > 0 ? o.workers : default_threads();
   Pipeline pipeline(o, problems, sel.problems, has_plus, files, st, total_samples);

@@ -134,6 +134,7 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     SandboxLimits limits;
     limits.timeout_s = o.timeout;
     limits.zygote = !o.no_zygote;
+    limits.new_processes = o.allow_processes;
     const Sandbox sandbox(limits);
     const auto verdicts = verify_requests(sandbox, reqs, o.workers);
     for (std::size_t i = 0; i < verdicts.size(); ++i) {

@@ -1,5 +1,6 @@
 #include "run_streams.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -46,7 +47,7 @@ void keep_json_tail(std::string& s, std::size_t cap) {
 
 }  // namespace
 
-void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard, int& open_fds, std::size_t output_cap) {
+void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard, int& open_fds, std::size_t out_cap, std::size_t err_cap) {
   char buf[65536];
   for (int i = 0; i < 4; ++i) {
     if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -56,7 +57,7 @@ void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard,
     } else {
       const ssize_t n = read(fds[i].fd, buf, sizeof buf);
       if (n > 0)
-        keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i < 2 ? output_cap : kSmallStreamCap);
+        keep_tail(*sinks[i], buf, static_cast<std::size_t>(n), i == 0 ? out_cap : i == 1 ? err_cap : kSmallStreamCap);
       else
         open = n < 0 && errno == EINTR;
     }
@@ -71,17 +72,17 @@ void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard,
 
 Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& channel, const std::string& status_s,
                      const std::string& token, bool timed_out, int st, std::chrono::steady_clock::time_point t0,
-                     std::size_t output_bytes) {
+                     std::size_t out_bytes, std::size_t err_bytes) {
   Verdict v;
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (out_s.size() > output_bytes) out_s.erase(0, out_s.size() - output_bytes);
-  if (err_s.size() > output_bytes) err_s.erase(0, err_s.size() - output_bytes);
+  if (out_s.size() > out_bytes) out_s.erase(0, out_s.size() - out_bytes);
+  if (err_s.size() > err_bytes) err_s.erase(0, err_s.size() - err_bytes);
   // Captured text is data for JSON: malformed UTF-8 (a raw byte, a character cut by the cap)
   // becomes U+FFFD.
   v.out = utf8::lossy(out_s);
   v.err = utf8::lossy(err_s);
-  keep_json_tail(v.out, output_bytes);
-  keep_json_tail(v.err, output_bytes);
+  keep_json_tail(v.out, out_bytes);
+  keep_json_tail(v.err, err_bytes);
   const Channel::Proof proof = channel.proof(token);
   if (!status_s.empty()) {
     v.status = Verdict::Status::SandboxError;
@@ -97,12 +98,13 @@ Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& chan
     v.result = "timed out";
   } else {
     v.status = Verdict::Status::Failed;
-    std::string why = last_line(v.err);
+    // SIGSYS: the no-new-process filter's kill (seccomp_filter.h), whatever the program printed.
+    std::string why = WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS ? std::string(kNoNewProcess) : last_line(v.err);
     if (why.empty())
       why = WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st))
                             : "exited (status " + std::to_string(WEXITSTATUS(st)) + ") before the tests finished";
     const std::string failed = "failed: ";
-    keep_json_tail(why, output_bytes - std::min(output_bytes, failed.size()));
+    keep_json_tail(why, err_bytes - std::min(err_bytes, failed.size()));
     v.result = failed + why;
   }
   return v;

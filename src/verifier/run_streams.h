@@ -73,7 +73,9 @@ struct Channel {
   }
   enum class Proof { None, Passed, OtherWriters };
   // Passed: the setup's hello, then `token` from the process that wrote the hello (the program's
-  // main process), and nothing else. OtherWriters: that token, and something else as well.
+  // main process), and nothing else. OtherWriters: anything else after the hello, with or without
+  // the token (past kKept messages the token may be among those only counted: the extra writes
+  // are what the verdict names).
   Proof proof(const std::string& token) const {
     if (messages.empty() || messages[0].data != sandbox_io::kSetupHello || messages[0].pid <= 0) return Proof::None;
     const pid_t main = messages[0].pid;
@@ -84,7 +86,7 @@ struct Channel {
       else
         other = true;
     }
-    return !proven ? Proof::None : other ? Proof::OtherWriters : Proof::Passed;
+    return other ? Proof::OtherWriters : proven ? Proof::Passed : Proof::None;
   }
 };
 
@@ -118,12 +120,19 @@ struct Fds {
 };
 
 // Reads what is ready on the four run streams (stdout, stderr, the channel, setup status) into
-// their sinks, keeping the last output_cap bytes of the outputs; a stream at its end is closed.
-void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard, int& open_fds, std::size_t output_cap);
+// their sinks, keeping the last out_cap bytes of stdout and err_cap of stderr; a stream at its end
+// is closed.
+void drain(pollfd* fds, std::string* const* sinks, Channel& channel, Fds& guard, int& open_fds, std::size_t out_cap, std::size_t err_cap);
 
-// The verdict from what a run left: the setup-status text, the channel, the timeout, the wait status.
+// The failure of a candidate killed for starting a process (SandboxLimits::new_processes).
+inline constexpr const char* kNoNewProcess =
+    "the program tried to start a new process (fork, subprocess, multiprocessing or exec), which the sandbox refuses "
+    "while a candidate runs: a child could learn the tests' answers for it (--allow-processes lets it)";
+
+// The verdict from what a run left: the setup-status text, the channel, the timeout, the wait
+// status; stdout and stderr kept to out_bytes and err_bytes as stored (JSON-escaped).
 Verdict make_verdict(std::string& out_s, std::string& err_s, const Channel& channel, const std::string& status_s,
                      const std::string& token, bool timed_out, int st, std::chrono::steady_clock::time_point t0,
-                     std::size_t output_bytes);
+                     std::size_t out_bytes, std::size_t err_bytes);
 
 }  // namespace bestofn::sandbox_run

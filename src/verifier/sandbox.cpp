@@ -305,17 +305,18 @@ std::string Sandbox::memory_cgroup_of(int worker) const { return worker_for(work
 
 std::uint64_t Sandbox::memory_peak_of(int worker) const { return worker_for(worker).cgroup.peak_bytes(); }
 
-Verdict Sandbox::run(const std::string& program, int worker, double timeout_s) const {
+Verdict Sandbox::run(const std::string& program, int worker, double timeout_s, std::size_t stdout_bytes) const {
   if (!(timeout_s > 0)) timeout_s = limits_.timeout_s;
+  const std::size_t out_cap = stdout_bytes > 0 ? stdout_bytes : limits_.output_bytes;
   try {
     worker_for(worker);  // its uid and cgroup, made on its first run
   } catch (const std::exception& e) {  // no uid free, a cgroup refused: data, as every verdict
     return {Verdict::Status::SandboxError, std::string("sandbox error: ") + e.what(), "", "", 0};
   }
-  return zygote_ ? run_zygote(program, worker, timeout_s) : run_fresh(program, worker, timeout_s);
+  return zygote_ ? run_zygote(program, worker, timeout_s, out_cap) : run_fresh(program, worker, timeout_s, out_cap);
 }
 
-Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeout_s) const {
+Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeout_s, std::size_t out_cap) const {
   const Worker& w = worker_for(worker);
   const std::string token = random_token() + "\n";
   Fds guard;
@@ -344,6 +345,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
   a.readonly = readonly_;
   a.root = minimal_root_ ? root_plan_.get() : nullptr;
   a.seccomp = seccomp_;
+  a.no_new_process = seccomp_ && !limits_.new_processes;
   a.drop_uid = drop_uid_;
   a.uid = static_cast<uid_t>(w.uid.uid());
   std::call_once(baseline_once_, [this] { baseline_as_ = interpreter_baseline(python_); });
@@ -382,7 +384,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
     }
     if (timed_out && now - killed_at > std::chrono::milliseconds(500)) break;  // a survivor holds a pipe (no PID namespace)
     if (poll(fds, 4, 50) < 0 && errno != EINTR) break;
-    drain(fds, sinks, channel, guard, open_fds, limits_.output_bytes);
+    drain(fds, sinks, channel, guard, open_fds, out_cap, limits_.output_bytes);
   }
   kill(pid, SIGKILL);  // the init of the sandbox: every descendant dies with it
   if (!namespaces_) kill(-pid, SIGKILL);
@@ -392,14 +394,14 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
     std::error_code ec;
     std::filesystem::remove_all(fallback_dir, ec);
   }
-  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, limits_.output_bytes);
+  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, out_cap, limits_.output_bytes);
 }
 
-Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeout_s) const {
+Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeout_s, std::size_t out_cap) const {
   Worker& w = worker_for(worker);
   Zygote& z = w.zygote;
   std::lock_guard<std::mutex> lock(z.mu);
-  if (z.unavailable) return run_fresh(program, worker, timeout_s);
+  if (z.unavailable) return run_fresh(program, worker, timeout_s, out_cap);
   const std::string tmpfs = tmpfs_options();
   ChildArgs start_args;
   start_args.python = python_.c_str();
@@ -415,7 +417,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
       z.unavailable = true;
       spdlog::warn("verifier: worker {} could not start its zygote interpreter ({}); it starts one interpreter per candidate instead", worker,
                    why);
-      return run_fresh(program, worker, timeout_s);
+      return run_fresh(program, worker, timeout_s, out_cap);
     }
   }
   const std::string hex = random_token();
@@ -433,7 +435,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   const std::string msg = "R " + std::to_string(w.uid.uid()) + " " + std::to_string(limits_.memory_bytes) + " " +
                           std::to_string(static_cast<long long>(std::ceil(timeout_s)) + 1) + " " +
                           std::to_string(limits_.file_bytes) + " " + std::to_string(limits_.open_files) + " " +
-                          std::to_string(nproc) + " " + hex;
+                          std::to_string(nproc) + " " + (limits_.new_processes ? "1" : "0") + " " + hex;
   const int pass[5] = {out[1], err[1], tok[1], status[1], prog};
   auto send_request = [&]() {
     iovec iov{const_cast<char*>(msg.data()), msg.size()};
@@ -490,7 +492,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     if (zygote_died) fds[4].fd = -1;
     if (zygote_died && now - killed_at > std::chrono::seconds(2)) break;  // cannot happen: the namespace is dead
     if (poll(fds, 5, 50) < 0 && errno != EINTR) break;
-    drain(fds, sinks, channel, guard, open_fds, limits_.output_bytes);
+    drain(fds, sinks, channel, guard, open_fds, out_cap, limits_.output_bytes);
     if (fds[4].fd >= 0 && (fds[4].revents & (POLLIN | POLLHUP | POLLERR))) {
       char reply[64];
       const ssize_t n = recv(z.sock, reply, sizeof reply - 1, 0);
@@ -511,7 +513,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
     status_s = "the worker's zygote interpreter died during the run";
   if (zygote_died && !timed_out) st = 0;
   if (restart) z.stop();  // it exits: the next run starts a new one
-  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, limits_.output_bytes);
+  return make_verdict(out_s, err_s, channel, status_s, token, timed_out, st, t0, out_cap, limits_.output_bytes);
 }
 
 }  // namespace bestofn

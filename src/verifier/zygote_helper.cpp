@@ -27,6 +27,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "private_proc.h"
+#include "seccomp_filter.h"
 #include "write_all.h"
 
 extern "C" {
@@ -64,6 +66,8 @@ using bestofn::sandbox_io::write_all;
 
 // The child's setup-status pipe: the received fd until it is moved to 4.
 int status_fd = 4;
+// Whether this candidate may start processes (the request's 7th number): set in the child.
+bool may_fork = false;
 
 // A failed setup step in the child: "what: errno N" on the status pipe, exit 127.
 [[noreturn]] void fail(const char* what) {
@@ -84,33 +88,30 @@ bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
   return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
 }
 
-// An empty tmpfs: one inode in use (its root directory; every name takes an inode) and no block
-// (a file unlinked but kept open, by an fd in flight in a unix socket, still takes both).
-bool empty_tmpfs(const char* path) {
-  struct statfs st{};
-  return statfs(path, &st) == 0 && st.f_blocks == st.f_bfree && st.f_files - st.f_ffree <= 1;
+// After every process of the candidate is dead: fresh tmpfs mounts on /tmp and /dev/shm. Not the
+// old ones emptied: a tmpfs numbers its inodes on, so the next candidate's first file's inode
+// would tell it how many files this one made (a channel between candidates). False if a mount
+// failed.
+bool clean(const bestofn_zygote* z) {
+  return fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm"));
 }
 
-// After every process of the candidate is dead: the usual leftover, /tmp/work/prog.py, is removed
-// (no link followed: /tmp/work belonged to the candidate; anything else in it makes the rmdir
-// fail); if anything is left then, fresh tmpfs mounts (slower: a mount's teardown waits for an
-// RCU grace period). False if a mount failed.
-bool clean(const bestofn_zygote* z) {
-  const int wd = open("/tmp/work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (wd >= 0) {
-    unlinkat(wd, "prog.py", 0);
-    close(wd);
-    rmdir("/tmp/work");
+// Before each fork: the PID namespace's last pid back to 1 (the zygote), so that every candidate's
+// main process is pid 2 and its threads 3, 4, ...: a candidate cannot tell the next one anything
+// through the pids it used (every process of the last one is dead and reaped by then). Best
+// effort: where the file cannot be written, pids count on.
+int ns_last_pid = -2;  // its fd, opened on the first fork; -1 if it cannot be
+void reset_pids() {
+  if (ns_last_pid == -2) ns_last_pid = open(BESTOFN_PRIVATE_PROC "/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  if (ns_last_pid >= 0 && pwrite(ns_last_pid, "1", 1, 0) != 1) {
   }
-  const bool ok = empty_tmpfs("/tmp") && (!z->shm || empty_tmpfs("/dev/shm"));
-  return ok || (fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm")));
 }
 
 // A unix socket left in this worker's network namespace once every process is gone: one that
 // only sockets in flight hold (a candidate can send a socket's own fd through itself), with
 // whatever fds it carries. Only the namespace's end frees it for certain, so the zygote exits.
 bool unix_sockets_left() {
-  const int fd = open("/proc/self/net/unix", O_RDONLY | O_CLOEXEC);
+  const int fd = open(BESTOFN_PRIVATE_PROC "/self/net/unix", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[512];
   ssize_t n;
@@ -133,7 +134,7 @@ void kill_all() {
 // The candidate's child, as root: the program read in, fds 1-4 in place (stdout, stderr, token,
 // setup status) and nothing above, the program in a new /tmp/work/prog.py, the rlimits but the
 // address space's (bestofn_zygote_enter sets that one, once the interpreter holds the program).
-void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], const unsigned long nums[6]) {
+void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], const unsigned long nums[7]) {
   const int out_w = fds[0], err_w = fds[1], tok_w = fds[2], st_w = fds[3], prog = fds[4];
   status_fd = st_w;
   struct stat sb{};
@@ -165,8 +166,11 @@ void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], co
   if (write(3, bestofn::sandbox_io::kSetupHello, bestofn::sandbox_io::kSetupHelloBytes) !=
       static_cast<ssize_t>(bestofn::sandbox_io::kSetupHelloBytes))
     fail("the verifier's channel");
+  // A session of its own, and with it an autogroup of its own: the scheduler's share that one
+  // candidate could otherwise lower (nice) or split (threads) for every later one of the worker.
+  if (setsid() < 0) fail("setsid");
   // The first the kernel kills when the worker's cgroup runs out of memory (the zygote is -1000).
-  const int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  const int oom = open(BESTOFN_PRIVATE_PROC "/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
   if (oom < 0 || write(oom, "1000", 4) != 4 || close(oom) != 0) fail("oom_score_adj");
   if (!z->ipc_shared && unshare(CLONE_NEWIPC) != 0) fail("unshare ipc");
   if (mkdir("/tmp/work", 0700) != 0) fail("mkdir /tmp/work");
@@ -182,13 +186,14 @@ void child_setup(const bestofn_zygote* z, bestofn_job* job, const int fds[5], co
   set_limit(RLIMIT_FSIZE, nums[3], "rlimit fsize");
   set_limit(RLIMIT_NOFILE, nums[4], "rlimit nofile");
   set_limit(RLIMIT_NPROC, nums[5], "rlimit nproc");
+  may_fork = nums[6] != 0;
 }
 
-// "R uid as_extra cpu fsize nofile nproc token" (see kZygote's protocol): false if malformed.
-bool parse_request(const char* msg, unsigned long nums[6], char* token, std::size_t cap) {
+// "R uid as_extra cpu fsize nofile nproc processes token" (see kZygote's protocol): false if malformed.
+bool parse_request(const char* msg, unsigned long nums[7], char* token, std::size_t cap) {
   if (msg[0] != 'R' || msg[1] != ' ') return false;
   const char* p = msg + 2;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 7; ++i) {
     char* end = nullptr;
     errno = 0;
     nums[i] = std::strtoul(p, &end, 10);
@@ -227,11 +232,12 @@ int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
         for (std::size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 8; ++i)
           std::memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    unsigned long nums[6];
+    unsigned long nums[7];
     if (nfds != 5 || !parse_request(msg, nums, job->token, sizeof job->token)) {
       for (int i = 0; i < nfds; ++i) close(fds[i]);
       continue;  // not a request (a stray "K" between candidates, say)
     }
+    reset_pids();
     z->before_fork();
     const pid_t pid = fork();
     if (pid == 0) {
@@ -280,15 +286,16 @@ int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
 
 // In the child, once the interpreter holds its own copy of the program: the address space limit
 // (the child's size now plus the candidate's allowance), the worker's uid, no_new_privs, and the
-// setup-status pipe closed (setup succeeded). (The keyring filter is the zygote's own, inherited.)
+// setup-status pipe closed (setup succeeded), and no new process from then on. (The first filter
+// is the zygote's own, inherited.)
 void bestofn_zygote_enter(bestofn_job* job) {
   std::free(job->src);
   job->src = nullptr;
   char buf[256];
-  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  const int fd = open(BESTOFN_PRIVATE_PROC "/self/statm", O_RDONLY | O_CLOEXEC);
   const ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
   if (fd >= 0) close(fd);
-  if (n <= 0) fail("read /proc/self/statm");
+  if (n <= 0) fail("read statm");
   buf[n] = '\0';
   const unsigned long size = std::strtoul(buf, nullptr, 10) * static_cast<unsigned long>(sysconf(_SC_PAGESIZE));
   set_limit(RLIMIT_AS, size + job->as_extra, "rlimit as");
@@ -298,5 +305,7 @@ void bestofn_zygote_enter(bestofn_job* job) {
   // root's, its children out of its reach (hidepid). The fresh path's exec resets that; so here.
   if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) fail("dumpable");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("no_new_privs");
+  // Last: no new process from here (seccomp_filter.h), unless the run allows them.
+  if (!may_fork && (errno = bestofn::sandbox_filter::install_no_new_process(true)) != 0) fail("the no-new-process filter");
   close(4);
 }

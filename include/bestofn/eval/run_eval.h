@@ -15,7 +15,7 @@ struct EvalOptions {
   int n = 10, limit = 0, workers = 0, queue = 0;
   double timeout = 3.0, plus_timeout = 20.0;
   bool plus_timeout_given = false;  // --plus-timeout was set: a warning when the dataset has no plus tests
-  bool resume = false, stop_on_pass = false, json = false, no_zygote = false;
+  bool resume = false, stop_on_pass = false, json = false, no_zygote = false, allow_processes = false;
 };
 
 // --fail-under pass@K=X (the base tests) or plus_pass@K=X (HumanEval+'s plus tests).

@@ -18,7 +18,7 @@ struct GenerateOptions {
   std::string shard;  // I/N: only this shard's (prompt, candidate) pairs
   int n = 1, workers = 0;
   double timeout = 3.0;
-  bool ids = false, verify = false, best_only = false, no_zygote = false;
+  bool ids = false, verify = false, best_only = false, no_zygote = false, allow_processes = false;
 };
 
 // Generates, verifies or ranks as `o` says and writes the rows (whole or not at all). Returns

@@ -13,6 +13,7 @@ struct ScoreOptions {
   bool plus_timeout_given = false;  // --plus-timeout was set: a warning when the dataset has no plus tests
   int workers = 0;
   bool no_zygote = false;
+  bool allow_processes = false;  // SandboxLimits::new_processes
   bool json = false;
 };
 

@@ -64,6 +64,12 @@ struct SandboxLimits {
   int fallback_processes = 8;
   bool cgroups = true;  // false: no worker cgroups, the fallback bound above (as where none can be made)
   bool zygote = true;  // fork candidates from a per-worker pre-started interpreter (see above)
+  // Whether a candidate may start processes (fork, clone without CLONE_THREAD, exec) while it
+  // runs. Off by default: a child can run into the tests' next assert and tell the main process
+  // the expected value, and the program then passes without computing anything; a program that
+  // tries is killed (SIGSYS) and fails, saying so. Threads stay. On only for a dataset whose tests
+  // need processes (--allow-processes), where forking wrong programs can pass.
+  bool new_processes = false;
 };
 
 struct Verdict {
@@ -92,8 +98,10 @@ class Sandbox {
   Sandbox& operator=(const Sandbox&) = delete;
   // Runs `program` (Python source) as worker `worker` (0, 1, ...): its uid, cgroup and zygote,
   // made on its first run. Thread-safe; runs for one worker are serialized.
-  // timeout_s > 0 replaces limits.timeout_s for this run (HumanEval+ plus tests need longer).
-  Verdict run(const std::string& program, int worker = 0, double timeout_s = 0) const;
+  // timeout_s > 0 replaces limits.timeout_s for this run (HumanEval+ plus tests need longer);
+  // stdout_bytes > 0 replaces limits.output_bytes for this run's stdout (a harness that returns
+  // the candidate's outputs there for comparison outside it).
+  Verdict run(const std::string& program, int worker = 0, double timeout_s = 0, std::size_t stdout_bytes = 0) const;
   // Whether candidates are forked from per-worker zygotes (false: one interpreter start each).
   bool uses_zygote() const { return zygote_; }
   // What isolation is unavailable here ("pid namespace", "unprivileged uid", ...): empty when complete.
@@ -124,8 +132,8 @@ class Sandbox {
   std::unique_ptr<sandbox_root::Plan> root_plan_;
   std::unique_ptr<CgroupSupport> cgroups_;
   std::vector<std::string> missing_;
-  Verdict run_fresh(const std::string& program, int worker, double timeout_s) const;
-  Verdict run_zygote(const std::string& program, int worker, double timeout_s) const;
+  Verdict run_fresh(const std::string& program, int worker, double timeout_s, std::size_t out_cap) const;
+  Verdict run_zygote(const std::string& program, int worker, double timeout_s, std::size_t out_cap) const;
   Worker& worker_for(int worker) const;
   std::string tmpfs_options() const;  // the mount options of every sandbox's /tmp and /dev/shm
   mutable std::mutex workers_mu_;
