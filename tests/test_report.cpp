@@ -307,6 +307,15 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 
 }  // namespace
 
+TEST(ReportMd, SaysHowTheVerdictsWereJudged) {
+  json s = realistic_summary();
+  EXPECT_FALSE(has(render_report_md(s, ""), "Judged")) << "a summary from before issue 45 has no judged line";
+  s["judged"] = {{"in-process", 8200}};
+  s["plus_judged"] = {{"outside", 5100}};
+  const std::string md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "base tests: 8200 in-process; plus tests: 5100 outside.")) << md;
+}
+
 TEST(ReportMd, RealisticSummary) {
   const std::string md = render_report_md(realistic_summary(), "fail_at_k.svg");
   // Settings, with the pipe in the model path escaped for the table and the stop strings as JSON.

@@ -251,10 +251,10 @@ Problem mbpp_problem(const json& e, const std::string& where_entry) {
   p.prompt = get_string(e, "prompt", where);
   p.canonical_solution = get_string(e, "code", where);
   p.test_imports = get_strings(e, "test_imports", where);
-  const std::vector<std::string> asserts = get_strings(e, "test_list", where);
-  if (asserts.empty()) throw Error(where, "field \"test_list\" is empty");
-  p.test = join(p.test_imports) + "\n" + join(asserts);
-  p.entry_point = mbpp_entry_point(p.canonical_solution, asserts[0], where);
+  p.test_list = get_strings(e, "test_list", where);
+  if (p.test_list.empty()) throw Error(where, "field \"test_list\" is empty");
+  p.test = join(p.test_imports) + "\n" + join(p.test_list);
+  p.entry_point = mbpp_entry_point(p.canonical_solution, p.test_list[0], where);
   p.dataset = "mbpp";
   return p;
 }
@@ -336,8 +336,7 @@ fs::path default_data_dir() {
   return fs::path(home) / ".cache" / "bestofn";
 }
 
-namespace {
-std::string base64(const std::string& in) {
+std::string base64_encode(const std::string& in) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((in.size() + 2) / 3 * 4);
@@ -356,7 +355,6 @@ std::string base64(const std::string& in) {
   }
   return out;
 }
-}  // namespace
 
 std::string plus_program(const Problem& problem, const std::string& completion) {
   if (problem.plus_input_json.empty()) throw Error(problem.task_id + ": no plus inputs (not a HumanEval+ problem)");
@@ -365,12 +363,12 @@ std::string plus_program(const Problem& problem, const std::string& completion) 
   std::string p;
   p += "import base64 as _b64, copy as _copy, json as _json, math as _math\n";
   p += "def _text(s):\n    return _b64.b64decode(s).decode('utf-8')\n";
-  p += "_INPUTS = _json.loads(_text('" + base64(problem.plus_input_json) + "'))\n";
+  p += "_INPUTS = _json.loads(_text('" + base64_encode(problem.plus_input_json) + "'))\n";
   p += std::string("_ATOL = ") + atol + "\n";
   p += "_ENTRY = '" + problem.entry_point + "'\n";
   p += "_ref_ns, _cand_ns = {}, {}\n";
-  p += "exec(compile(_text('" + base64(problem.prompt + problem.canonical_solution) + "'), 'reference', 'exec'), _ref_ns)\n";
-  p += "exec(compile(_text('" + base64(problem.prompt + completion) + "'), 'candidate', 'exec'), _cand_ns)\n";
+  p += "exec(compile(_text('" + base64_encode(problem.prompt + problem.canonical_solution) + "'), 'reference', 'exec'), _ref_ns)\n";
+  p += "exec(compile(_text('" + base64_encode(problem.prompt + completion) + "'), 'candidate', 'exec'), _cand_ns)\n";
   p += R"PY(_ref, _cand = _ref_ns[_ENTRY], _cand_ns[_ENTRY]
 def _floats(x):
     return isinstance(x, float) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, float) for v in x))

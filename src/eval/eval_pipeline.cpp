@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "bestofn/eval/extract.h"
+#include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/verify_jobs.h"
 #include "bestofn/generate/devices.h"
 #include "bestofn/util/temp_paths.h"
@@ -47,10 +48,11 @@ PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer
   const std::size_t capacity = o_.queue > 0 ? static_cast<std::size_t>(o_.queue) : 64u * static_cast<std::size_t>(workers);
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
+  ReferenceOutputs refs;  // declared before the pool: its workers use it until the pool is gone
   VerifierPool pool(workers, capacity, &g_stop);
   // A sample's job; its callback holds the row until the verdicts come.
   auto submit = [&](const Problem& p, json row) {
-    VerifyJob job = sample_job(sandbox, p, row["completion"].get<std::string>(), std::max(o_.timeout, o_.plus_timeout));
+    VerifyJob job = sample_job(sandbox, refs, p, row["completion"].get<std::string>(), std::max(o_.timeout, o_.plus_timeout));
     return pool.submit(std::move(job), [this, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
   };
   for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row);  // generated before, not verified
@@ -99,7 +101,7 @@ json Pipeline::sample_row(const Problem& p, const Candidate& c) const {
 
 void Pipeline::on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
   const Verdict& base = verdicts.front();
-  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr);
+  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr, judged_base(problem));
   std::lock_guard<std::mutex> lock(mu_);
   if (write_error_) return;
   try {

@@ -39,6 +39,7 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
   if (m.contains("shard") && m["shard"].value("count", 1) > 1) s["shard"] = m["shard"];
   s["sampling"] = {{"temperature", m.at("temperature")}, {"top_p", m.at("top_p")}, {"top_k", m.at("top_k")}, {"min_p", m.at("min_p")},
                    {"seed", m.at("seed")}, {"max_new_tokens", m.at("max_new_tokens")}, {"stop", m.at("stop")}, {"chat", m.at("chat")}};
+  add_judged(s, tally, has_plus);
   if (m.value("stop_on_pass", false)) {
     const auto solved = std::count_if(tasks.begin(), tasks.end(), [&](const std::string& t) { return tally.passed(t) > 0; });
     s["solved"] = solved;

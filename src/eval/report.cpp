@@ -398,6 +398,18 @@ std::string verdicts_section(const json& s) {
     else complete = false;
   }
   md += row({"total", complete ? std::to_string(total) : show(at(s, {"samples"}))});
+  // How the verdicts were judged: outside the candidate's process (a wrong program cannot pass
+  // by tricking the comparison) or by the tests' own asserts in it.
+  std::string judged;
+  for (const auto& [key, what] : {std::pair{"judged", "base tests"}, {"plus_judged", "plus tests"}}) {
+    const json* j = at(s, {key});
+    if (!j || !j->is_object() || j->empty()) continue;
+    judged += judged.empty() ? "" : "; ";
+    judged += std::string(what) + ": ";
+    bool first = true;
+    for (const auto& [mode, n] : j->items()) judged += (first ? "" : ", ") + show(&n) + " " + mode, first = false;
+  }
+  if (!judged.empty()) md += "\nJudged (outside: compared outside the candidate's process; in-process: by the tests' asserts in it): " + judged + ".\n";
   return md + "\n";
 }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "bestofn/eval/datasets.h"
+#include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/passk.h"
 #include "bestofn/eval/scoring.h"
 #include "bestofn/eval/verify_jobs.h"
@@ -135,7 +136,7 @@ int run_score(const ScoreOptions& o) {
   // Results rows, and (n, c) per problem, base and plus; sandbox errors count in neither.
   Tally tally;
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    const nlohmann::json row = result_row(samples[i].row, verdicts.base[i], has_plus, verdicts.plus[i]);
+    const nlohmann::json row = result_row(samples[i].row, verdicts.base[i], has_plus, verdicts.plus[i], judged_base(*samples[i].problem));
     out.line(json_text(row));
     tally.add_row(row);
   }
@@ -153,6 +154,7 @@ int run_score(const ScoreOptions& o) {
   if (has_plus) summary["plus_pass_at_k"] = Tally::to_json(passk_plus);
   summary["problems_skipped"] = Tally::skipped_json(passk);
   summary["verdicts"] = tally.counts();
+  add_judged(summary, tally, has_plus);
   summary["sandbox_missing"] = sandbox.missing();
   if (o.json) {
     std::cout << json_text(summary, 2) << "\n";

@@ -39,14 +39,21 @@ const char* verdict_kind(const Verdict& v) {
   return "sandbox_error";
 }
 
-nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus) {
+nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus, const char* judged) {
   sample["result"] = base.result;
   sample["passed"] = base.passed();
+  if (judged) sample["judged"] = judged;
   if (has_plus) {
     sample["plus_result"] = plus ? plus->result : "not run: the base tests did not pass";
     sample["plus_passed"] = plus && plus->passed();
+    if (judged && plus) sample["plus_judged"] = "outside";  // judge_plus: always outside
   }
   return sample;
+}
+
+void add_judged(nlohmann::ordered_json& summary, const Tally& tally, bool has_plus) {
+  if (!tally.judged(false).empty()) summary["judged"] = tally.judged(false);
+  if (has_plus && !tally.judged(true).empty()) summary["plus_judged"] = tally.judged(true);
 }
 
 void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus) {
@@ -82,6 +89,8 @@ void Tally::add_row(const nlohmann::json& row) {
   if (row.contains("plus_result") && row["plus_result"].is_string()) plus_result = row["plus_result"].get<std::string>();
   add(row.at("task_id").get<std::string>(), result, row.value("passed", false), result.starts_with("sandbox error"),
       row.contains("plus_result") ? &plus_result : nullptr, row.value("plus_passed", false));
+  if (const auto it = row.find("judged"); it != row.end() && it->is_string()) judged_[it->get<std::string>()]++;
+  if (const auto it = row.find("plus_judged"); it != row.end() && it->is_string()) plus_judged_[it->get<std::string>()]++;
 }
 
 std::vector<PassAtK> Tally::pass_at_k(const std::vector<Problem>& problems, const std::vector<int>& ks, bool plus) const {

@@ -15,11 +15,12 @@ struct Problem {
   std::string test;                // HumanEval: defines check(candidate); MBPP: imports, then the asserts
   std::string entry_point;         // the function under test
   std::vector<std::string> test_imports;  // MBPP only ("import math")
+  std::vector<std::string> test_list;     // MBPP only: the asserts, one per test (test holds them joined)
   std::string dataset;             // "humaneval", "humaneval+" or "mbpp": decides program()
   // HumanEval+ only. The plus (and base) inputs are kept as the file's own JSON text: some hold
-  // integers beyond 64 bits, which a JSON round trip through doubles would change. They are for
-  // later differential testing (candidate vs canonical solution, floats compared with atol); for
-  // now only the base tests in `test` are run.
+  // integers beyond 64 bits, which a JSON round trip through doubles would change. The plus tests
+  // run the candidate and the canonical solution on each plus input apart and compare their
+  // outputs outside both (outside_tests.h); the base tests are `test`'s check().
   std::string plus_input_json, base_input_json;
   double atol = 0;
 };
@@ -54,8 +55,14 @@ std::filesystem::path default_data_dir();
 //     there is no check() call: the asserts run at module level.
 std::string program(const Problem& problem, const std::string& completion);
 
-// HumanEval+ differential plus test (EvalPlus's rule): one program that runs the canonical
-// solution and the candidate on every plus_input and asserts equal outputs — floats (and lists of
+// Standard base64 (with padding): how the harnesses carry texts into a Python literal that no
+// quoting can break.
+std::string base64_encode(const std::string& in);
+
+// HumanEval+ differential plus test (EvalPlus's rule) as bestofn ran it before issue 45, in the
+// candidate's process: no longer what the verifier runs (outside_tests.h compares outside it), kept
+// so that the attack tests can show what that harness let through. One program that runs the
+// canonical solution and the candidate on every plus_input and asserts equal outputs — floats (and lists of
 // floats) within atol + 1e-7 * |expected| (atol 1e-6 when the dataset gives 0), anything else
 // exactly; HumanEval/32 (find_zero) instead checks |poly(xs, x)| <= atol. Texts travel base64
 // encoded, so no quoting can break the harness. Only for problems with plus inputs.

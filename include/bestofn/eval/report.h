@@ -53,6 +53,8 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //    "cancelled": int,                                   candidates never generated (--stop-on-pass)
 //    "resumed_samples": int,                             samples a --resume found already done
 //    "verdicts": {"passed": int, "failed": int, "timed_out": int, "sandbox_error": int},
+//    "judged": {"outside": int, "in-process": int},      verdicts of the base tests per mode (outside_tests.h);
+//    "plus_judged": {"outside": int},                    of the plus tests; absent when no row says it
 //    "time": {"generation_s": f, "verification_s": f, "wall_s": f,
 //             "overlap_s": f,                            both generation and verification running
 //             "overlap_fraction": f,                     overlap_s / wall_s

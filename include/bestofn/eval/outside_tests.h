@@ -1,0 +1,90 @@
+#pragma once
+// Tests judged outside the candidate's process (issue 45), where the dataset gives the inputs:
+// HumanEval+'s plus inputs, and MBPP's plain `assert ENTRY(ARGS) == EXPR` lines. The candidate's
+// sandbox run holds only its own code and the inputs: it calls the function on each, encodes each
+// output as plain data (compare_outputs.h: any other object is refused, naming the input and its
+// type) and writes them to stdout in one frame. The expected outputs come from another sandbox run
+// that holds only the reference (HumanEval+'s prompt + canonical solution; MBPP's test imports and
+// the asserts' right-hand sides), once per problem. bestofn compares the two in its own process, so
+// a candidate that reads the token, returns an object whose __eq__ says yes, patches a builtin or
+// looks through its own memory for the answers learns nothing it could pass with: the expected
+// values and the comparison are never in its process. What the frame carries is only the
+// candidate's own claim of its outputs.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bestofn/eval/datasets.h"
+#include "bestofn/verifier/sandbox.h"
+
+namespace bestofn {
+
+// The most stdout one run's frame may take (Sandbox::run's stdout_bytes): HumanEval+'s largest
+// outputs together take a few MiB.
+constexpr std::size_t kOutsideStdoutBytes = 32u << 20;
+
+// How a verdict was judged, as result rows and summaries say it.
+inline constexpr const char* kJudgedOutside = "outside";
+inline constexpr const char* kJudgedInProcess = "in-process";
+
+// MBPP's test_list split by how each line is judged: `assert ENTRY(ARGS) == EXPR` (one line, one
+// top-level ==, an EXPR that calls no function the solution defines) outside, as the call and the
+// expression; any other assert in the candidate's process, as today.
+struct MbppSplit {
+  std::vector<int> outside_index;            // positions in test_list
+  std::vector<std::string> calls, expected;  // "ENTRY(ARGS)", "EXPR"
+  std::vector<std::string> in_process;       // the other lines, in order
+};
+MbppSplit split_mbpp_tests(const Problem& problem);
+
+// Which mode judges `problem`'s base tests (humaneval: in-process check(); mbpp: outside when
+// every line is outside, else in-process) and its plus tests (always outside).
+const char* judged_base(const Problem& problem);
+
+// The Python program that runs `code`, then calls `entry` on each argument list of
+// `calls_json` (a JSON array of argument arrays, each deep-copied) or, with entry empty, evaluates
+// each expression of `calls_json` (a JSON array of strings) in the code's namespace; and writes the
+// outputs, encoded, in one frame on stdout. A failure names "<label> <index>" (index: indices[i],
+// or i when indices is empty). The program's own prints go nowhere.
+std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
+                            const std::vector<int>& indices = {}, bool as_main = false);
+
+// The outputs of a run of outputs_program: "" and `outputs` filled (count of them, each checked
+// plain data), or what is wrong with the run's stdout (no frame, cut at the cap, malformed).
+std::string read_outputs(const std::string& out, std::size_t count, std::vector<nlohmann::json>& outputs);
+
+// Expected outputs, computed once per problem for a whole run (thread-safe: the first worker that
+// needs a problem's runs the reference, the others wait for it). Problems are told apart by
+// address, as the verifier's jobs are.
+class ReferenceOutputs {
+ public:
+  struct Entry {
+    std::mutex mu;
+    bool done = false;
+    std::vector<nlohmann::json> outputs;
+    std::string error;  // not empty: the reference failed, and what its run said
+  };
+  // The problem's expected outputs on its plus inputs (plus) or its outside MBPP lines, run as
+  // `worker` with timeout_s on first use.
+  const Entry& get(const Sandbox& sandbox, const Problem& problem, bool plus, int worker, double timeout_s);
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<const Problem*, bool>, std::unique_ptr<Entry>> entries_;
+};
+
+// HumanEval+'s plus tests for one candidate, judged outside: Passed, or Failed naming the first
+// input that differs ("failed: plus input 3: got ..., expected ..."), or the candidate run's own
+// verdict; a reference that failed is a SandboxError, never the candidate's fail.
+Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+                   double timeout_s);
+
+// The base tests of one candidate: MBPP's outside lines compared outside (its other lines run in
+// the candidate's process in the same run), anything else as program() has it.
+Verdict judge_base(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+                   double timeout_s = 0);
+
+}  // namespace bestofn
