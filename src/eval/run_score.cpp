@@ -127,8 +127,8 @@ int run_score(const ScoreOptions& o) {
   SandboxLimits limits;
   limits.timeout_s = o.timeout;
   limits.zygote = !o.no_zygote;
-  const Sandbox sandbox(limits);
   limits.new_processes = o.allow_processes;
+  const Sandbox sandbox(limits);
   const auto t0 = std::chrono::steady_clock::now();
   const Verdicts verdicts = verify_samples(o, sandbox, samples);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
