@@ -564,6 +564,62 @@ TEST(SandboxAttacks, AManyProcessMemoryHogStopsAtTheBound) {
   }
 }
 
+// The second round's "one candidate flips honest verdicts" (issue 45): a candidate that runs busy
+// processes, each in a session of its own (with --allow-processes; by default it has only
+// threads, and one session), takes at most the worker's CPU bound (one CPU by default; half a CPU
+// here, so that a machine busy with other tests still has more to give it): the CPU time it
+// reports for its four processes is at most ~0.5 s per second of wall time, and the kernel
+// throttled the worker's cgroup (cpu.stat's nr_throttled, read on the host) unless the machine
+// was too busy to give it even that. The default and a bound past the machine's CPUs are written
+// as such (the files read are the ones that bound).
+TEST(SandboxAttacks, ACandidateTakesNoMoreThanItsWorkersCpu) {
+  const std::string hog =
+      "import os, time\n"
+      "t0 = time.time()\n"
+      "for i in range(3):\n"
+      "    if os.fork() == 0:\n"
+      "        os.setsid()\n"
+      "        while time.time() < t0 + 1.5:\n"
+      "            pass\n"
+      "        os._exit(0)\n"
+      "while time.time() < t0 + 1.5:\n"
+      "    pass\n"
+      "for i in range(3):\n"
+      "    os.wait()\n"
+      "t = os.times()\n"
+      "print('cpu_per_wall %.3f' % ((t.user + t.system + t.children_user + t.children_system) / (time.time() - t0)))\n";
+  auto stat = [](const std::string& dir, const std::string& name) {
+    std::ifstream f(dir + "/cpu.stat");
+    std::string key;
+    long long value = -1;
+    while (f >> key >> value)
+      if (key == name) return value;
+    return -1LL;
+  };
+  for (const bool zygote : {true, false}) {
+    SCOPED_TRACE(zygote ? "zygote" : "fresh");
+    for (const double cpus : {1.0, 1024.0, 0.5}) {
+      SandboxLimits l = limits(zygote);
+      l.new_processes = true;
+      l.cpus_per_worker = cpus;
+      const Sandbox s(l);
+      REQUIRE_ISOLATION(s);
+      const std::string dir = s.cpu_cgroup_of(0);
+      if (dir.empty()) GTEST_SKIP() << "no cpu controller here";
+      const std::string quota = read_file(dir + (std::filesystem::exists(dir + "/cpu.max") ? "/cpu.max" : "/cpu.cfs_quota_us"));
+      EXPECT_EQ(quota.substr(0, quota.find_first_of(" \n")), cpus == 1.0 ? "100000" : cpus == 0.5 ? "50000" : "102400000") << dir;
+      if (cpus != 0.5) continue;
+      const Verdict v = s.run(hog);
+      ASSERT_TRUE(v.passed()) << v.result << v.err;
+      const double per_wall = std::stod(v.out.substr(v.out.find("cpu_per_wall ") + 13));
+      EXPECT_LE(per_wall, 0.65) << v.out;
+      if (per_wall > 0.4) {
+        EXPECT_GT(stat(dir, "nr_throttled"), 0) << dir << "\n" << read_file(dir + "/cpu.stat");
+      }
+    }
+  }
+}
+
 // Where no cgroup can be made (here: turned off), the bound is the fallback's: 8 processes of the
 // per-process address space each, named in a warning and in memory_bound().
 TEST(SandboxAttacks, WithoutACgroupTheProcessCountBoundsTheMemory) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -94,7 +95,7 @@ int hold(const std::string& dir) {
 
 CgroupSupport CgroupSupport::detect() {
   CgroupSupport s;
-  Mount v2, mem, pids;
+  Mount v2, mem, pids, cpu;
   std::ifstream mi("/proc/self/mountinfo");
   for (std::string line; std::getline(mi, line);) {
     const std::size_t dash = line.find(" - ");
@@ -106,8 +107,9 @@ CgroupSupport CgroupSupport::detect() {
     if (right[0] == "cgroup2" && v2.point.empty()) v2 = m;
     if (right[0] == "cgroup" && has_word(right[2], "memory", ',') && mem.point.empty()) mem = m;
     if (right[0] == "cgroup" && has_word(right[2], "pids", ',') && pids.point.empty()) pids = m;
+    if (right[0] == "cgroup" && has_word(right[2], "cpu", ',') && cpu.point.empty()) cpu = m;
   }
-  std::string v2_path, mem_path, pids_path;
+  std::string v2_path, mem_path, pids_path, cpu_path;
   std::ifstream cg("/proc/self/cgroup");
   for (std::string line; std::getline(cg, line);) {
     const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
@@ -116,6 +118,7 @@ CgroupSupport CgroupSupport::detect() {
     if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
     if (has_word(controllers, "memory", ',')) mem_path = path;
     if (has_word(controllers, "pids", ',')) pids_path = path;
+    if (has_word(controllers, "cpu", ',')) cpu_path = path;
   }
   std::string v2_why;
   if (!v2.point.empty() && !v2_path.empty()) {
@@ -127,15 +130,16 @@ CgroupSupport CgroupSupport::detect() {
       const bool root = own == v2.point;
       const std::string parent = root ? own : parent_of(own);
       std::string sub = read_text(parent + "/cgroup.subtree_control");
-      if (root && !(has_word(sub.substr(0, sub.find('\n')), "memory", ' ') && has_word(sub.substr(0, sub.find('\n')), "pids", ' '))) {
-        write_control(parent + "/cgroup.subtree_control", "+memory +pids");
-        write_control(parent + "/cgroup.subtree_control", "+memory");  // where pids is not there
+      if (root) {  // each controller on its own: one that is not there does not stop the others
+        for (const char* c : {"+memory", "+pids", "+cpu"})
+          if (!has_word(sub.substr(0, sub.find('\n')), c + 1, ' ')) write_control(parent + "/cgroup.subtree_control", c);
       }
       sub = read_text(parent + "/cgroup.subtree_control");
       const std::string first = sub.substr(0, sub.find('\n'));
       if (has_word(first, "memory", ' ') && access(parent.c_str(), W_OK) == 0) {
         s.version = Version::V2;
         s.v2_parent = parent;
+        s.cpu = has_word(first, "cpu", ' ');
         remove_stale(parent);
         return s;
       }
@@ -157,6 +161,14 @@ CgroupSupport CgroupSupport::detect() {
           remove_stale(p);
         }
       }
+      if (!cpu.point.empty() && !cpu_path.empty()) {
+        const std::string c = cgroup_dir(cpu, cpu_path);
+        if (access(c.c_str(), W_OK) == 0) {
+          s.v1_cpu_parent = c;
+          s.cpu = true;
+          if (c != dir && c != s.v1_pids_parent) remove_stale(c);
+        }
+      }
       return s;
     }
     s.why_not = "cgroup v1: " + dir + " is not writable";
@@ -172,7 +184,8 @@ WorkerCgroup& WorkerCgroup::operator=(WorkerCgroup&& o) noexcept {
     release();
     memory_dir_ = std::move(o.memory_dir_);
     pids_dir_ = std::move(o.pids_dir_);
-    for (int i = 0; i < 2; ++i) {
+    cpu_dir_ = std::move(o.cpu_dir_);
+    for (int i = 0; i < kProcsFds; ++i) {
       fds_[i] = o.fds_[i];
       locks_[i] = o.locks_[i];
       o.fds_[i] = o.locks_[i] = -1;
@@ -180,6 +193,7 @@ WorkerCgroup& WorkerCgroup::operator=(WorkerCgroup&& o) noexcept {
     v2_ = o.v2_;
     o.memory_dir_.clear();
     o.pids_dir_.clear();
+    o.cpu_dir_.clear();
   }
   return *this;
 }
@@ -194,26 +208,27 @@ void WorkerCgroup::release() {
   // Removed while still locked (no other run may take it for stale meanwhile), then unlocked.
   // The processes are dead and reaped when this runs; the kernel may still be taking the last of
   // them out of the group for a moment.
-  for (const std::string* dir : {&memory_dir_, &pids_dir_}) {
-    if (dir->empty()) continue;
+  for (const std::string* dir : {&memory_dir_, &pids_dir_, &cpu_dir_}) {
+    if (dir->empty() || (dir == &cpu_dir_ && (*dir == memory_dir_ || *dir == pids_dir_))) continue;
     for (int i = 0; i < 100 && rmdir(dir->c_str()) != 0 && errno == EBUSY; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   memory_dir_.clear();
   pids_dir_.clear();
+  cpu_dir_.clear();
   for (int& fd : locks_) {
     if (fd >= 0) close(fd);
     fd = -1;
   }
 }
 
-WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std::uint64_t memory_max, int pids_max) {
+WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std::uint64_t memory_max, int pids_max, double cpus) {
   static std::atomic<unsigned> serial{0};
   const std::string name = "bestofn-" + std::to_string(getpid()) + "-" + std::to_string(serial++) + "-w" + std::to_string(worker);
   WorkerCgroup g;
   auto make = [&](const std::string& parent, int i) {
     const std::string dir = parent + "/" + name;
     if (mkdir(dir.c_str(), 0755) != 0) throw Error(dir + ": cannot make the worker's cgroup: " + std::strerror(errno));
-    (i == 0 ? g.memory_dir_ : g.pids_dir_) = dir;
+    (i == 0 ? g.memory_dir_ : i == 1 ? g.pids_dir_ : g.cpu_dir_) = dir;
     g.locks_[i] = hold(dir);
     return dir;
   };
@@ -226,12 +241,18 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
     if (g.fds_[i] < 0) throw Error(dir + "/cgroup.procs: " + std::strerror(errno));
   };
   const std::string mem = std::to_string(memory_max), pids = std::to_string(pids_max);
+  // CPU time per 100 ms period (the kernel's default period): cpus CPUs' worth, at least 1 ms.
+  const long long period_us = 100000, quota_us = std::max(1000LL, static_cast<long long>(cpus * period_us));
   if (support.version == CgroupSupport::Version::V2) {
     g.v2_ = true;
     make(support.v2_parent, 0);
     set(g.memory_dir_ + "/memory.max", mem);
     set(g.memory_dir_ + "/memory.swap.max", "0", true);
     set(g.memory_dir_ + "/pids.max", pids, true);  // the pids controller is welcome, not required
+    if (support.cpu) {
+      set(g.memory_dir_ + "/cpu.max", std::to_string(quota_us) + " " + std::to_string(period_us));
+      g.cpu_dir_ = g.memory_dir_;
+    }
     open_procs(g.memory_dir_, 0);
   } else if (support.version == CgroupSupport::Version::V1) {
     make(support.v1_memory_parent, 0);
@@ -244,6 +265,18 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
       make(support.v1_pids_parent, 1);
       set(g.pids_dir_ + "/pids.max", pids);
       open_procs(g.pids_dir_, 1);
+    }
+    if (support.cpu && support.v1_cpu_parent == support.v1_memory_parent) {  // cpu on the memory hierarchy
+      g.cpu_dir_ = g.memory_dir_;
+    } else if (support.cpu && support.v1_cpu_parent == support.v1_pids_parent) {
+      g.cpu_dir_ = g.pids_dir_;
+    } else if (support.cpu) {
+      make(support.v1_cpu_parent, 2);
+      open_procs(g.cpu_dir_, 2);
+    }
+    if (support.cpu) {
+      set(g.cpu_dir_ + "/cpu.cfs_period_us", std::to_string(period_us));
+      set(g.cpu_dir_ + "/cpu.cfs_quota_us", std::to_string(quota_us));
     }
   }
   return g;

@@ -167,6 +167,9 @@ Sandbox::Sandbox(SandboxLimits limits) : limits_(limits) {
   }
   if (cgroups_->version == CgroupSupport::Version::None)
     missing_.push_back("a memory cgroup (" + cgroups_->why_not + "): " + memory_bound());
+  if (cgroups_->version != CgroupSupport::Version::None && !cgroups_->cpu)
+    missing_.push_back("a CPU bound per worker (no writable cpu controller): with --allow-processes, a candidate's processes in "
+                       "sessions of their own can take other workers' CPU share");
   for (const auto& m : missing_) spdlog::warn("verifier sandbox degraded: {}", m);
   // The zygote relies on being the init of a PID namespace of its own and on a uid to drop to.
   zygote_ = limits_.zygote && namespaces_ && drop_uid_;
@@ -293,7 +296,8 @@ Sandbox::Worker& Sandbox::worker_for(int worker) const {
     auto made = std::make_unique<Worker>();
     if (drop_uid_) made->uid = UidLease::acquire(limits_.uid_base, limits_.uid_count);
     if (cgroups_->version != CgroupSupport::Version::None)
-      made->cgroup = WorkerCgroup::create(*cgroups_, static_cast<int>(w), limits_.sandbox_memory_bytes, limits_.processes + 1);
+      made->cgroup = WorkerCgroup::create(*cgroups_, static_cast<int>(w), limits_.sandbox_memory_bytes, limits_.processes + 1,
+                                          limits_.cpus_per_worker);
     workers_[w] = std::move(made);
   }
   return *workers_[w];
@@ -302,6 +306,8 @@ Sandbox::Worker& Sandbox::worker_for(int worker) const {
 unsigned Sandbox::uid_of(int worker) const { return drop_uid_ ? worker_for(worker).uid.uid() : 0; }
 
 std::string Sandbox::memory_cgroup_of(int worker) const { return worker_for(worker).cgroup.memory_dir(); }
+
+std::string Sandbox::cpu_cgroup_of(int worker) const { return worker_for(worker).cgroup.cpu_dir(); }
 
 std::uint64_t Sandbox::memory_peak_of(int worker) const { return worker_for(worker).cgroup.peak_bytes(); }
 
@@ -339,8 +345,7 @@ Verdict Sandbox::run_fresh(const std::string& program, int worker, double timeou
   const std::string prog_path = std::string(a.workdir) + "/prog.py";
   a.prog_path = prog_path.c_str();
   a.out_w = out[1], a.err_w = err[1], a.token_w = tok[1], a.status_w = status[1];
-  a.cgroup_procs[0] = w.cgroup.procs_fd(0);
-  a.cgroup_procs[1] = w.cgroup.procs_fd(1);
+  for (int i = 0; i < WorkerCgroup::kProcsFds; ++i) a.cgroup_procs[i] = w.cgroup.procs_fd(i);
   a.namespaces = namespaces_;
   a.readonly = readonly_;
   a.root = minimal_root_ ? root_plan_.get() : nullptr;
@@ -409,8 +414,7 @@ Verdict Sandbox::run_zygote(const std::string& program, int worker, double timeo
   start_args.root = minimal_root_ ? root_plan_.get() : nullptr;
   start_args.seccomp = seccomp_;
   start_args.tmpfs_options = tmpfs.c_str();
-  start_args.cgroup_procs[0] = w.cgroup.procs_fd(0);
-  start_args.cgroup_procs[1] = w.cgroup.procs_fd(1);
+  for (int i = 0; i < WorkerCgroup::kProcsFds; ++i) start_args.cgroup_procs[i] = w.cgroup.procs_fd(i);
   if (z.pid < 0) {
     std::string why;
     if (!z.start(start_args, why)) {

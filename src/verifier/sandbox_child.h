@@ -24,7 +24,7 @@ struct ChildArgs {
   std::size_t program_len = 0;
   const char* workdir = nullptr;  // "/tmp/work" inside the namespace, else a directory the parent made
   int out_w = -1, err_w = -1, token_w = -1, status_w = -1, token_r = -1;
-  int cgroup_procs[2] = {-1, -1};  // the worker cgroup's cgroup.procs files: the child moves itself in
+  int cgroup_procs[3] = {-1, -1, -1};  // the worker cgroup's cgroup.procs files (WorkerCgroup::kProcsFds): the child moves itself in
   bool namespaces = false, drop_uid = false;
   bool readonly = false;  // without the minimal root: every mount read-only before the tmpfs mounts
   const sandbox_root::Plan* root = nullptr;  // the minimal root to build and pivot into (namespaces only)

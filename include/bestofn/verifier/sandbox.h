@@ -3,12 +3,14 @@
 // hostile program. Per run: PID, network, mount and IPC namespaces apart from the host's (when the
 // kernel and the privileges allow: detected once, and what is missing is reported loudly); a
 // minimal root of its own (src/verifier/sandbox_root.h: the interpreter's trees read-only, a
-// /dev with null, zero, random and urandom, a procfs of its own PID namespace, no /run, /var,
-// /home or host socket), where only a private tmpfs for /tmp and /dev/shm is writable; a uid that
+// /dev with null, zero, random and urandom, no procfs, no /run, /var, /home or host socket),
+// where only a private tmpfs for /tmp and /dev/shm, fresh per candidate, is writable; a uid that
 // no host account, process or other worker has (leased per worker, src/verifier/uid_lease.h)
 // when started as root, in a session of its own (no controlling terminal); a cgroup per worker
-// bounding the memory and processes of everything the candidate forks (src/verifier/cgroup.h); a
-// seccomp filter closing the kernel keyrings, unix sockets other than socket pairs and io_uring;
+// bounding the memory, processes and CPU time of everything the candidate runs
+// (src/verifier/cgroup.h); a seccomp filter closing the kernel keyrings, unix sockets other than
+// stream pairs, io_uring, sysinfo, inotify and the page cache's probes; no new process once the
+// program runs (SandboxLimits::new_processes);
 // a scrubbed environment; stdin from /dev/null; capped stdout/stderr; rlimits on address space,
 // CPU, file size, open files, processes and core dumps; and a wall-clock timeout after which the
 // sandbox's init, and with it every descendant, gets SIGKILL.
@@ -59,6 +61,10 @@ struct SandboxLimits {
   // Memory of every process of a worker's sandbox together (the zygote, the candidate and all it
   // forks, the files in its tmpfs), with no swap: the worker cgroup's memory.max.
   std::size_t sandbox_memory_bytes = (1ull << 30) + (256u << 20);
+  // CPU time a worker's sandbox may use per second of wall time, all its processes and threads
+  // together (the worker cgroup's cpu.max, v1's cfs quota), where the cpu controller is there:
+  // no candidate takes another worker's share, however many threads, sessions or processes it runs.
+  double cpus_per_worker = 1.0;
   // Where no memory cgroup can be made: RLIMIT_NPROC is this instead of `processes`, so that the
   // candidate's processes together hold at most this many times its address space.
   int fallback_processes = 8;
@@ -112,6 +118,8 @@ class Sandbox {
   unsigned uid_of(int worker) const;
   // The worker's memory cgroup directory, "" without cgroups; the most memory it has held.
   std::string memory_cgroup_of(int worker) const;
+  // The worker's cgroup directory that bounds its CPU time, "" where none does.
+  std::string cpu_cgroup_of(int worker) const;
   std::uint64_t memory_peak_of(int worker) const;
   // Which memory bound holds for a candidate's processes together, in words.
   std::string memory_bound() const;
