@@ -307,6 +307,13 @@ TEST(SandboxAttacks, TheKernelsRiskierDoorsAreShut) {
   expect_passes_in_both_modes(program);
   expect_passes_in_both_modes(program +
                                   "assert libc.syscall(clone, CLONE_NEWUSER | 17, 0, 0, 0, 0) == -1 and ctypes.get_errno() == errno.EPERM\n"
+                                  // No tracer: a child that could ptrace the main process could hold its verdict.
+                                  "child = os.fork()\n"
+                                  "if child == 0:\n"
+                                  "    ptrace = {'x86_64': 101, 'aarch64': 117}[platform.machine()]\n"
+                                  "    r = libc.syscall(ptrace, 16, os.getppid(), 0, 0)\n"  // PTRACE_ATTACH
+                                  "    os._exit(0 if r == -1 and ctypes.get_errno() == errno.EPERM else 1)\n"
+                                  "assert os.waitpid(child, 0)[1] == 0, 'ptrace was allowed'\n"
                                   "import subprocess\n"
                                   "assert subprocess.run(['/usr/bin/python3', '-c', 'print(6 * 7)'], capture_output=True).stdout == b'42\\n'\n"
                                   "pid = os.fork()\n"

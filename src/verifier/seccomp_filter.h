@@ -25,6 +25,9 @@
 //    someone?), mincore and cachestat (the same question, by mapping or by range), fadvise64 and
 //    readahead (evicting the host's cache, or timing a refill), madvise's MADV_COLD and
 //    MADV_PAGEOUT (eviction through a shared mapping);
+//  - ptrace (EPERM): no candidate process traces another (with --allow-processes a child could
+//    stop the main process at its exit and hold the verdict until the timeout; nothing the tests
+//    run needs it);
 //  - sysinfo (EPERM): the host's uptime, load, memory and process count, which no namespace
 //    scopes (a candidate would see host activity, and could signal another through it). glibc's
 //    sysconf(_SC_PHYS_PAGES / _SC_AVPHYS_PAGES) reads it without checking: those two names give
@@ -92,6 +95,7 @@ inline int install() {
       BESTOFN_REFUSE(__NR_fadvise64, EPERM),
       BESTOFN_REFUSE(__NR_readahead, EPERM),
       BESTOFN_REFUSE(__NR_sysinfo, EPERM),
+      BESTOFN_REFUSE(__NR_ptrace, EPERM),
       // preadv2 / pwritev2 (fd, iov, iovcnt, pos_l, pos_h, flags): RWF_NOWAIT refused.
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_preadv2, 1, 0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_pwritev2, 0, 4),
