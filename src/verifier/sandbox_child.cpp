@@ -121,7 +121,8 @@ BESTOFN_CHILD_CODE bool disable_ipc() {
 
 // The sandbox's filesystem, in its new mount namespace: the minimal root (sandbox_root.h) or,
 // where it cannot be built, the host's tree made read-only; then the private tmpfs on /tmp and
-// /dev/shm. Returns whether /dev/shm got its tmpfs (absent on some systems without the minimal root).
+// /dev/shm (in the minimal root a link to /tmp). Returns whether /dev/shm got a tmpfs of its own
+// (only without the minimal root, and not on every system).
 BESTOFN_CHILD_CODE bool make_filesystem(const ChildArgs& a) {
   if (a.root) {
     const char* step = "minimal root";
@@ -134,10 +135,12 @@ BESTOFN_CHILD_CODE bool make_filesystem(const ChildArgs& a) {
     if (mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=8,mode=0700") != 0) fail(a, "mount /proc");
     if (mkdir(sandbox_root::kPrivateProc, 0555) != 0 || (errno = sandbox_root::mount_proc(sandbox_root::kPrivateProc)) != 0)
       fail(a, "mount /proc");
+    for (const char* dir : sandbox_root::kZygoteDirs)
+      if (mkdir(dir, 0700) != 0) fail(a, "mkdir in /proc");
   }
   if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) != 0) fail(a, "mount /tmp");
-  const bool shm = mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;
-  if (a.root && !shm) fail(a, "mount /dev/shm");
+  // In the minimal root /dev/shm is a link to /tmp; on the host's tree, a tmpfs of its own.
+  const bool shm = !a.root && mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, a.tmpfs_options) == 0;
   // stdin (and the zygote's stdout) again from /dev/null, now the new root's.
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0 || dup2(null_fd, 0) < 0 || (a.zygote && dup2(null_fd, 1) < 0) || close(null_fd) != 0) fail(a, "stdio");

@@ -85,9 +85,11 @@ Plan make_plan(const std::string& python) {
   add(Entry::Kind::Symlink, "/dev/stdin", "/proc/self/fd/0");
   add(Entry::Kind::Symlink, "/dev/stdout", "/proc/self/fd/1");
   add(Entry::Kind::Symlink, "/dev/stderr", "/proc/self/fd/2");
-  add(Entry::Kind::Dir, "/dev/shm");
+  // POSIX shared memory in /tmp: one tmpfs for the zygote to renew per candidate, not two.
+  add(Entry::Kind::Symlink, "/dev/shm", "/tmp");
   add(Entry::Kind::Dir, "/proc", "", 0700);
   add(Entry::Kind::Proc, kPrivateProc);
+  for (const char* dir : kZygoteDirs) add(Entry::Kind::Dir, dir, "", 0700);
   add(Entry::Kind::Dir, "/tmp", "", 01777);
   return plan;
 }

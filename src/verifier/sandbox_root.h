@@ -2,20 +2,21 @@
 // The candidate's filesystem: a minimal root of its own, in the shape of bubblewrap's
 // (--tmpfs / with read-only binds of what is needed, --proc /proc, --dev /dev). Built once per
 // zygote (and once per candidate on the fresh path) inside the sandbox's new mount and PID
-// namespaces, then made read-only but for /tmp and /dev/shm, which the caller mounts after:
+// namespaces, then made read-only but for /tmp, which the caller mounts after:
 //   /usr (and /bin, /sbin, /lib, /lib64, ... as the host has them: links where the host's are
 //        links, read-only binds where they are directories): the interpreter, its standard
 //        library and the shared libraries; the interpreter's own prefix too if it lies elsewhere
 //   /etc  only ld.so.cache and localtime
 //   /dev  a tmpfs with null, zero, random, urandom (binds of the host's nodes), the fd links and
-//         an empty shm
+//         shm, a link to /tmp (POSIX shared memory: one tmpfs per candidate, not two)
 //   /proc root's only (mode 0700): a candidate sees no procfs at all. A procfs of the sandbox's
 //         own PID namespace is mounted inside, at kPrivateProc, for the setup that runs as root
 //         (the zygote and its children before they drop to the worker's uid). Not even the
 //         candidate's own /proc/self: its net/ files show host-wide counters that no namespace
 //         scopes (sockstat's TCP memory and allocations, softnet_stat's every packet the host
 //         handles), and a network namespace's own (snmp's OutNoRoutes, ...) would carry bits from
-//         one candidate to the next
+//         one candidate to the next. Beside it the zygote's spare and old /tmp mount points
+//         (kZygoteDirs)
 //   /tmp  an empty directory (the caller's tmpfs goes there)
 // and nothing else: no /run, /var, /home, /root, /sys, no host socket file, no host /proc.
 //
@@ -69,6 +70,8 @@ inline int readonly_tree(const char* path) {
 
 // Where the sandbox's own procfs is, under the root-only /proc (see above).
 inline constexpr const char* kPrivateProc = BESTOFN_PRIVATE_PROC;
+// The zygote's directories for renewing /tmp and /dev/shm (private_proc.h), made with the root.
+inline constexpr const char* kZygoteDirs[] = {BESTOFN_SPARE_TMP, BESTOFN_OLD_TMP, BESTOFN_SPARE_SHM, BESTOFN_OLD_SHM};
 
 // A procfs of the calling process's PID namespace at `path` (kPrivateProc, under a directory only
 // root may enter): the zygote's setup reads and writes its /proc/sys/kernel/ns_last_pid and
@@ -79,7 +82,7 @@ inline int mount_proc(const char* path) {
 
 // Builds the root in the calling process's (new, unshared) mount namespace and pivots into it;
 // the old root is detached. 0, or an errno with *step naming what failed. The caller then mounts
-// its tmpfs on /tmp and /dev/shm.
+// its tmpfs on /tmp.
 inline int build(const Plan& plan, const char** step) {
   auto failed = [&](const char* what) {
     *step = what;

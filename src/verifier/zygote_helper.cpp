@@ -83,17 +83,49 @@ void set_limit(int resource, unsigned long value, const char* what) {
   if (setrlimit(resource, &r) != 0) fail(what);
 }
 
-bool fresh_tmpfs(const bestofn_zygote* z, const char* path) {
-  umount2(path, MNT_DETACH);
-  return mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
+// The worker's tmpfs mounts that each candidate gets fresh: /tmp, and /dev/shm where it is the
+// zygote's own (without the minimal root; in it /dev/shm is a link to /tmp). A fresh tmpfs, not
+// the old one emptied: a tmpfs numbers its inodes on, so the next candidate's first file's inode
+// would tell it how many files the last one made (a channel between candidates).
+// Making a tmpfs (its superblock) and unmounting one (an RCU grace period) each cost a candidate
+// ~100 us or more with every CPU busy, so neither is on the path between two candidates: the
+// spare is mounted, and the old one unmounted, while the next candidate runs (prepare), and in
+// between the two are only moved (renew: mount moves are cheap). The spare and old mount points
+// are root's only (private_proc.h): no candidate reaches the spare before it is its /tmp.
+struct Renewed {
+  const char* path;
+  const char* spare;
+  const char* old;
+  bool spare_ready, old_mounted;
+};
+Renewed renewed[2] = {{"/tmp", BESTOFN_SPARE_TMP, BESTOFN_OLD_TMP, false, false},
+                      {"/dev/shm", BESTOFN_SPARE_SHM, BESTOFN_OLD_SHM, false, false}};
+
+// While a candidate runs: the last one's mounts unmounted, the next one's made. False if a mount failed.
+bool prepare(const bestofn_zygote* z) {
+  bool ok = true;
+  for (int i = 0; i < (z->shm ? 2 : 1); ++i) {
+    Renewed& r = renewed[i];
+    if (r.old_mounted) umount2(r.old, MNT_DETACH);
+    r.old_mounted = false;
+    if (!r.spare_ready) r.spare_ready = mount("tmpfs", r.spare, "tmpfs", MS_NOSUID | MS_NODEV, z->tmpfs_options) == 0;
+    ok = ok && r.spare_ready;
+  }
+  return ok;
 }
 
-// After every process of the candidate is dead: fresh tmpfs mounts on /tmp and /dev/shm. Not the
-// old ones emptied: a tmpfs numbers its inodes on, so the next candidate's first file's inode
-// would tell it how many files this one made (a channel between candidates). False if a mount
-// failed.
-bool clean(const bestofn_zygote* z) {
-  return fresh_tmpfs(z, "/tmp") && (!z->shm || fresh_tmpfs(z, "/dev/shm"));
+// After every process of the candidate is dead: the fresh mounts moved into place, the old ones
+// aside. False if that failed (the zygote then exits, and bestofn starts a new one).
+bool renew(const bestofn_zygote* z) {
+  if (!prepare(z)) return false;  // a stray request aside, done while the candidate ran
+  for (int i = 0; i < (z->shm ? 2 : 1); ++i) {
+    Renewed& r = renewed[i];
+    if (mount(r.path, r.old, nullptr, MS_MOVE, nullptr) != 0) return false;
+    r.old_mounted = true;
+    if (mount(r.spare, r.path, nullptr, MS_MOVE, nullptr) != 0) return false;
+    r.spare_ready = false;
+  }
+  return true;
 }
 
 // Before each fork: the PID namespace's last pid back to 1 (the zygote), so that every candidate's
@@ -246,6 +278,7 @@ int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
       return 0;
     }
     z->after_fork_parent();
+    const bool prepared = prepare(z);  // while the candidate runs
     if (pid < 0) {
       char why[64];
       const int m = std::snprintf(why, sizeof why, "zygote fork: errno %d", errno);
@@ -276,7 +309,7 @@ int bestofn_zygote_serve(const bestofn_zygote* z, bestofn_job* job) {
     // Clean before the reply, so that the next candidate's clock (bestofn starts it at the
     // request) never pays for this one's leftovers; "restart" when this zygote must not serve
     // another (bestofn then starts a new one).
-    const bool restart = unix_sockets_left() || !clean(z);
+    const bool restart = !prepared || unix_sockets_left() || !renew(z);
     char reply[32];
     const int m = std::snprintf(reply, sizeof reply, restart ? "X %d restart" : "X %d", status);
     if (send(z->sock, reply, static_cast<std::size_t>(m), MSG_NOSIGNAL) != m) return -1;
