@@ -174,6 +174,14 @@ try:
     print('PROC', os.listdir('/proc'))
 except PermissionError:
     print('PROC refused')  # root's only: no procfs in view, not even its own namespace's
+# Host-wide counters that a procfs of its own would show (sockstat's TCP memory, softnet_stat's
+# packets), and its network namespace's own (snmp): none can be opened.
+for f in ('/proc/self/net/sockstat', '/proc/net/softnet_stat', '/proc/self/net/snmp', '/proc/loadavg'):
+    try:
+        open(f).read()
+        print('READ', f)
+    except OSError:
+        pass
 )PY";
 
 // A program that must pass on both start paths (its own asserts are the attack's checks), with
@@ -209,6 +217,7 @@ TEST(SandboxAttacks, TheHostsProcIsOutOfReach) {
     ASSERT_TRUE(v.passed()) << v.result << "\n" << v.err;
     EXPECT_NE(v.out.find("SEEN []"), std::string::npos) << v.out;  // not even the zygote
     EXPECT_NE(v.out.find("PROC refused"), std::string::npos) << v.out;
+    EXPECT_EQ(v.out.find("READ"), std::string::npos) << v.out;
     for (const char* gone : {"/var/tmp", "/run", "/home", "/root", "/sys", "/etc/passwd"})
       EXPECT_NE(v.out.find(std::string("exists ") + gone + " False"), std::string::npos) << gone << "\n" << v.out;
     EXPECT_EQ(v.out.find("canary-env-7f3a9c"), std::string::npos);
