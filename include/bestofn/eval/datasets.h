@@ -17,6 +17,7 @@ struct Problem {
   std::vector<std::string> test_imports;  // MBPP only ("import math")
   std::vector<std::string> test_list;     // MBPP only: the asserts, one per test (test holds them joined)
   std::string dataset;             // "humaneval", "humaneval+" or "mbpp": decides program()
+  std::vector<std::string> public_tests;  // a row's own example tests, each `assert CALL == EXPR` (public_tests.h)
   // HumanEval+ only. The plus (and base) inputs are kept as the file's own JSON text: some hold
   // integers beyond 64 bits, which a JSON round trip through doubles would change. The plus tests
   // run the candidate and the canonical solution on each plus input apart and compare their
