@@ -99,8 +99,19 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   EXPECT_GE(t["wall_s"].get<double>(), t["generation_s"].get<double>());
   EXPECT_LE(t["overlap_s"].get<double>(), t["wall_s"].get<double>() + 1e-9);
   EXPECT_LE(t["overlap_s"].get<double>(), t["verification_s"].get<double>() + 1e-9);
+  // Selection without the hidden tests (issue 46): the default strategies, each with selected@1
+  // between 0 and pass@n, over the problems run.
+  const json& sel = summary["selection"];
+  EXPECT_EQ(sel["problems"], 4);
+  for (const char* name : {"logprob", "public", "cluster", "public,cluster,logprob"}) {
+    ASSERT_TRUE(sel["strategies"].contains(name)) << sel.dump();
+    EXPECT_GE(sel["strategies"][name]["selected_at_1"].get<double>(), 0.0);
+    EXPECT_LE(sel["strategies"][name]["selected_at_1"].get<double>(), sel["pass_at_n"].get<double>());
+  }
   const std::string report = read_text(out / "report.md");
   EXPECT_NE(report.find("pass@1"), std::string::npos);
+  EXPECT_NE(report.find("## Selection without the hidden tests"), std::string::npos);
+  EXPECT_NE(report.find("| public,cluster,logprob |"), std::string::npos);
   EXPECT_NE(report.find("fail_at_k.svg"), std::string::npos);
   EXPECT_TRUE(well_formed_svg(out / "fail_at_k.svg"));
   EXPECT_NE(read_text(out / "fail_at_k.svg").find("GPT-4o"), std::string::npos);

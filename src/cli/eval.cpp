@@ -83,6 +83,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("--queue", o->queue, "Finished samples waiting for the verifier at most (0 or unset: 64 x workers)")->check(CLI::Range(0, 10000000));
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
   add_allow_processes_flag(sub, o->allow_processes);
+  add_select_flag(sub, o->select, "Default: logprob, public, cluster and public,cluster,logprob, each reported.");
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
   add_shard_flag(sub, o->shard);
   sub->add_option("--devices", o->devices,

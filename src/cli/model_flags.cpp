@@ -3,7 +3,9 @@
 #include <vector>
 
 #include "bestofn/engine/cuda_paths.h"
+#include "bestofn/eval/selection.h"
 #include "bestofn/generate/shard.h"
+#include "bestofn/util/error.h"
 #include "cli/validators.h"
 
 namespace bestofn::cli {
@@ -134,6 +136,26 @@ CLI::Option* add_shard_flag(CLI::App* sub, std::string& text) {
                    "I/N: only shard I of N (0-based) of the (problem, candidate) pairs; pair p*n+c goes to shard (p*n+c) mod N, "
                    "with the draws of the unsharded run")
       ->check(CLI::Validator([](std::string& s) { return shard_error(s); }, "I/N", "shard"));
+}
+
+CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, const std::string& when_absent) {
+  return sub
+      ->add_option("--select", select,
+                   "Pick one candidate per problem without the hidden tests and report selected@1 (repeatable): public (the "
+                   "prompt's own examples), cluster (agreement of outputs on those inputs and variations of them), logprob (the "
+                   "model's confidence), or a chain such as public,cluster,logprob (filter, group, break ties); none for none. " +
+                       when_absent)
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            if (s == "none") return std::string();
+            try {
+              parse_strategy(s);
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+            return std::string();
+          },
+          "STRATEGY"));
 }
 
 CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix) {

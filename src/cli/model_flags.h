@@ -35,6 +35,10 @@ void add_sampling_flags(CLI::App* sub, ModelOptions& f, const std::string& stop_
 // --shard I/N (bestofn/generate/shard.h), validated at parse time: a bad value is a usage error.
 CLI::Option* add_shard_flag(CLI::App* sub, std::string& text);
 
+// --select STRATEGY (repeatable) for eval and score: selection.h's strategies, "none" for none;
+// a bad one is a usage error.
+CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, const std::string& when_absent);
+
 // --allow-processes (SandboxLimits::new_processes): `prefix` starts its help ("--verify: " on generate).
 CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix = "");
 

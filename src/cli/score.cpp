@@ -43,6 +43,7 @@ Runner add_score(CLI::App& app) {
                 "Start a fresh Python interpreter per sample instead of forking it from a per-worker pre-started one "
                 "(slower; the same isolation)");
   add_allow_processes_flag(sub, o->allow_processes);
+  add_select_flag(sub, o->select, "Default: none (each strategy costs one more sandbox run per sample).");
   sub->add_flag("--json", o->json, "Print a summary object instead of text");
   return [o, sub] {
     o->plus_timeout_given = sub->count("--plus-timeout") > 0;

@@ -468,6 +468,12 @@ bool find_zero_ok(const json& xs, const json& x, double atol) {
   return std::fabs(sum) <= atol;
 }
 
+std::string equality_key(const json& v) {
+  std::string k;
+  key_of(v, k);
+  return k;
+}
+
 std::string python_repr(const json& v, std::size_t max_chars) {
   std::string out;
   repr_to(v, out, max_chars * 4);  // a character is at most 4 bytes

@@ -100,6 +100,15 @@ def _send(x):
     if len(k) <= _BIG:
         return e
     return {'H': [_hashlib.sha256(k.encode('utf-8', 'surrogatepass')).hexdigest(), type(x).__name__, len(x) if hasattr(x, '__len__') else 0]}
+# With errors as outputs, each call has a time budget of its own (a variation of an input may
+# send a right program into a loop: that is an output, "timeout", and the other calls still run).
+class _CallTimeout(BaseException):
+    pass
+if _ERRORS:
+    import signal as _signal
+    def _on_alarm(signum, frame):
+        raise _CallTimeout()
+    _signal.signal(_signal.SIGALRM, _on_alarm)
 _sys.stdout = _Sink()
 exec(compile(_text(_CODE), 'candidate', 'exec'), _ns)
 _f = _ns[_ENTRY] if _ENTRY else None
@@ -107,14 +116,35 @@ _res = []
 for _i, _c in enumerate(_CALLS):
     _at = '%s %d' % (_LABEL, _INDEX[_i] if _INDEX else _i)
     try:
-        _r = _f(*_deepcopy(_c)) if _f is not None else eval(compile(_c, 'test', 'eval'), _ns)
-    except Exception as _e:
+        if _ERRORS:
+            _signal.setitimer(_signal.ITIMER_REAL, _BUDGET)
+        try:
+            _r = _f(*_deepcopy(_c)) if _f is not None else eval(compile(_c, 'test', 'eval'), _ns)
+        finally:
+            if _ERRORS:
+                _signal.setitimer(_signal.ITIMER_REAL, 0)
+    except _CallTimeout:
+        _res.append({'E': 'timeout'})
+        continue
+    except BaseException as _e:
+        # An exception is an output too (selection's evidence: selection.h), sys.exit() included.
+        if _ERRORS:
+            _res.append({'E': type(_e).__name__})
+            continue
+        if not isinstance(_e, Exception):
+            raise
         raise AssertionError('%s: raised %s: %.200s' % (_at, type(_e).__name__, _e)) from _e
     try:
         _res.append(_send(_r))
     except _NotPlain as _e:
+        if _ERRORS:
+            _res.append({'E': 'not plain data'})
+            continue
         raise AssertionError('%s: the output holds a %s, which is not plain data (None, bool, int, float, complex, str, list, tuple, dict, set, frozenset)' % (_at, _e)) from None
     except RecursionError:
+        if _ERRORS:
+            _res.append({'E': 'nested too deep'})
+            continue
         raise AssertionError('%s: the output is nested too deep to send' % _at) from None
 _payload = _dumps(_res, ensure_ascii=True, allow_nan=False)
 _sys.stdout = _out
@@ -311,13 +341,15 @@ const char* judged_base(const Problem& problem) {
 }
 
 std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
-                            const std::vector<int>& indices, bool as_main) {
+                            const std::vector<int>& indices, bool as_main, bool errors_as_outputs) {
   std::string p = "import base64 as _b64, copy as _copy, hashlib as _hashlib, json as _json, sys as _sys\n";
   p += "_BIG = " + std::to_string(kHashOver) + "\n";
   p += "def _text(s):\n    return _b64.b64decode(s).decode('utf-8')\n";
   p += "_CALLS = _json.loads(_text('" + base64_encode(calls_json) + "'))\n";
   p += "_INDEX = " + json(indices).dump() + "\n";
-  p += "_ENTRY = '" + entry + "'\n";  // a Python identifier (datasets.cpp checks) or empty
+  p += "_ENTRY = '" + entry + "'\n";
+  p += std::string("_ERRORS = ") + (errors_as_outputs ? "True" : "False") + "\n";
+  p += "_BUDGET = " + std::to_string(kCallBudgetSeconds) + "\n";  // a Python identifier (datasets.cpp checks) or empty
   p += "_LABEL = _text('" + base64_encode(label) + "')\n";
   p += "_CODE = '" + base64_encode(code) + "'\n";
   // MBPP's asserts ran as the main module; the plus harness ran the code in a plain namespace.
@@ -325,7 +357,7 @@ std::string outputs_program(const std::string& code, const std::string& entry, c
   return p + kHarness;
 }
 
-std::string read_outputs(const std::string& out, std::size_t count, std::vector<json>& outputs) {
+std::string read_outputs(const std::string& out, std::size_t count, std::vector<json>& outputs, bool errors_allowed) {
   const std::size_t at = out.rfind(kFrameStart);
   if (at == std::string::npos)
     return out.size() > kOutsideStdoutBytes / 4 ? "cut: more than the " + std::to_string(kOutsideStdoutBytes >> 20) + " MiB the verifier reads"
@@ -343,8 +375,11 @@ std::string read_outputs(const std::string& out, std::size_t count, std::vector<
   }
   if (!v.is_array() || v.size() != count)
     return "expected " + std::to_string(count) + " outputs, got " + (v.is_array() ? std::to_string(v.size()) : std::string("no list"));
-  for (std::size_t k = 0; k < count; ++k)
-    if (std::string err = check_plain(v[k]); !err.empty()) return "output " + std::to_string(k) + " is not plain data: " + err;
+  for (std::size_t k = 0; k < count; ++k) {
+    const bool error = errors_allowed && v[k].is_object() && v[k].size() == 1 && v[k].contains("E") && v[k]["E"].is_string();
+    if (std::string err = error ? std::string() : check_plain(v[k]); !err.empty())
+      return "output " + std::to_string(k) + " is not plain data: " + err;
+  }
   outputs.assign(std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
   return "";
 }

@@ -386,6 +386,27 @@ std::string pass_at_k_section(const json& s, const std::string& plot_file) {
   return md;
 }
 
+// selected@1 per strategy (selection.h): one candidate per problem picked without the hidden
+// tests, then judged by them; and the share of the gap from pass@1 to pass@n it closes.
+std::string selection_section(const json& s) {
+  const json* per = at(s, {"selection", "strategies"});
+  if (!per || !per->is_object() || per->empty()) return "";
+  const bool plus = at(s, {"selection", "plus_pass_at_1"}) != nullptr;
+  std::string md = "## Selection without the hidden tests\n\nOne candidate per problem, picked from what the candidates show when run "
+                   "(public: the prompt's examples; cluster: agreement of outputs; logprob: the model's confidence), then judged by the "
+                   "hidden tests, over " + show(at(s, {"selection", "problems"})) + " problems: pass@1 " +
+                   show(at(s, {"selection", "pass_at_1"}), "%.4f") + ", pass@n " + show(at(s, {"selection", "pass_at_n"}), "%.4f") + ".\n\n";
+  md += plus ? "| strategy | selected@1 | gap closed | plus selected@1 | plus gap closed |\n|---|--:|--:|--:|--:|\n"
+             : "| strategy | selected@1 | gap closed |\n|---|--:|--:|\n";
+  auto pct = [](const json* v) { return v && v->is_number() ? general(100 * v->get<double>()) + "%" : std::string("n/a"); };
+  for (const auto& item : per->items()) {
+    const json& r = item.value();
+    const std::string name = text(item.key()), sel = show(at(r, {"selected_at_1"}), "%.4f"), gap = pct(at(r, {"gap_closed"}));
+    md += plus ? row({name, sel, gap, show(at(r, {"plus_selected_at_1"}), "%.4f"), pct(at(r, {"plus_gap_closed"}))}) : row({name, sel, gap});
+  }
+  return md + "\n";
+}
+
 std::string verdicts_section(const json& s) {
   std::string md = "## Verdicts\n\n| verdict | samples |\n|---|--:|\n";
   long long total = 0;
@@ -443,7 +464,7 @@ std::string command_section(const json& s) {
 std::string render_report_md(const nlohmann::json& summary, const std::string& plot_file) {
   std::string md = "# bestofn eval: " + text(show(at(summary, {"model"}))) + " on " +
                    text(show(at(summary, {"dataset", "name"}))) + "\n\n";
-  md += settings(summary) + pass_at_k_section(summary, plot_file) + verdicts_section(summary) + time_section(summary) +
+  md += settings(summary) + pass_at_k_section(summary, plot_file) + selection_section(summary) + verdicts_section(summary) + time_section(summary) +
         command_section(summary);
   return md;
 }

@@ -19,6 +19,7 @@
 #include "bestofn/eval/eval_summary.h"
 #include "bestofn/eval/extract.h"
 #include "bestofn/eval/scoring.h"
+#include "bestofn/eval/selection.h"
 #include "bestofn/generate/devices.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/generate/shard.h"
@@ -234,6 +235,7 @@ void print_summary(const EvalOptions& o, const RunSummary& rs, const ordered_jso
     return;
   }
   print_pass_at_k(rs.passk, rs.passk_plus);
+  if (summary.contains("selection")) print_selection(summary["selection"]);
   if (o.stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", rs.json["solved"].get<int>(), problems);
   if (kept)
     std::printf("%zu samples: nothing left to do; the run's summary.json and report.md are kept\n", ps.verified);
@@ -352,6 +354,12 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   std::uint64_t tokens = ps.gs.generated_tokens;
   if (!kept) {
     summary = rs.json;
+    // Selection without the hidden tests (selection.h): one more sandbox run per sample.
+    if (const auto strategies = strategies_from(o.select, default_strategies()); !strategies.empty()) {
+      std::vector<nlohmann::json> rows;
+      for (auto& [where, row] : read_appended_rows(dir / "results.jsonl")) rows.push_back(std::move(row));
+      summary["selection"] = selection_summary(gather_pools(sandbox, sel.problems, rows, workers, o.timeout), strategies, has_plus);
+    }
     tokens = run_tokens(files, ps.gs);
     add_run_facts(summary, {ps, st, tokens, model.engine->name(), devices, workers, sandbox, command});
     write_summary_files(dir, summary, st.tally, run["tasks"].get<std::vector<std::string>>(), o.references, o.plot,

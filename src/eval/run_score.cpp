@@ -19,6 +19,7 @@
 #include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/passk.h"
 #include "bestofn/eval/scoring.h"
+#include "bestofn/eval/selection.h"
 #include "bestofn/eval/verify_jobs.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/exit_codes.h"
@@ -135,10 +136,12 @@ int run_score(const ScoreOptions& o) {
 
   // Results rows, and (n, c) per problem, base and plus; sandbox errors count in neither.
   Tally tally;
+  std::vector<nlohmann::json> rows;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const nlohmann::json row = result_row(samples[i].row, verdicts.base[i], has_plus, verdicts.plus[i], judged_base(*samples[i].problem));
     out.line(json_text(row));
     tally.add_row(row);
+    rows.push_back(row);
   }
   out.commit();
   const auto passk = tally.pass_at_k(problems, ks, false);
@@ -155,11 +158,19 @@ int run_score(const ScoreOptions& o) {
   summary["problems_skipped"] = Tally::skipped_json(passk);
   summary["verdicts"] = tally.counts();
   add_judged(summary, tally, has_plus);
+  // Selection without the hidden tests (selection.h), when asked: one more sandbox run per sample.
+  const auto strategies = strategies_from(o.select, {});
+  if (!strategies.empty()) {
+    std::vector<const Problem*> ptrs;
+    for (const Problem& p : problems) ptrs.push_back(&p);
+    summary["selection"] = selection_summary(gather_pools(sandbox, ptrs, rows, o.workers, o.timeout), strategies, has_plus);
+  }
   summary["sandbox_missing"] = sandbox.missing();
   if (o.json) {
     std::cout << json_text(summary, 2) << "\n";
   } else {
     print_pass_at_k(passk, passk_plus);
+    if (summary.contains("selection")) print_selection(summary["selection"]);
     std::printf("%zu samples in %.1f s (%.1f samples/s); results in %s\n", samples.size(), secs, static_cast<double>(samples.size()) / secs,
                 out_path.c_str());
   }

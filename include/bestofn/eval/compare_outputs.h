@@ -37,6 +37,10 @@ bool evalplus_same(const nlohmann::json& got, const nlohmann::json& expected, do
 // and in Python 3.11's order (sum left to right, pow from libm). x must be a number.
 bool find_zero_ok(const nlohmann::json& xs, const nlohmann::json& x, double atol);
 
+// A text that two plain values share exactly when python_equal says they are equal (numbers by
+// value, sets and dicts in a sorted order; an H value by its hash): for grouping outputs.
+std::string equality_key(const nlohmann::json& v);
+
 // Python's repr of a plain value, cut to at most max_chars characters (as '%.200r' cuts).
 std::string python_repr(const nlohmann::json& v, std::size_t max_chars = 200);
 

@@ -26,6 +26,9 @@ namespace bestofn {
 // outputs together take a few MiB.
 constexpr std::size_t kOutsideStdoutBytes = 32u << 20;
 
+// The time one call may take in an errors_as_outputs run (the examples a prompt shows are small).
+constexpr double kCallBudgetSeconds = 0.5;
+
 // How a verdict was judged, as result rows and summaries say it.
 inline constexpr const char* kJudgedOutside = "outside";
 inline constexpr const char* kJudgedInProcess = "in-process";
@@ -48,13 +51,17 @@ const char* judged_base(const Problem& problem);
 // `calls_json` (a JSON array of argument arrays, each deep-copied) or, with entry empty, evaluates
 // each expression of `calls_json` (a JSON array of strings) in the code's namespace; and writes the
 // outputs, encoded, in one frame on stdout. A failure names "<label> <index>" (index: indices[i],
-// or i when indices is empty). The program's own prints go nowhere.
+// or i when indices is empty). The program's own prints go nowhere. errors_as_outputs: a call
+// that raises, or returns what is not plain data, gives {"E": "<exception type>"} (or {"E": "not
+// plain data"}, or {"E": "timeout"} past kCallBudgetSeconds) in its place and the others still run
+// (selection's evidence, selection.h; such a frame is read with read_outputs' errors_allowed).
 std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
-                            const std::vector<int>& indices = {}, bool as_main = false);
+                            const std::vector<int>& indices = {}, bool as_main = false, bool errors_as_outputs = false);
 
 // The outputs of a run of outputs_program: "" and `outputs` filled (count of them, each checked
 // plain data), or what is wrong with the run's stdout (no frame, cut at the cap, malformed).
-std::string read_outputs(const std::string& out, std::size_t count, std::vector<nlohmann::json>& outputs);
+// errors_allowed: an output may also be {"E": "<name>"} (an errors_as_outputs run).
+std::string read_outputs(const std::string& out, std::size_t count, std::vector<nlohmann::json>& outputs, bool errors_allowed = false);
 
 // Expected outputs, computed once per problem for a whole run (thread-safe: the first worker that
 // needs a problem's runs the reference, the others wait for it). Problems are told apart by

