@@ -660,3 +660,70 @@ TEST(EvalLayer, GatesReferencesAndTaskIdsParseOrNameTheirFlag) {
   EXPECT_EQ(bestofn::task_ids("HumanEval/0, HumanEval/7"), (std::vector<std::string>{"HumanEval/0", "HumanEval/7"}));
   for (const char* bad : {",", "a,,b", "a,"}) EXPECT_EQ(message([&] { bestofn::task_ids(bad); }), "--tasks: '" + std::string(bad) + "' has an empty task id");
 }
+
+// --until-pass (issue 46): a problem stops being sampled once K of its samples pass, and the
+// problems solved are exactly those of the run of all n. A dataset whose tests judge the generated
+// text itself (the prompt opens a string that the test closes, so each candidate passes or not by
+// the length of what the tiny model wrote; two problems never pass), run in full and with
+// --until-pass 1 and 2.
+TEST(Eval, UntilPassSolvesWhatTheFullRunSolves) {
+  TempDir tmp;
+  const fs::path data = tmp / "text_tests.jsonl";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i) {
+      const json row = {{"task_id", "T/" + std::to_string(i)},
+                        {"prompt", "def f():\n    return 1\nS = r'''"},
+                        {"entry_point", "f"},
+                        {"canonical_solution", ""},
+                        {"test", i % 4 == 3 ? std::string("'''\ndef check(c):\n    assert S == 'never'\n")
+                                            : "'''\ndef check(c):\n    assert len(S) % " + std::to_string(2 + i % 4 * 3) +
+                                                  " == 0 and \"'''\" not in S\n"}};
+      f << row.dump() << "\n";
+    }
+  }
+  auto args = [&](const fs::path& out, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"eval", "--model", tiny_model().string(), "--dataset", data.string(), "--out-dir", out.string(),
+                                  "--device", "cpu", "--temperature", "1.0", "--seed", "3", "-n", "12", "--max-new-tokens", "6",
+                                  "--batch", "2", "--workers", "1", "--select", "none", "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto full = run_cli(args(tmp / "full", {"--k", "1"}));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  std::set<std::string> solved_full;
+  for (const json& r : read_jsonl(tmp / "full" / "results.jsonl"))
+    if (r["passed"].get<bool>()) solved_full.insert(r["task_id"].get<std::string>());
+  ASSERT_GT(solved_full.size(), 0u);
+  ASSERT_LT(solved_full.size(), 8u);  // T/3 and T/7 never pass
+  for (const char* k : {"1", "2"}) {
+    SCOPED_TRACE(k);
+    const fs::path out = tmp / (std::string("until") + k);
+    const auto r = run_cli(args(out, {"--until-pass", k}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json s = json::parse(r.out);
+    EXPECT_EQ(s["until_pass"], std::stoi(k));
+    EXPECT_FALSE(s.contains("pass_at_k"));
+    EXPECT_GT(s["candidates_dropped"].get<int>(), 0) << "nothing was dropped: the test tests nothing";
+    std::set<std::string> solved;
+    std::map<std::string, int> passes;
+    const auto rows = read_jsonl(out / "results.jsonl");
+    for (const json& x : rows)
+      if (x["passed"].get<bool>()) solved.insert(x["task_id"].get<std::string>()), ++passes[x["task_id"].get<std::string>()];
+    EXPECT_EQ(solved, solved_full);
+    EXPECT_EQ(s["solved"], solved.size());
+    EXPECT_LE(rows.size(), 8u * 12);
+    // Every row is one the full run has too, with the same verdict (the draws do not depend on
+    // the early stop).
+    std::map<std::pair<std::string, int>, bool> full_verdict;
+    for (const json& x : read_jsonl(tmp / "full" / "results.jsonl")) full_verdict[{x["task_id"], x["index"]}] = x["passed"];
+    for (const json& x : rows) EXPECT_EQ(full_verdict.at({x["task_id"], x["index"]}), x["passed"].get<bool>()) << x.dump();
+  }
+  // Bad input: pass@k with an early stop, or K < 1, is a usage error.
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--until-pass", "1", "--k", "1"}, {"--until-pass", "0"},
+                                              {"--until-pass", "1", "--fail-under", "pass@1=0.5"}, {"--until-pass", "1", "--stop-on-pass"}}) {
+    const auto r = run_cli(args(tmp / "bad", bad));
+    EXPECT_EQ(r.exit_code, 2) << bad[0] << " " << bad[1] << ": " << r.err;
+    EXPECT_NE(r.err.find("--until-pass"), std::string::npos) << r.err;
+  }
+}

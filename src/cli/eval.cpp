@@ -77,6 +77,13 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                   "pass@K=X: exit 3 when pass@K < X; plus_pass@K=X gates HumanEval+'s plus tests (repeatable)");
   sub->add_flag("--stop-on-pass", o->stop_on_pass, "Stop generating for a problem once a sample passes (pass@k is then not reported)")
       ->excludes(plot);  // no pass@k, no fail@k chart
+  sub->add_option("--until-pass", o->until_pass,
+                  "K: stop sampling a problem once K of its samples pass (its queued and running candidates are dropped). For "
+                  "selection and solve rates: pass@k is then not reported, so --k, --plot and --fail-under are refused. The problems "
+                  "solved are those a run of all n solves")
+      ->check(CLI::Range(1, 1000000))
+      ->excludes(plot)
+      ->excludes("--stop-on-pass");
   sub->add_option("--timeout", o->timeout, "Seconds per sample (wall clock)")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("3");
   sub->add_option("--plus-timeout", o->plus_timeout, "Seconds for a HumanEval+ sample's plus tests")->check(finite_range(0.05, kMaxTimeoutSeconds))->default_str("20");
   sub->add_option("--workers", o->workers, "Samples verified at once (0 or unset: the cores)")->check(CLI::Range(0, 1024));
@@ -90,12 +97,15 @@ Runner add_eval(CLI::App& app, const std::string& command) {
                   "CUDA devices, e.g. 0,1,2,3: one engine per GPU in this process, sharing the verifier pool (default: every device "
                   "CUDA_VISIBLE_DEVICES shows)");
   sub->callback([o, sub] {
-    if (!o->shard.empty() && o->stop_on_pass)
-      throw CLI::ValidationError("--shard", "cannot be used with --stop-on-pass: a shard cannot see the other shards' passes");
+    if (!o->shard.empty() && o->stop_after() > 0)
+      throw CLI::ValidationError("--shard", "cannot be used with --stop-on-pass or --until-pass: a shard cannot see the other shards' passes");
+    if (sub->count("--until-pass") > 0 && sub->count("--k") > 0)
+      throw CLI::ValidationError("--until-pass", "stops a problem's sampling early, so pass@k is not reported: drop --k");
     if (!o->devices.empty() && o->m.device == "cpu")
       throw CLI::ValidationError("--devices", "selects GPUs for --device cuda (one engine per GPU); the CPU engine uses every core (--threads)");
     for (const auto& r : o->references) usage_checked([&] { return name_value(r, "--reference"); });
-    if (o->stop_on_pass && !o->fail_under.empty()) throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass does not report");
+    if (o->stop_after() > 0 && !o->fail_under.empty())
+      throw CLI::ValidationError("--fail-under", "needs pass@k, which --stop-on-pass and --until-pass do not report");
     check_gates(*o);
     o->plus_timeout_given = sub->count("--plus-timeout") > 0;
   });

@@ -36,12 +36,14 @@ bool eval_interrupted() { return g_interrupted.load(); }
 Pipeline::Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
                    RunFiles& files, ResumeState& state, std::size_t total_samples)
     : o_(o), problems_(problems), selected_(selected), has_plus_(has_plus), files_(files), st_(state), total_samples_(total_samples),
-      solved_(selected.size()), tty_(isatty(STDERR_FILENO)), t0_(Clock::now()), last_print_(t0_) {
+      passes_(selected.size()), tty_(isatty(STDERR_FILENO)), t0_(Clock::now()), last_print_(t0_) {
   stats_.verified = state.resumed_samples;
-  for (std::size_t i = 0; i < selected.size(); ++i) solved_[i] = state.tally.passed(selected[i]->task_id) > 0;
+  for (std::size_t i = 0; i < selected.size(); ++i) passes_[i] = state.tally.passed(selected[i]->task_id);
 }
 
-bool Pipeline::cancelled(std::size_t problem) const { return g_stop.load() || (o_.stop_on_pass && solved_[problem].load()); }
+bool Pipeline::cancelled(std::size_t problem) const {
+  return g_stop.load() || (o_.stop_after() > 0 && passes_[problem].load() >= o_.stop_after());
+}
 
 PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
                             const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers) {
@@ -113,7 +115,7 @@ void Pipeline::on_verified(const Problem& problem, const json& sample, const std
   }
   st_.tally.add_row(row);
   ++stats_.verified, ++stats_.verified_now;
-  if (base.passed()) solved_[st_.index_of[problem.task_id]] = true;
+  if (base.passed()) ++passes_[st_.index_of[problem.task_id]];
   progress(false);
 }
 

@@ -70,7 +70,7 @@ class Pipeline {
   RunFiles& files_;
   ResumeState& st_;
   const std::size_t total_samples_;
-  std::vector<std::atomic<bool>> solved_;
+  std::vector<std::atomic<int>> passes_;  // passing samples per problem (for --until-pass / --stop-on-pass)
   // One mutex for the results file, the tally and the counters.
   std::mutex mu_;
   PipelineStats stats_;

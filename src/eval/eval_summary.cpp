@@ -40,14 +40,18 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
   s["sampling"] = {{"temperature", m.at("temperature")}, {"top_p", m.at("top_p")}, {"top_k", m.at("top_k")}, {"min_p", m.at("min_p")},
                    {"seed", m.at("seed")}, {"max_new_tokens", m.at("max_new_tokens")}, {"stop", m.at("stop")}, {"chat", m.at("chat")}};
   add_judged(s, tally, has_plus);
-  if (m.value("stop_on_pass", false)) {
+  const int until = m.value("until_pass", 0);
+  if (m.value("stop_on_pass", false) || until > 0) {
     const auto solved = std::count_if(tasks.begin(), tasks.end(), [&](const std::string& t) { return tally.passed(t) > 0; });
     s["solved"] = solved;
     s["solve_rate"] = tasks.empty() ? 0.0 : static_cast<double>(solved) / static_cast<double>(tasks.size());
+    if (until > 0) s["until_pass"] = until;
     s["pass_at_k_note"] =
-        "--stop-on-pass: generation for a problem stopped at its first passing sample, so problems have different, "
-        "biased numbers of samples and pass@k is not an estimate of anything; solved / solve_rate count the problems "
-        "with a passing sample among at most n";
+        std::string(until > 0 ? "--until-pass " + std::to_string(until) + ": generation for a problem stopped once that many samples passed"
+                              : "--stop-on-pass: generation for a problem stopped at its first passing sample") +
+        ", so problems have different, biased numbers of samples and pass@k is not an estimate of anything; solved / "
+        "solve_rate count the problems with a passing sample among at most n (the same problems as a run of all n: each "
+        "candidate's draws depend only on its problem, index and seed)";
     return r;
   }
   r.passk = tally.pass_at_k(tasks, ks, false);

@@ -118,6 +118,7 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
           {"tasks", ids}};
   // Only when set: manifests from before these flags still match.
+  if (o.until_pass > 0) run["until_pass"] = o.until_pass;
   if (o.m.quantize_lm_head) run["quantize_lm_head"] = true;
   if (o.m.kv_cache != "auto") run["kv_cache"] = o.m.kv_cache;
   return run;
@@ -154,7 +155,7 @@ std::vector<GenerationRequest> generation_requests(const EvalOptions& o, const L
   std::vector<GenerationRequest> reqs;
   for (std::size_t i = 0; i < sel.problems.size(); ++i) {
     const Problem& p = *sel.problems[i];
-    if (st.generated[i].size() == share[i].size() || (o.stop_on_pass && st.tally.passed(p.task_id) > 0)) continue;
+    if (st.generated[i].size() == share[i].size() || (o.stop_after() > 0 && st.tally.passed(p.task_id) >= o.stop_after())) continue;
     GenerationRequest r;
     r.id = p.task_id;
     r.prompt_ids = encode_prompt(o.m, model, prompt_text(p, o.m.chat), o.dataset + " " + p.task_id);
@@ -236,7 +237,10 @@ void print_summary(const EvalOptions& o, const RunSummary& rs, const ordered_jso
   }
   print_pass_at_k(rs.passk, rs.passk_plus);
   if (summary.contains("selection")) print_selection(summary["selection"]);
-  if (o.stop_on_pass) std::printf("solved: %d of %zu problems (--stop-on-pass: no pass@k)\n", rs.json["solved"].get<int>(), problems);
+  if (o.stop_after() > 0)
+    std::printf("solved: %d of %zu problems (%s: no pass@k); %llu candidates dropped\n", rs.json["solved"].get<int>(), problems,
+                o.until_pass > 0 ? ("--until-pass " + std::to_string(o.until_pass)).c_str() : "--stop-on-pass",
+                static_cast<unsigned long long>(summary.value("candidates_dropped", 0ull)));
   if (kept)
     std::printf("%zu samples: nothing left to do; the run's summary.json and report.md are kept\n", ps.verified);
   else
@@ -361,6 +365,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
       summary["selection"] = selection_summary(gather_pools(sandbox, sel.problems, rows, workers, o.timeout), strategies, has_plus);
     }
     tokens = run_tokens(files, ps.gs);
+    if (o.stop_after() > 0) summary["candidates_dropped"] = ps.gs.cancelled;  // (this invocation's; a resumed run adds its own)
     add_run_facts(summary, {ps, st, tokens, model.engine->name(), devices, workers, sandbox, command});
     write_summary_files(dir, summary, st.tally, run["tasks"].get<std::vector<std::string>>(), o.references, o.plot,
                         o.dataset + ": " + std::filesystem::path(run["model"].get<std::string>()).filename().string() + ", n = " +

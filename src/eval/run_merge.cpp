@@ -175,7 +175,8 @@ std::vector<ShardRun> read_shards(const MergeOptions& o) {
   for (const auto& r : runs) check_same_run(runs.front(), r);
   check_shard_set(runs);
   const ordered_json& manifest = runs.front().manifest;
-  if (manifest.value("stop_on_pass", false)) throw Error("merge: " + o.shards.front() + " is a --stop-on-pass run, which has no pass@k to merge");
+  if (manifest.value("stop_on_pass", false) || manifest.value("until_pass", 0) > 0)
+    throw Error("merge: " + o.shards.front() + " is a --stop-on-pass or --until-pass run, which has no pass@k to merge");
   const int n = manifest.at("n").get<int>();
   const auto tasks = manifest.at("tasks").get<std::vector<std::string>>();
   std::map<std::string, std::size_t> pos;

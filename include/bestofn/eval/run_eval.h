@@ -17,6 +17,10 @@ struct EvalOptions {
   double timeout = 3.0, plus_timeout = 20.0;
   bool plus_timeout_given = false;  // --plus-timeout was set: a warning when the dataset has no plus tests
   bool resume = false, stop_on_pass = false, json = false, no_zygote = false, allow_processes = false;
+  // --until-pass K: a problem's sampling stops once K of its samples pass (--stop-on-pass is K = 1);
+  // its queued and running candidates are dropped. 0: every problem gets its n samples.
+  int until_pass = 0;
+  int stop_after() const { return until_pass > 0 ? until_pass : stop_on_pass ? 1 : 0; }
 };
 
 // --fail-under pass@K=X (the base tests) or plus_pass@K=X (HumanEval+'s plus tests).
