@@ -38,16 +38,7 @@ Runner add_generate(CLI::App& app) {
                   "How `best` is picked where a row has no hidden tests: logprob (rank candidates by mean logprob: rank, best; no "
                   "sandbox needed), or with --verify public, cluster or a chain such as public,cluster,logprob (the default with "
                   "--verify: the row's own examples, its docstring's or its public_tests, then agreement of outputs, then confidence)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              parse_strategy(s);
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-            return std::string();
-          },
-          "STRATEGY"));
+      ->check(strategy_validator(false));
   sub->add_flag("--best-only", o->best_only, "Write only the best candidate of each prompt (needs --verify or --select)");
   // The sandbox's settings: without --verify there is no sandbox, and they would change nothing.
   sub->add_option("--timeout", o->timeout, "--verify: seconds per candidate (wall clock)")

@@ -145,17 +145,21 @@ CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, co
                    "prompt's own examples), cluster (agreement of outputs on those inputs and variations of them), logprob (the "
                    "model's confidence), or a chain such as public,cluster,logprob (filter, group, break ties); none for none. " +
                        when_absent)
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            if (s == "none") return std::string();
-            try {
-              parse_strategy(s);
-            } catch (const Error& e) {
-              return std::string(e.what());
-            }
-            return std::string();
-          },
-          "STRATEGY"));
+      ->check(strategy_validator(true));
+}
+
+CLI::Validator strategy_validator(bool none_too) {
+  return CLI::Validator(
+      [none_too](std::string& s) {
+        if (none_too && s == "none") return std::string();
+        try {
+          parse_strategy(s);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      },
+      "STRATEGY");
 }
 
 CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix) {

@@ -38,6 +38,8 @@ CLI::Option* add_shard_flag(CLI::App* sub, std::string& text);
 // --select STRATEGY (repeatable) for eval and score: selection.h's strategies, "none" for none;
 // a bad one is a usage error.
 CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, const std::string& when_absent);
+// A --select value: selection.h's parse_strategy accepts it (and, with none_too, "none").
+CLI::Validator strategy_validator(bool none_too);
 
 // --allow-processes (SandboxLimits::new_processes): `prefix` starts its help ("--verify: " on generate).
 CLI::Option* add_allow_processes_flag(CLI::App* sub, bool& allow, const std::string& prefix = "");
