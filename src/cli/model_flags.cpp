@@ -155,7 +155,8 @@ CLI::Validator strategy_validator(bool none_too) {
         try {
           parse_strategy(s);
         } catch (const Error& e) {
-          return std::string(e.what());
+          const std::string why = e.what();  // CLI11 names the option itself
+          return why.starts_with("--select: ") ? why.substr(10) : why;
         }
         return std::string();
       },
