@@ -115,6 +115,7 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   EXPECT_NE(report.find("fail_at_k.svg"), std::string::npos);
   EXPECT_TRUE(well_formed_svg(out / "fail_at_k.svg"));
   EXPECT_NE(read_text(out / "fail_at_k.svg").find("GPT-4o"), std::string::npos);
+  EXPECT_NE(read_text(out / "fail_at_k.svg").find("public,cluster,logprob selected@1 = "), std::string::npos);  // its diamond's label
   // The run's directory is not overwritten by accident.
   const auto again = run_cli(eval_args(out, {"-n", "5", "--limit", "4"}));
   EXPECT_EQ(again.exit_code, 1);

@@ -499,3 +499,24 @@ TEST(DefaultStopStrings, NeverCutACanonicalMbppSolutionAndEndTheTestsThatFollow)
   EXPECT_EQ(failures, 0);
   EXPECT_GT(with_helpers, 0);  // solutions with a second top-level def survive: "\ndef " is no MBPP stop
 }
+
+// selected@1 per strategy (issue 46): one diamond per strategy at k = 1, at fail = 1 - selected@1 on
+// the chart's own tick mapping, labelled; a value outside [0, 1] is refused.
+TEST(FailAtKSvg, SelectedAtOneIsADiamondPerStrategyAtKOne) {
+  const json doc = parse_svg(fail_at_k_svg(kCurve, {}, "t", {}, {{"logprob", 0.40}, {"public,cluster,logprob", 0.62}}));
+  const std::vector<json> d = find(doc, "polygon", "selected");
+  ASSERT_EQ(d.size(), 2u);
+  const LogAxis x = axis(doc, "xtick", "x"), y = axis(doc, "ytick", "y");
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    std::istringstream in(d[i]["attrib"]["points"].get<std::string>());
+    std::string top, right;
+    in >> top >> right;
+    const double cx = std::stod(top.substr(0, top.find(','))), cy = std::stod(right.substr(right.find(',') + 1));
+    EXPECT_NEAR(cx, x.at(1), 0.02);
+    EXPECT_NEAR(cy, y.at(i == 0 ? 0.60 : 0.38), 0.05);
+  }
+  std::vector<std::string> labels;
+  for (const json& t : find(doc, "text", "selected-label")) labels.push_back(t["text"]);
+  EXPECT_EQ(labels, (std::vector<std::string>{"logprob selected@1 = 0.4", "public,cluster,logprob selected@1 = 0.62"}));
+  EXPECT_THROW(fail_at_k_svg(kCurve, {}, "t", {}, {{"x", 1.5}}), bestofn::Error);
+}

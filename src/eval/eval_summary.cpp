@@ -95,8 +95,12 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
       base_nc.push_back(tally.n_c(t, false));
       if (has_plus) plus_nc.push_back(tally.n_c(t, true));
     }
+    std::vector<std::pair<std::string, double>> selected;  // selection without the hidden tests, at k = 1
+    if (summary.contains("selection") && summary["selection"].contains("strategies"))
+      for (const auto& [name, r] : summary["selection"]["strategies"].items())
+        if (r.contains("selected_at_1") && r["selected_at_1"].is_number()) selected.emplace_back(name, r["selected_at_1"].get<double>());
     const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, title,
-                                          has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{});
+                                          has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{}, selected);
     write_file_atomic(file, svg);
     summary["plot"] = std::filesystem::absolute(file).lexically_normal().string();  // (eval and merge alike, whatever the cwd)
     plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();

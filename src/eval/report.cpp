@@ -196,13 +196,18 @@ void legend_entry(std::string& svg, double x, const char* color, const std::stri
 
 std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
                           const std::vector<std::pair<std::string, double>>& references, const std::string& title,
-                          const std::vector<std::pair<int, double>>& plus_pass_at_k) {
+                          const std::vector<std::pair<int, double>>& plus_pass_at_k,
+                          const std::vector<std::pair<std::string, double>>& selected) {
   check_series(pass_at_k, "pass@k");
   check_series(plus_pass_at_k, "plus pass@k");
-  for (const auto& [name, p] : references)
-    if (!(p >= 0.0 && p <= 1.0))
-      throw Error("fail@k plot: reference " + name + ": expected pass@1 in [0, 1], got " + general(p));
-  const Axes a = make_axes(pass_at_k, plus_pass_at_k, references);
+  for (const auto* list : {&references, &selected})
+    for (const auto& [name, p] : *list)
+      if (!(p >= 0.0 && p <= 1.0))
+        throw Error("fail@k plot: " + std::string(list == &references ? "reference " : "selected@1 of ") + name +
+                    ": expected a value in [0, 1], got " + general(p));
+  std::vector<std::pair<std::string, double>> spans = references;  // what the y axis must show
+  spans.insert(spans.end(), selected.begin(), selected.end());
+  const Axes a = make_axes(pass_at_k, plus_pass_at_k, spans);
 
   std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
                     fixed(kWidth) + "\" height=\"" + fixed(kHeight) + "\" viewBox=\"0 0 " + fixed(kWidth) + " " +
@@ -222,6 +227,17 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
   reference_lines(svg, a, references);
   series(svg, a, pass_at_k, "base", "#1f77b4");
   series(svg, a, plus_pass_at_k, "plus", "#ff7f0e");
+  // selected@1 per strategy: a diamond at k = 1, its label to the right, one line apart.
+  for (std::size_t i = 0; i < selected.size(); ++i) {
+    const auto& [name, p] = selected[i];
+    const double x = a.x(1), y = a.y(std::max(1.0 - p, kFailFloor));
+    svg += "<polygon class=\"selected\" points=\"" + fixed(x) + "," + fixed(y - 6) + " " + fixed(x + 6) + "," + fixed(y) + " " + fixed(x) +
+           "," + fixed(y + 6) + " " + fixed(x - 6) + "," + fixed(y) + "\" fill=\"#2ca02c\" stroke=\"#1a661a\"><title>" +
+           xml_escape(name) + ": selected@1 = " + general(p) + ", fail = " + general(1.0 - p) + "</title></polygon>\n";
+    svg += "<text class=\"selected-label\" x=\"" + fixed(x + 10) + "\" y=\"" + fixed(y + 4 + 13.0 * static_cast<double>(i) - 6.5 * static_cast<double>(selected.size() - 1)) +
+           "\" fill=\"#1a661a\" font-size=\"11\" stroke=\"#ffffff\" stroke-width=\"3\" paint-order=\"stroke\">" +
+           xml_escape(name + " selected@1 = " + general(p)) + "</text>\n";
+  }
 
   legend_entry(svg, kLeft, "#1f77b4", plus_pass_at_k.empty() ? "fail@k" : "fail@k (base tests)");
   if (!plus_pass_at_k.empty()) legend_entry(svg, kLeft + 170, "#ff7f0e", "fail@k (HumanEval+ plus tests)");

@@ -31,9 +31,12 @@ inline constexpr double kFailFloor = 1e-3;
 // "grid major" / "grid minor".
 // pass_at_k may be empty (only the axes and references are drawn, with a note). Throws bestofn::Error
 // for k < 1, k not strictly increasing, or a pass value outside [0, 1] (NaN included).
+// selected: (strategy, selected@1) of selection without the hidden tests (selection.h), each a
+// diamond "selected" marker at k = 1, labelled, beside the curve's own fail@1.
 std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
                           const std::vector<std::pair<std::string, double>>& references, const std::string& title,
-                          const std::vector<std::pair<int, double>>& plus_pass_at_k = {});
+                          const std::vector<std::pair<int, double>>& plus_pass_at_k = {},
+                          const std::vector<std::pair<std::string, double>>& selected = {});
 
 // report.md from the summary that `bestofn eval` writes as summary.json. The schema (every field
 // optional for the report: a missing field, or one of another type, is left out or shown as "n/a";
