@@ -353,6 +353,9 @@ CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem
   f.public_passed = in.public_calls.empty() ? -1 : 1;
   for (std::size_t i = 0; i < in.public_calls.size(); ++i)
     if (error_output(outs[i]) || !evalplus_same(outs[i], in.expected[i], 0)) f.public_passed = 0;
+  // A candidate that raises on every input is in no group: programs that fail alike (a NameError,
+  // a missing function) would otherwise outvote a right one that is alone.
+  if (std::all_of(outs.begin(), outs.end(), [](const json& o) { return error_output(o) != nullptr; })) return f;
   std::string key;
   for (const json& o : outs) key += error_output(o) ? "E:" + o["E"].get<std::string>() + ";" : equality_key(o) + "|";
   f.signature = digest(key);

@@ -71,7 +71,8 @@ SelectionInputs selection_inputs(const Sandbox& sandbox, const Problem& problem,
 
 // One candidate's facts but the logprob: its run on the cluster calls (in the program the
 // verifier runs for it, without the tests), public_passed from the first public_calls.size()
-// outputs. A run that fails as a whole (a syntax error, a time-out) has no signature.
+// outputs. A run that fails as a whole (a syntax error, a time-out), or raises on every input, has
+// no signature.
 CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem, const SelectionInputs& in, const std::string& completion,
                                   int worker, double timeout_s);
 
