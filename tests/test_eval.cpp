@@ -453,6 +453,55 @@ TEST(VerifiedGenerate, RowsWithoutHiddenTestsPickByTheirOwnExamples) {
   EXPECT_NE(unverified.err.find("need --verify"), std::string::npos) << unverified.err;
 }
 
+// generate --verify --until-pass (issue 46): a prompt stops once K candidates pass; what is
+// written is a subset of the full run's rows, equal row for row, the same prompts solved, and a
+// prompt that never passes gets all its candidates.
+TEST(VerifiedGenerate, UntilPassWritesASubsetOfTheFullRunWithTheSameSolvedPrompts) {
+  TempDir tmp;
+  const fs::path prompts = tmp / "p.jsonl";
+  {
+    std::ofstream f(prompts);
+    f << json{{"id", "mixed"}, {"prompt", "def f():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert 'e' in x\n"},
+              {"entry_point", "f"}}.dump() << "\n";
+    f << json{{"id", "never"}, {"prompt", "def g():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert candidate() == 2\n"},
+              {"entry_point", "g"}}.dump() << "\n";
+  }
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "-n", "16",
+                                  "--max-new-tokens", "12", "--temperature", "1.0", "--seed", "4", "--device", "cpu", "--batch", "2",
+                                  "--verify", "--workers", "1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run_cli(a);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::map<std::pair<std::string, int>, json> rows;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const json j = json::parse(line);
+      rows[{j["id"].get<std::string>(), j["index"].get<int>()}] = j;
+    }
+    return rows;
+  };
+  const auto full = run({});
+  const auto until = run({"--until-pass", "1"});
+  ASSERT_EQ(full.size(), 32u);
+  std::set<std::string> solved_full, solved;
+  for (const auto& [key, row] : full)
+    if (row["passed"].get<bool>()) solved_full.insert(key.first);
+  for (const auto& [key, row] : until) {
+    ASSERT_TRUE(full.count(key)) << key.first << " " << key.second;
+    EXPECT_EQ(row["text"], full.at(key)["text"]);
+    EXPECT_EQ(row["passed"], full.at(key)["passed"]);
+    if (row["passed"].get<bool>()) solved.insert(key.first);
+  }
+  EXPECT_EQ(solved, solved_full);
+  ASSERT_EQ(solved_full, std::set<std::string>{"mixed"}) << "the seed must solve one prompt and not the other";
+  int never = 0;
+  for (const auto& [key, row] : until) never += key.first == "never";
+  EXPECT_EQ(never, 16);
+  // --until-pass needs --verify.
+  EXPECT_EQ(run_cli({"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "--until-pass", "1"}).exit_code, 2);
+}
+
 TEST(EvalFaults, SigtermLeavesACleanStateThatResumeCompletes) {
   TempDir tmp;
   const fs::path out = tmp / "run";

@@ -48,6 +48,11 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--workers", o->workers, "--verify: candidates verified at once (0 or unset: the cores)")->check(CLI::Range(0, 1024))->needs(verify);
   sub->add_flag("--no-zygote", o->no_zygote, "--verify: a fresh Python interpreter per candidate (slower; the same isolation)")->needs(verify);
   add_allow_processes_flag(sub, o->allow_processes, "--verify: ")->needs(verify);
+  sub->add_option("--until-pass", o->until_pass,
+                  "--verify: K: stop sampling a prompt once K of its candidates pass its tests (its queued and running candidates "
+                  "are dropped, their slots refilled); the prompts solved are those a run of all -n solves")
+      ->check(CLI::Range(1, 1000000))
+      ->needs(verify);
   sub->add_option("--out", o->out, "Output file (default, or -: stdout); written whole or not at all")->check(non_empty());
   add_shard_flag(sub, o->shard)->excludes("--verify")->excludes("--select")->excludes("--best-only");  // best: among all candidates
   sub->callback([sub] {

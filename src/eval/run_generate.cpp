@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -21,6 +23,8 @@
 #include "bestofn/util/error.h"
 #include "bestofn/util/exit_codes.h"
 #include "bestofn/util/output_file.h"
+#include "bestofn/util/parallel.h"
+#include "bestofn/verifier/verifier.h"
 #include "bestofn/util/text_file.h"
 #include "util/json_file.h"
 #include "util/jsonl.h"
@@ -136,6 +140,7 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     problems[p].entry_point = specs[p].entry_point;
     problems[p].dataset = "humaneval";
     for (auto& [i, row] : rows[p]) {
+      if (row.contains("passed")) continue;  // verified while generating (--until-pass)
       reqs.push_back({&problems[p], row["text"].get<std::string>()});
       targets.push_back(&row);
     }
@@ -286,7 +291,7 @@ int run_generate(const GenerateOptions& o) {
   for (const GenerationRequest& r : reqs)
     candidates.push_back(static_cast<int>(candidate_count(r))), longest = std::max(longest, static_cast<int>(r.prompt_ids.size()));
   start_engine(model, o.m, cuda_shape(candidates, longest, o.m));
-  const GenerationOptions go = generation_options(o.m, model);
+  GenerationOptions go = generation_options(o.m, model);
 
   const std::string out_path = o.out == "-" ? "" : o.out;  // "-": stdout, never a file named "-"
   check_not_input(out_path, o.prompts);
@@ -295,8 +300,51 @@ int run_generate(const GenerateOptions& o) {
   // Rows go out in prompt order, each prompt's candidates by index, as soon as a prompt is done.
   std::vector<std::map<int, json>> rows(reqs.size());
   std::size_t next = 0;
+  // --until-pass: the candidates of prompts with tests verified as they finish, the passes counted
+  // per prompt, and a prompt whose count reaches K cancelled in the scheduler (its queued
+  // candidates never start, its running ones are dropped). Each candidate's draws depend only on
+  // its prompt, index and seed: the prompts solved are those of the full run.
+  std::mutex rows_mu;  // the verifier's callbacks write rows while generation adds them
+  std::vector<std::atomic<int>> passes(reqs.size());
+  std::vector<Problem> tested(reqs.size());
+  std::unique_ptr<Sandbox> stream_sandbox;
+  std::unique_ptr<VerifierPool> pool;
+  if (o.until_pass > 0) {
+    for (std::size_t p = 0; p < specs.size(); ++p) {
+      tested[p].task_id = specs[p].id.dump();
+      tested[p].prompt = specs[p].text;
+      tested[p].test = specs[p].test;
+      tested[p].entry_point = specs[p].entry_point;
+      tested[p].dataset = "humaneval";
+    }
+    SandboxLimits limits;
+    limits.timeout_s = o.timeout;
+    limits.zygote = !o.no_zygote;
+    limits.new_processes = o.allow_processes;
+    stream_sandbox = std::make_unique<Sandbox>(limits);
+    const int workers = o.workers > 0 ? o.workers : default_threads();
+    pool = std::make_unique<VerifierPool>(workers, 64u * static_cast<std::size_t>(workers));
+    go.cancelled = [&](std::size_t p) { return passes[p].load() >= o.until_pass; };
+  }
   auto on_done = [&](Candidate&& c) {
+    std::unique_lock<std::mutex> lock(rows_mu);
     rows[c.prompt][c.index] = candidate_row(o, specs[c.prompt], c);
+    if (pool && !specs[c.prompt].test.empty()) {
+      const std::size_t p = c.prompt;
+      const int index = c.index;
+      lock.unlock();
+      pool->submit({std::to_string(p) + " " + c.text, [&, p, text = c.text](int worker) {
+                      return std::vector<Verdict>{stream_sandbox->run(program(tested[p], text), worker)};
+                    }},
+                   [&, p, index](const std::vector<Verdict>& v) {
+                     std::lock_guard<std::mutex> guard(rows_mu);
+                     json& row = rows[p][index];
+                     row["passed"] = v.front().passed();
+                     row["result"] = v.front().result;
+                     if (v.front().passed()) ++passes[p];
+                   });
+      return;
+    }
     while (!select && next < reqs.size() && rows[next].size() == candidate_count(reqs[next])) {
       for (auto& [i, r] : rows[next]) out.line(json_text(r));
       rows[next++].clear();
@@ -310,9 +358,13 @@ int run_generate(const GenerateOptions& o) {
   Progress progress(isatty(STDERR_FILENO) && !rows_on_terminal, total);
   const GenerationStats st =
       generate(*model.engine, model.tokenizer, reqs, go, on_done, [&](const GenerationStats& s, std::size_t done) { progress.step(s, done); });
+  if (pool) pool->finish();
   int sandbox_errors = 0;
+  if (pool)
+    for (const auto& prompt_rows : rows)
+      for (const auto& [i, r] : prompt_rows) sandbox_errors += r.value("result", "").starts_with("sandbox error");
   if (select) {
-    sandbox_errors = verify_and_select(o, specs, rows);
+    sandbox_errors += verify_and_select(o, specs, rows);
     for (auto& prompt_rows : rows)
       for (auto& [i, r] : prompt_rows)
         if (!o.best_only || r["best"].get<bool>()) out.line(json_text(r));
@@ -322,6 +374,7 @@ int run_generate(const GenerateOptions& o) {
   progress.finish(st, secs);
   spdlog::info("{} prompts, {} candidates, {} tokens in {:.2f} s ({:.1f} tok/s; prefill {:.2f} s, decode {:.2f} s, {} steps)", reqs.size(),
                total, st.generated_tokens, secs, static_cast<double>(st.generated_tokens) / secs, st.prefill_seconds, st.decode_seconds, st.steps);
+  if (o.until_pass > 0) spdlog::info("--until-pass {}: {} candidates dropped", o.until_pass, st.cancelled);
   if (st.drafted_tokens > 0)
     spdlog::info("--speculate: {} of {} drafted tokens taken ({:.3f}), {:.3f} tokens per candidate step; draft lookups {:.2f} s, sampling {:.2f} s",
                  st.accepted_tokens, st.drafted_tokens, static_cast<double>(st.accepted_tokens) / static_cast<double>(st.drafted_tokens),

@@ -17,6 +17,7 @@ struct GenerateOptions {
   std::string select;  // "logprob": rank candidates by mean logprob
   std::string shard;  // I/N: only this shard's (prompt, candidate) pairs
   int n = 1, workers = 0;
+  int until_pass = 0;  // --verify --until-pass K: a prompt stops being sampled once K of its candidates pass its tests
   double timeout = 3.0;
   bool ids = false, verify = false, best_only = false, no_zygote = false, allow_processes = false;
 };
