@@ -325,19 +325,28 @@ TEST(Eval, StopOnPassAndUsageErrors) {
   }
 }
 
+namespace {
+
+// Prompt rows whose verdicts the tests know in advance: the completion lands inside a raw string,
+// so a candidate of "mixed" passes exactly when its text holds an "e", and one of "never" never
+// passes; with `untested`, a row without tests too.
+void write_tested_prompts(const fs::path& path, bool untested) {
+  std::ofstream f(path);
+  f << json{{"id", "mixed"}, {"prompt", "def f():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert 'e' in x\n"},
+            {"entry_point", "f"}}.dump() << "\n";
+  f << json{{"id", "never"}, {"prompt", "def g():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert candidate() == 2\n"},
+            {"entry_point", "g"}}.dump() << "\n";
+  if (untested) f << json{{"id", "untested"}, {"prompt", "def h():"}}.dump() << "\n";
+}
+
+}  // namespace
+
 TEST(VerifiedGenerate, PassedAndBestPerPromptAndLogprobRanking) {
   // The completion lands inside a raw string, so the candidate passes exactly when its text holds
   // an "e": the test knows each verdict in advance, independently of the verifier.
   TempDir tmp;
   const fs::path prompts = tmp / "p.jsonl";
-  {
-    std::ofstream f(prompts);
-    f << json{{"id", "mixed"}, {"prompt", "def f():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert 'e' in x\n"},
-              {"entry_point", "f"}}.dump() << "\n";
-    f << json{{"id", "never"}, {"prompt", "def g():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert candidate() == 2\n"},
-              {"entry_point", "g"}}.dump() << "\n";
-    f << json{{"id", "untested"}, {"prompt", "def h():"}}.dump() << "\n";
-  }
+  write_tested_prompts(prompts, true);
   const std::vector<std::string> base = {"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "-n", "8",
                                          "--max-new-tokens", "6", "--temperature", "1.0", "--seed", "4", "--device", "cpu"};
   auto args = base;
@@ -459,13 +468,7 @@ TEST(VerifiedGenerate, RowsWithoutHiddenTestsPickByTheirOwnExamples) {
 TEST(VerifiedGenerate, UntilPassWritesASubsetOfTheFullRunWithTheSameSolvedPrompts) {
   TempDir tmp;
   const fs::path prompts = tmp / "p.jsonl";
-  {
-    std::ofstream f(prompts);
-    f << json{{"id", "mixed"}, {"prompt", "def f():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert 'e' in x\n"},
-              {"entry_point", "f"}}.dump() << "\n";
-    f << json{{"id", "never"}, {"prompt", "def g():\n    return 1\nx = r'''"}, {"test", " '''\ndef check(candidate):\n    assert candidate() == 2\n"},
-              {"entry_point", "g"}}.dump() << "\n";
-  }
+  write_tested_prompts(prompts, false);
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = {"generate", "--model", tiny_model().string(), "--prompts", prompts.string(), "-n", "16",
                                   "--max-new-tokens", "12", "--temperature", "1.0", "--seed", "4", "--device", "cpu", "--batch", "2",
