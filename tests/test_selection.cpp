@@ -151,3 +151,23 @@ TEST(Selection, EvidenceRunsPickTheRightProgramOnRealProblems) {
     EXPECT_EQ(select_candidate(c, parse_strategy("public,cluster,logprob")), 2u);
   }
 }
+
+// A row's own public tests (generate's public_tests): a call of the entry point gets variations,
+// an expression around calls (f(1) + f(2)) is a public test only.
+TEST(Selection, PublicTestsOfARowAndExpressionsAroundCalls) {
+  const Sandbox sandbox;
+  if (!sandbox.isolated()) GTEST_SKIP() << "sandbox isolation unavailable here";
+  Problem p;
+  p.task_id = "row";
+  p.entry_point = "f";
+  p.dataset = "humaneval";
+  p.public_tests = {"assert f(1) + f(2) == 5", "assert f(3) == 4"};
+  const SelectionInputs in = selection_inputs(sandbox, p, 0);
+  ASSERT_TRUE(in.error.empty()) << in.error;
+  ASSERT_EQ(in.public_calls, (std::vector<std::string>{"f(1) + f(2)", "f(3)"}));
+  EXPECT_EQ(in.unreadable, 0);
+  ASSERT_GT(in.cluster_calls.size(), 2u);
+  for (std::size_t i = 2; i < in.cluster_calls.size(); ++i) EXPECT_TRUE(in.cluster_calls[i].starts_with("f(")) << in.cluster_calls[i];
+  EXPECT_EQ(candidate_evidence(sandbox, p, in, "def f(x):\n    return x + 1\n", 0, 5.0).public_passed, 1);
+  EXPECT_EQ(candidate_evidence(sandbox, p, in, "def f(x):\n    return x\n", 0, 5.0).public_passed, 0);
+}

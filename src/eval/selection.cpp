@@ -166,6 +166,27 @@ std::string render_call(const std::string& entry, const json& values, const std:
   return call + ")";
 }
 
+// Whether the bracket at `open` in `call` closes at its last character (quotes respected): so
+// `f(1) + f(2)` is not one call of f.
+bool closes_at_end(const std::string& call, std::size_t open) {
+  int depth = 0;
+  char quote = 0;
+  for (std::size_t i = open; i < call.size(); ++i) {
+    const char c = call[i];
+    if (quote) {
+      if (c == '\\') ++i;
+      else if (c == quote) quote = 0;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if ((c == ')' || c == ']' || c == '}') && --depth == 0) {
+      return i + 1 == call.size();
+    }
+  }
+  return false;
+}
+
 // The lines of `code` that import (a prompt's `from typing import List`), for evaluating the
 // examples' texts without the function the prompt defines.
 std::string import_lines(const std::string& code) {
@@ -289,7 +310,7 @@ SelectionInputs selection_inputs(const Sandbox& sandbox, const Problem& problem,
   for (const PublicExample& e : ex.examples) {
     // A call of the entry point itself has its arguments captured, for variations; any other
     // expression (MBPP's `set(f(x))`, `bool(math.isclose(f(x), y))`) is a public call only.
-    const bool direct = e.call.starts_with(head) && e.call.ends_with(")");
+    const bool direct = e.call.starts_with(head) && closes_at_end(e.call, head.size() - 1);
     exprs.push_back(direct ? "_bestofn_capture(" + e.call.substr(head.size()) : std::string("None"));
     exprs.push_back(e.expected);
     kept.push_back(&e);
