@@ -136,9 +136,11 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
   EXPECT_EQ(sa["tokens"], sb["tokens"]);
   EXPECT_EQ(sb["samples"], 24);
   EXPECT_FALSE(sb.contains("shard"));
-  // The unsharded run's summary fields, all there (workers aside: each shard had its own).
+  // The unsharded run's summary fields, all there (workers aside: each shard had its own;
+  // selection aside: merge runs nothing, and score --select on the merged samples gives it).
+  EXPECT_FALSE(sb.contains("selection"));
   for (const auto& [key, value] : sa.items()) {
-    if (key == "workers") continue;
+    if (key == "workers" || key == "selection") continue;
     EXPECT_TRUE(sb.contains(key)) << key;
     if (value.is_object() && (key == "time" || key == "throughput")) {
       for (const auto& [sub, v] : value.items()) EXPECT_TRUE(sb[key].contains(sub)) << key << "." << sub;
