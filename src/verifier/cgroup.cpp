@@ -12,11 +12,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "bestofn/util/error.h"
+
+#include <spdlog/spdlog.h>
 
 namespace bestofn {
 namespace {
@@ -82,6 +85,12 @@ void remove_stale(const std::string& parent) {
     close(fd);
   }
   closedir(d);
+}
+
+// A worker cgroup that could not take its CPU bound: said once per run, the run goes on without it.
+void warn_no_cpu_bound(const std::string& why) {
+  static std::once_flag once;
+  std::call_once(once, [&] { spdlog::warn("verifier: no CPU bound per worker ({}): a candidate's processes may take other workers' share", why); });
 }
 
 // The directory, opened and locked for as long as the worker lives (see remove_stale).
@@ -249,9 +258,11 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
     set(g.memory_dir_ + "/memory.max", mem);
     set(g.memory_dir_ + "/memory.swap.max", "0", true);
     set(g.memory_dir_ + "/pids.max", pids, true);  // the pids controller is welcome, not required
-    if (support.cpu) {
-      set(g.memory_dir_ + "/cpu.max", std::to_string(quota_us) + " " + std::to_string(period_us));
-      g.cpu_dir_ = g.memory_dir_;
+    if (support.cpu) {  // welcome, not required (as the pids controller)
+      if (write_control(g.memory_dir_ + "/cpu.max", std::to_string(quota_us) + " " + std::to_string(period_us)))
+        g.cpu_dir_ = g.memory_dir_;
+      else
+        warn_no_cpu_bound(g.memory_dir_ + "/cpu.max: " + std::strerror(errno));
     }
     open_procs(g.memory_dir_, 0);
   } else if (support.version == CgroupSupport::Version::V1) {
@@ -266,17 +277,25 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
       set(g.pids_dir_ + "/pids.max", pids);
       open_procs(g.pids_dir_, 1);
     }
-    if (support.cpu && support.v1_cpu_parent == support.v1_memory_parent) {  // cpu on the memory hierarchy
-      g.cpu_dir_ = g.memory_dir_;
-    } else if (support.cpu && support.v1_cpu_parent == support.v1_pids_parent) {
-      g.cpu_dir_ = g.pids_dir_;
-    } else if (support.cpu) {
-      make(support.v1_cpu_parent, 2);
-      open_procs(g.cpu_dir_, 2);
-    }
-    if (support.cpu) {
-      set(g.cpu_dir_ + "/cpu.cfs_period_us", std::to_string(period_us));
-      set(g.cpu_dir_ + "/cpu.cfs_quota_us", std::to_string(quota_us));
+    if (support.cpu) {  // welcome, not required: a hierarchy that refuses it leaves the worker without one
+      try {
+        if (support.v1_cpu_parent == support.v1_memory_parent) {  // cpu on the memory hierarchy
+          g.cpu_dir_ = g.memory_dir_;
+        } else if (support.v1_cpu_parent == support.v1_pids_parent) {
+          g.cpu_dir_ = g.pids_dir_;
+        } else {
+          make(support.v1_cpu_parent, 2);
+          open_procs(g.cpu_dir_, 2);
+        }
+        set(g.cpu_dir_ + "/cpu.cfs_period_us", std::to_string(period_us));
+        set(g.cpu_dir_ + "/cpu.cfs_quota_us", std::to_string(quota_us));
+      } catch (const Error& e) {
+        warn_no_cpu_bound(e.what());
+        for (int* fd : {&g.fds_[2], &g.locks_[2]})
+          if (*fd >= 0) close(*fd), *fd = -1;
+        if (!g.cpu_dir_.empty() && g.cpu_dir_ != g.memory_dir_ && g.cpu_dir_ != g.pids_dir_) rmdir(g.cpu_dir_.c_str());
+        g.cpu_dir_.clear();
+      }
     }
   }
   return g;
