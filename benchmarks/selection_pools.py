@@ -3,7 +3,7 @@
 with a known answer, against picking at random.
 
     python3 benchmarks/selection_pools.py --bestofn build/bestofn [--model-samples SAMPLES.jsonl]
-                                          [--mutants 4] [--seed 0] [--out FILE]
+                                          [--mutants 4] [--seed 0] [--plus] [--out FILE]
 
 For each of HumanEval's 164 problems (../shared/data, or BESTOFN_SHARED/data) the pool is:
   - the canonical solution;
@@ -12,7 +12,10 @@ For each of HumanEval's 164 problems (../shared/data, or BESTOFN_SHARED/data) th
     whole after a `pass` body so that the program redefines the function;
   - with --model-samples (an eval run's samples.jsonl), the model's real candidates for the problem
     (their own logprobs and token counts);
-in an order shuffled with --seed (the canonical solution is not first on purpose). The pool goes
+in an order shuffled with --seed (the canonical solution is not first on purpose). With --plus the
+pools are judged by HumanEval+ (../shared's HumanEvalPlus), where right means passing the base and
+the plus tests: candidates that pass the base tests and fail the plus ones ("plus-only traps", among
+the mutants and the model's candidates) are then wrong, and counted. The pool goes
 through `bestofn score --select ...` like any samples file: the hidden tests judge every candidate
 (a mutant that still passes counts as right), and each strategy picks one candidate per problem
 without them. The summary's pass@1 over a pool is exactly the rate of a uniformly random pick.
@@ -85,6 +88,7 @@ def main():
     ap.add_argument('--model-samples', default='')
     ap.add_argument('--mutants', type=int, default=4)
     ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--plus', action='store_true', help='judge by HumanEval+ (base and plus tests)')
     ap.add_argument('--out', default='')
     a = ap.parse_args()
     shared = os.environ.get('BESTOFN_SHARED', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared'))
@@ -110,7 +114,8 @@ def main():
         with open(samples, 'w') as f:
             for r in rows:
                 f.write(json.dumps(r) + '\n')
-        cmd = [a.bestofn, 'score', samples, '--dataset', 'humaneval', '--data-dir', data, '--k', '1', '--json', '--out', os.path.join(tmp, 'res.jsonl')]
+        cmd = [a.bestofn, 'score', samples, '--dataset', 'humaneval+' if a.plus else 'humaneval', '--data-dir', data, '--k', '1', '--json',
+               '--out', os.path.join(tmp, 'res.jsonl')]
         for s in ('logprob', 'public', 'cluster', 'public,cluster,logprob'):
             cmd += ['--select', s]
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -123,10 +128,16 @@ def main():
             k = kinds.setdefault(r['kind'], {'candidates': 0, 'passed': 0})
             k['candidates'] += 1
             k['passed'] += r['passed']
+            if a.plus:
+                k['plus_passed'] = k.get('plus_passed', 0) + bool(r.get('plus_passed'))
+                k['plus_only_traps'] = k.get('plus_only_traps', 0) + (r['passed'] and not r.get('plus_passed'))
     sel = summary['selection']
     out = {'bench': 'selection_pools', 'problems': sel['problems'], 'pool_size_mean': sum(sizes) / len(sizes), 'kinds': kinds,
            'random_pick': sel['pass_at_1'], 'pass_at_n': sel['pass_at_n'],
            'strategies': {k: {'selected_at_1': v['selected_at_1'], 'gap_closed': v['gap_closed']} for k, v in sel['strategies'].items()},
+           'plus': {'random_pick': sel.get('plus_pass_at_1'), 'pass_at_n': sel.get('plus_pass_at_n'),
+                    'strategies': {k: {'selected_at_1': v.get('plus_selected_at_1'), 'gap_closed': v.get('plus_gap_closed')}
+                                   for k, v in sel['strategies'].items()}} if a.plus else None,
            'mutants_per_problem': a.mutants, 'seed': a.seed, 'model_samples': a.model_samples or None,
            'command': 'python3 benchmarks/selection_pools.py ' + ' '.join(sys.argv[1:])}
     text = json.dumps(out)
