@@ -28,10 +28,12 @@ using namespace bestofn;
 
 namespace {
 
-SandboxLimits limits(bool zygote) {
+// new_processes: candidates may start processes (--allow-processes).
+SandboxLimits limits(bool zygote, bool new_processes = false) {
   SandboxLimits l;
   l.timeout_s = 5.0;
   l.zygote = zygote;
+  l.new_processes = new_processes;
   return l;
 }
 
@@ -189,9 +191,7 @@ for f in ('/proc/self/net/sockstat', '/proc/net/softnet_stat', '/proc/self/net/s
 void expect_passes_in_both_modes(const std::string& program, bool new_processes = false) {
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
-    SandboxLimits l = limits(zygote);
-    l.new_processes = new_processes;
-    const Sandbox s(l);
+    const Sandbox s(limits(zygote, new_processes));
     REQUIRE_ISOLATION(s);
     const Verdict v = s.run(program);
     EXPECT_TRUE(v.passed()) << v.result << "\n" << v.err;
@@ -474,9 +474,7 @@ TEST(SandboxAttacks, AForkingWrongProgramFails) {
       "os.wait()\n";
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
-    SandboxLimits l = limits(zygote);
-    l.new_processes = true;  // with processes refused, each of these fails at its first fork
-    const Sandbox s(l);
+    const Sandbox s(limits(zygote, true));  // with processes refused, each of these fails at its first fork
     REQUIRE_ISOLATION(s);
     const Verdict wrong = s.run(forking_wrong);
     EXPECT_EQ(wrong.status, Verdict::Status::Failed) << wrong.result;
@@ -522,9 +520,7 @@ TEST(SandboxAttacks, AProgramCannotLearnTheAnswersFromItsChildren) {
   };
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
-    SandboxLimits l = limits(zygote);
-    l.new_processes = true;
-    const Sandbox allowed(l);
+    const Sandbox allowed(limits(zygote, true));
     REQUIRE_ISOLATION(allowed);
     const Verdict learned = allowed.run(learner);
     EXPECT_TRUE(learned.passed()) << "the attack no longer works where processes are allowed: " << learned.result << learned.err;
@@ -550,10 +546,9 @@ TEST(SandboxAttacks, AProgramCannotLearnTheAnswersFromItsChildren) {
 TEST(SandboxAttacks, AManyProcessMemoryHogStopsAtTheBound) {
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
-    SandboxLimits l = limits(zygote);
+    SandboxLimits l = limits(zygote, true);  // its six children
     l.timeout_s = 4.0;
     l.sandbox_memory_bytes = 512u << 20;
-    l.new_processes = true;  // its six children
     const Sandbox s(l);
     REQUIRE_ISOLATION(s);
     if (s.memory_cgroup_of(0).empty()) GTEST_SKIP() << "no memory cgroup here: " << s.missing().back();
@@ -615,8 +610,7 @@ TEST(SandboxAttacks, ACandidateTakesNoMoreThanItsWorkersCpu) {
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
     for (const double cpus : {1.0, 1024.0, 0.5}) {
-      SandboxLimits l = limits(zygote);
-      l.new_processes = true;
+      SandboxLimits l = limits(zygote, true);
       l.cpus_per_worker = cpus;
       const Sandbox s(l);
       REQUIRE_ISOLATION(s);
@@ -641,9 +635,8 @@ TEST(SandboxAttacks, ACandidateTakesNoMoreThanItsWorkersCpu) {
 TEST(SandboxAttacks, WithoutACgroupTheProcessCountBoundsTheMemory) {
   for (const bool zygote : {true, false}) {
     SCOPED_TRACE(zygote ? "zygote" : "fresh");
-    SandboxLimits l = limits(zygote);
+    SandboxLimits l = limits(zygote, true);  // it forks up to the process limit
     l.cgroups = false;
-    l.new_processes = true;  // it forks up to the process limit
     const Sandbox s(l);
     if (!s.minimal_root()) GTEST_SKIP() << "sandbox isolation unavailable here";
     EXPECT_TRUE(s.memory_cgroup_of(0).empty());

@@ -15,6 +15,7 @@
 #include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/public_tests.h"
 #include "bestofn/util/error.h"
+#include "bestofn/util/trim_blanks.h"
 #include "bestofn/verifier/verifier.h"
 
 namespace bestofn {
@@ -25,11 +26,6 @@ using nlohmann::ordered_json;
 // Variations per public example for the cluster step: with HumanEval's ~3 examples a prompt, a
 // dozen inputs more, each run once per candidate in the same sandbox run.
 constexpr std::size_t kMutantsPerExample = 4;
-
-std::string trim(const std::string& s) {
-  const std::size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
-  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
 
 // The SHA-256 of a candidate's outputs' keys, in hex: a signature short enough to keep per
 // candidate (the keys of HumanEval's large outputs run to megabytes).
@@ -218,12 +214,12 @@ std::string read_frame(const std::string& out, std::size_t count, std::vector<js
 }  // namespace
 
 SelectStrategy parse_strategy(const std::string& text) {
-  SelectStrategy s{trim(text), {}};
+  SelectStrategy s{trim_blanks(text), {}};
   std::set<std::string> seen;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string word = trim(text.substr(at, comma - at));
+    const std::string word = trim_blanks(text.substr(at, comma - at));
     if (word == "public") s.steps.push_back(SelectStep::Public);
     else if (word == "cluster") s.steps.push_back(SelectStep::Cluster);
     else if (word == "logprob") s.steps.push_back(SelectStep::Logprob);
