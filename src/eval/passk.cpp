@@ -42,4 +42,13 @@ std::vector<PassAtK> pass_at_k(const std::vector<std::pair<int, int>>& n_c_per_p
   return out;
 }
 
+void add_intervals(std::vector<PassAtK>& r, const IntervalSettings& s) {
+  for (PassAtK& p : r) {
+    std::vector<double> values;
+    for (const auto& v : p.per_problem)
+      if (v) values.push_back(*v);
+    p.interval = bootstrap_interval(values, s);
+  }
+}
+
 }  // namespace bestofn

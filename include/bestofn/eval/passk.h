@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "bestofn/eval/intervals.h"
+
 namespace bestofn {
 
 // nullopt when k > n: n samples cannot estimate pass@k, and the caller must say so rather than
@@ -22,9 +24,15 @@ struct PassAtK {
   int problems_used = 0;     // problems with n >= k
   int problems_skipped = 0;  // problems with n < k: not in the mean
   std::vector<std::optional<double>> per_problem;  // in input order
+  // The mean's interval over the problems used (intervals.h), once add_intervals has run; nullopt
+  // before, and for fewer than 2 problems.
+  std::optional<Interval> interval;
 };
 
 // One PassAtK per k, in the order of ks; n_c_per_problem holds (n, c) for each problem.
 std::vector<PassAtK> pass_at_k(const std::vector<std::pair<int, int>>& n_c_per_problem, const std::vector<int>& ks);
+
+// Sets each one's interval: the bootstrap over its per_problem values that are computable.
+void add_intervals(std::vector<PassAtK>& r, const IntervalSettings& s = {});
 
 }  // namespace bestofn
