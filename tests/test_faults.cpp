@@ -282,7 +282,7 @@ TEST(VerifierFaults, TenThousandCandidatesLeakNothing) {
   auto run = [&](int n) {
     std::vector<bestofn::VerifyRequest> reqs;
     // Distinct completions (identical ones would run once); every 10th fails.
-    for (int i = 0; i < n; ++i, ++next) reqs.push_back({&p, "    return " + std::string(next % 10 ? "1" : "2") + "  # " + std::to_string(next) + "\n"});
+    for (int i = 0; i < n; ++i, ++next) reqs.push_back({&p, p.prompt + "    return " + std::string(next % 10 ? "1" : "2") + "  # " + std::to_string(next) + "\n"});
     const auto verdicts = bestofn::verify_requests(sandbox, reqs, 2);
     int passed = 0;
     for (const auto& v : verdicts) {

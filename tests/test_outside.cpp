@@ -278,7 +278,7 @@ TEST(OutsideAttacks, WrongProgramsThatFooledTheInProcessHarnessFail) {
   for (const Attack& a : attacks) {
     const Verdict old = c.sandbox->run(plus_program(*a.problem, a.completion), 0, 10.0);
     EXPECT_TRUE(old.passed()) << a.name << ": the in-process harness was expected to be fooled: " << old.result;
-    const Verdict v = judge_plus(*c.sandbox, refs, *a.problem, a.completion, 0, 10.0);
+    const Verdict v = judge_plus(*c.sandbox, refs, *a.problem, solution_code(*a.problem, a.completion), 0, 10.0);
     EXPECT_EQ(v.status, Verdict::Status::Failed) << a.name << ": " << v.result;
     EXPECT_NE(v.result.find(a.outside_says), std::string::npos) << a.name << ": " << v.result;
   }
@@ -296,21 +296,21 @@ TEST(OutsideAttacks, HonestCandidatesPassAndFailuresNameTheInput) {
   const std::string same_other_order =
       "    print('\\nBESTOFN-OUTPUTS 2\\n[]\\nBESTOFN-END')\n"
       "    return [None, 1, 2**80, -3.0, 1.5, float('nan'), 'é\\n', (1.0,), {1, 2}, frozenset(), {'a': [True]}, 'x' * 100000 * x, 1j]\n";
-  Verdict v = judge_plus(*c.sandbox, refs, rich, same_other_order, 0, 10.0);
+  Verdict v = judge_plus(*c.sandbox, refs, rich, solution_code(rich, same_other_order), 0, 10.0);
   EXPECT_TRUE(v.passed()) << v.result;
-  v = judge_plus(*c.sandbox, refs, rich, "    return [None, True, 2**80, -3, 1.5, float('nan'), 'é\\n', (1,), {2, 1}, frozenset(), {'a': [1]}, 'x' * 100001 * x, 1j]\n", 0, 10.0);
+  v = judge_plus(*c.sandbox, refs, rich, rich.prompt + "    return [None, True, 2**80, -3, 1.5, float('nan'), 'é\\n', (1,), {2, 1}, frozenset(), {'a': [1]}, 'x' * 100001 * x, 1j]\n", 0, 10.0);
   EXPECT_EQ(v.result.substr(0, 22), "failed: plus input 0: ") << v.result;
   // A list where a tuple is expected, an exception on input 2, a wrong value on input 1.
   const Problem ints = plus_problem("    return (x, x)\n", "[[1], [2], [0]]");
-  v = judge_plus(*c.sandbox, refs, ints, "    return [x, x]\n", 0, 10.0);
+  v = judge_plus(*c.sandbox, refs, ints, ints.prompt + "    return [x, x]\n", 0, 10.0);
   EXPECT_EQ(v.result, "failed: plus input 0: got [1, 1], expected (1, 1)");
-  v = judge_plus(*c.sandbox, refs, ints, "    return (x, 2 // x)\n", 0, 10.0);
+  v = judge_plus(*c.sandbox, refs, ints, ints.prompt + "    return (x, 2 // x)\n", 0, 10.0);
   EXPECT_EQ(v.result, "failed: AssertionError: plus input 2: raised ZeroDivisionError: integer division or modulo by zero");
-  v = judge_plus(*c.sandbox, refs, ints, "    return (x, 1)\n", 0, 10.0);
+  v = judge_plus(*c.sandbox, refs, ints, ints.prompt + "    return (x, 1)\n", 0, 10.0);
   EXPECT_EQ(v.result, "failed: plus input 1: got (2, 1), expected (2, 2)");
   // A reference that fails is the verifier's error, never the candidate's fail.
   const Problem broken = plus_problem("    return 1 // 0\n", "[[1]]");
-  v = judge_plus(*c.sandbox, refs, broken, "    return 1\n", 0, 10.0);
+  v = judge_plus(*c.sandbox, refs, broken, broken.prompt + "    return 1\n", 0, 10.0);
   EXPECT_EQ(v.status, Verdict::Status::SandboxError) << v.result;
   EXPECT_NE(v.result.find("the reference solution of Outside/0 on its plus inputs could not be computed"), std::string::npos) << v.result;
 }

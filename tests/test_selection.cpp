@@ -133,7 +133,7 @@ TEST(Selection, EvidenceRunsPickTheRightProgramOnRealProblems) {
                                                   p->canonical_solution + "    # 3\n", "    return None\n", "    return None  # 2\n",
                                                   "    raise ValueError('no')\n"};
     std::vector<CandidateFacts> c;
-    for (const std::string& completion : completions) c.push_back(candidate_evidence(sandbox, *p, in, completion, 0, 5.0));
+    for (const std::string& completion : completions) c.push_back(candidate_evidence(sandbox, *p, in, solution_code(*p, completion), 0, 5.0));
     for (int i = 0; i < 3; ++i) {
       EXPECT_EQ(c[i].public_passed, 1) << i;
       EXPECT_EQ(c[i].signature, c[0].signature);

@@ -145,7 +145,7 @@ TEST(VerifyRequests, RealSandboxVerdictsInRequestOrder) {
   p.test = "def check(candidate):\n    assert candidate() == 1\n";
   p.entry_point = "f";
   p.dataset = "humaneval";
-  const std::string good = "    return 1\n", bad = "    return 2\n";
+  const std::string good = p.prompt + "    return 1\n", bad = p.prompt + "    return 2\n";  // whole code
   std::size_t last_done = 0, last_total = 0;
   const auto verdicts = verify_requests(sandbox, {{&p, good}, {&p, bad}, {&p, good}}, 2, [&](std::size_t done, std::size_t total) {
     last_done = done;

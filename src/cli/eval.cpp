@@ -25,8 +25,8 @@ void check_gates(const EvalOptions& o) {
     const std::string kstr = std::to_string(g.k), label = g.name();
     const bool known = std::any_of(ks.begin(), ks.end(), [&](int k) { return k == g.k; });
     if (!known) throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " is not among --k " + o.k);
-    if (g.plus && o.dataset != "humaneval+")
-      throw CLI::ValidationError("--fail-under", "'" + f + "': plus_pass@K gates HumanEval+'s plus tests, and --dataset is " + o.dataset);
+    if (g.plus && o.dataset != "humaneval+" && o.dataset != "mbpp+")
+      throw CLI::ValidationError("--fail-under", "'" + f + "': plus_pass@K gates the plus tests of HumanEval+ or MBPP+, and --dataset is " + o.dataset);
     // A gate no run can pass: pass@k needs k samples of a problem (it is reported as not computable).
     if (g.k > o.n)
       throw CLI::ValidationError("--fail-under", "'" + f + "': " + label + " needs at least " + kstr + " samples per problem, and -n is " +
@@ -60,7 +60,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       "      --k 1,10,100 --out-dir runs/llama8b --reference GPT-4o=0.902\n"
       "  bestofn eval --model DIR -n 20 --limit 10 --fail-under pass@10=0.5 --json   # in CI");
   add_model_flags(sub, o->m);
-  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, or a dataset file")->default_str("humaneval")->check(non_empty());
+  sub->add_option("--dataset", o->dataset, "humaneval, humaneval+, mbpp, mbpp+, or a dataset file")->default_str("humaneval")->check(non_empty());
   sub->add_option("--data-dir", o->data_dir, "Folder holding the datasets (default: $BESTOFN_DATA, else ~/.cache/bestofn)")->check(non_empty());
   sub->add_option("-n", o->n, "Samples per problem")->check(CLI::Range(1, 1000000))->default_str("10");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
@@ -91,6 +91,7 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_flag("--no-zygote", o->no_zygote, "Start a fresh Python interpreter per sample (slower; the same isolation)");
   add_allow_processes_flag(sub, o->allow_processes);
   add_select_flag(sub, o->select, "Default: logprob, public, cluster and public,cluster,logprob, each reported.");
+  add_rules_flags(sub, o->rules);
   sub->add_flag("--json", o->json, "Print the summary as JSON on stdout");
   add_shard_flag(sub, o->shard);
   sub->add_option("--devices", o->devices,

@@ -148,6 +148,26 @@ CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, co
       ->check(strategy_validator(true));
 }
 
+void add_rules_flags(CLI::App* sub, RulesOptions& o) {
+  sub->add_option("--rules", o.rules,
+                  "Whose rules judge the samples: evalplus (EvalPlus 0.3.1's evaluator: outputs on base_input and plus_input "
+                  "compared with the canonical solution's, per-input time limits from its measured times, float tolerance, "
+                  "special oracles, 4 GiB; the default for humaneval+ and mbpp+) or human-eval (HumanEval's check() or MBPP's "
+                  "asserts with --timeout, then the plus tests with --plus-timeout; the default for humaneval and mbpp)")
+      ->check(CLI::IsMember({"evalplus", "human-eval"}));
+  sub->add_option("--min-time-limit", o.min_time_limit, "--rules evalplus: the least seconds an input may take (EvalPlus 0.3.1: 1; later: 4)")
+      ->check(finite_range(0.001, kMaxTimeoutSeconds))
+      ->default_str("1");
+  sub->add_option("--time-limit-factor", o.time_limit_factor,
+                  "--rules evalplus: an input may take this many times the canonical solution's time on it (EvalPlus: 4)")
+      ->check(finite_range(0.001, 1000))
+      ->default_str("4");
+  sub->add_option("--reference-times", o.reference_times,
+                  "--rules evalplus: the file of the canonical solutions' times on this machine (measured once, then read; default "
+                  "~/.cache/bestofn/reference-times/DATASET.HOST.json)")
+      ->check(non_empty());
+}
+
 CLI::Validator strategy_validator(bool none_too) {
   return CLI::Validator(
       [none_too](std::string& s) {

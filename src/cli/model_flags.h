@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/generate/model_options.h"
 
 namespace bestofn::cli {
@@ -38,6 +39,10 @@ CLI::Option* add_shard_flag(CLI::App* sub, std::string& text);
 // --select STRATEGY (repeatable) for eval and score: selection.h's strategies, "none" for none;
 // a bad one is a usage error.
 CLI::Option* add_select_flag(CLI::App* sub, std::vector<std::string>& select, const std::string& when_absent);
+
+// --rules, --min-time-limit, --time-limit-factor, --reference-times (eval, score): whose rules
+// judge the samples (evalplus_rules.h).
+void add_rules_flags(CLI::App* sub, RulesOptions& o);
 // A --select value: selection.h's parse_strategy accepts it (and, with none_too, "none").
 CLI::Validator strategy_validator(bool none_too);
 

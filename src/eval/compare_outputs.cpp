@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <complex>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -466,6 +468,157 @@ bool find_zero_ok(const json& xs, const json& x, double atol) {
     sum = k == 0 ? term : sum + term;
   }
   return std::fabs(sum) <= atol;
+}
+
+std::string python_type(const json& v) {
+  if (v.is_null()) return "NoneType";
+  if (v.is_boolean()) return "bool";
+  if (is_int(v)) return "int";
+  if (is_float(v)) return "float";
+  if (v.is_string() || tagged(v, "U")) return "str";
+  if (v.is_array()) return "list";
+  if (tagged(v, "T")) return "tuple";
+  if (tagged(v, "S")) return "set";
+  if (tagged(v, "Z")) return "frozenset";
+  if (tagged(v, "D")) return "dict";
+  if (complex_parts(v)) return "complex";
+  if (const json* h = tagged(v, "H"); h && h->is_array() && h->size() == 3 && (*h)[1].is_string()) return (*h)[1].get<std::string>();
+  return "?";
+}
+
+bool holds_nan(const json& v) {
+  double d = 0;
+  if (is_float(v)) return to_double(v, d) && std::isnan(d);
+  if (v.is_array()) return std::any_of(v.begin(), v.end(), [](const json& e) { return holds_nan(e); });
+  if (v.is_object())
+    for (const auto& [tag, inner] : v.items())
+      if (tag != "H" && tag != "U" && tag != "I" && tag != "F" && holds_nan(inner)) return true;
+  return false;
+}
+
+bool plain_to_double(const json& v, double& out) { return is_number(v) && to_double(v, out); }
+
+namespace {
+
+// A value as numpy's array of it: its shape and its elements in C order, or false where numpy
+// would make an object array or raise.
+bool as_array(const json& v, std::vector<std::size_t>& shape, std::vector<std::complex<double>>& flat, int depth = 0) {
+  if (depth > 64) return false;
+  if (const json* seq = sequence(v)) {
+    if (seq->empty()) {
+      shape = {0};
+      return true;
+    }
+    std::vector<std::size_t> first;
+    for (std::size_t i = 0; i < seq->size(); ++i) {
+      std::vector<std::size_t> s;
+      if (!as_array((*seq)[i], s, flat, depth + 1)) return false;
+      if (i == 0) first = s;
+      else if (s != first) return false;  // ragged
+    }
+    shape = {seq->size()};
+    shape.insert(shape.end(), first.begin(), first.end());
+    return true;
+  }
+  shape.clear();
+  if (const json* c = complex_parts(v)) {
+    double re = 0, im = 0;
+    if (!to_double((*c)[0], re) || !to_double((*c)[1], im)) return false;
+    flat.emplace_back(re, im);
+    return true;
+  }
+  if (tagged(v, "I")) return false;  // numpy keeps an int beyond 64 bits as an object
+  double d = 0;
+  if (!is_number(v) || !to_double(v, d)) return false;
+  flat.emplace_back(d, 0.0);
+  return true;
+}
+
+bool finite(std::complex<double> z) { return std::isfinite(z.real()) && std::isfinite(z.imag()); }
+
+}  // namespace
+
+bool numpy_allclose(const json& a, const json& b, double rtol, double atol) {
+  std::vector<std::size_t> sa, sb;
+  std::vector<std::complex<double>> fa, fb;
+  if (!as_array(a, sa, fa) || !as_array(b, sb, fb)) return false;
+  // Broadcasting: shapes aligned at their ends, each pair of sizes equal or one of them 1.
+  const std::size_t rank = std::max(sa.size(), sb.size());
+  sa.insert(sa.begin(), rank - sa.size(), 1);
+  sb.insert(sb.begin(), rank - sb.size(), 1);
+  std::vector<std::size_t> out(rank);
+  std::size_t total = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (sa[d] != sb[d] && sa[d] != 1 && sb[d] != 1) return false;
+    out[d] = sa[d] == 1 ? sb[d] : sa[d];
+    total *= out[d];
+  }
+  std::vector<std::size_t> idx(rank, 0);
+  for (std::size_t n = 0; n < total; ++n) {
+    std::size_t ia = 0, ib = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      ia = ia * sa[d] + (sa[d] == 1 ? 0 : idx[d]);
+      ib = ib * sb[d] + (sb[d] == 1 ? 0 : idx[d]);
+    }
+    const std::complex<double> x = fa[ia], y = fb[ib];
+    const bool close = finite(x) && finite(y) ? std::abs(x - y) <= atol + rtol * std::abs(y) : x == y;
+    if (!close) return false;
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < out[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+bool hashable(const json& v) {
+  if (v.is_array() || tagged(v, "S") || tagged(v, "D")) return false;
+  if (const json* t = tagged(v, "T")) return std::all_of(t->begin(), t->end(), hashable);
+  if (tagged(v, "H")) {
+    const std::string type = python_type(v);
+    return type != "list" && type != "set" && type != "dict";
+  }
+  return true;
+}
+
+// set(v)'s elements as equality keys, or nullopt where Python's set(v) raises.
+std::optional<std::set<std::string>> element_keys(const json& v) {
+  std::set<std::string> keys;
+  if (v.is_string() || tagged(v, "U")) {
+    const std::string text = v.is_string() ? v.get<std::string>() : code_points_text(*tagged(v, "U"));
+    for (std::uint32_t cp : code_points(text)) {
+      std::string one;
+      append_utf8(one, cp);
+      keys.insert(equality_key(json(one)));
+    }
+    return keys;
+  }
+  const json* items = sequence(v);
+  if (!items) items = tagged(v, "S");
+  if (!items) items = tagged(v, "Z");
+  if (const json* d = tagged(v, "D")) {
+    for (const json& kv : *d)
+      if (kv.is_array() && kv.size() == 2) keys.insert(equality_key(kv[0]));
+    return keys;
+  }
+  if (!items) return std::nullopt;
+  for (const json& e : *items) {
+    if (!hashable(e)) return std::nullopt;
+    keys.insert(equality_key(e));
+  }
+  return keys;
+}
+
+}  // namespace
+
+std::optional<bool> python_set_equal(const json& a, const json& b) {
+  const auto ka = element_keys(a);
+  if (!ka) return std::nullopt;
+  const auto kb = element_keys(b);
+  if (!kb) return std::nullopt;
+  return *ka == *kb;
 }
 
 std::string equality_key(const json& v) {

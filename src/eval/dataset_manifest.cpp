@@ -73,6 +73,13 @@ std::string sha256_file(const std::filesystem::path& path) {
   return hex(md, n);
 }
 
+std::string sha256_text(std::string_view text) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_Digest(text.data(), text.size(), md, &n, EVP_sha256(), nullptr);
+  return hex(md, n);
+}
+
 bool check_dataset_file(const DatasetFile& entry, const std::filesystem::path& path) {
   static std::mutex mutex;
   static std::map<std::string, bool> checked;  // path -> matched

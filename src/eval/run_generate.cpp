@@ -141,7 +141,7 @@ int verify_and_select(const GenerateOptions& o, const std::vector<PromptSpec>& s
     problems[p].dataset = "humaneval";
     for (auto& [i, row] : rows[p]) {
       if (row.contains("passed")) continue;  // verified while generating (--until-pass)
-      reqs.push_back({&problems[p], row["text"].get<std::string>()});
+      reqs.push_back({&problems[p], solution_code(problems[p], row["text"].get<std::string>())});
       targets.push_back(&row);
     }
   }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "bestofn/eval/datasets.h"
+#include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/passk.h"
 #include "bestofn/eval/scoring.h"
@@ -39,13 +40,15 @@ struct Sample {
   const Problem* problem;
 };
 
-// Every line must be an object with a known task_id and a string completion.
+// Every line must be an object with a known task_id and a string completion, or a string solution
+// (EvalPlus's samples format: the whole code).
 std::vector<Sample> read_samples(const std::string& path, const std::map<std::string, const Problem*>& by_id, const std::string& dataset) {
   std::vector<Sample> out;
   for_each_jsonl(path, [&](nlohmann::json&& j, const std::string& where) {
-    if (!j.is_object()) throw Error(where, "expected a JSON object with task_id and completion");
-    for (const char* field : {"task_id", "completion"}) {
-      if (!j.contains(field)) throw Error(where, std::string("missing the string field \"") + field + "\"");
+    if (!j.is_object()) throw Error(where, "expected a JSON object with task_id and completion (or solution)");
+    for (const char* field : {"task_id", j.contains("solution") ? "solution" : "completion"}) {
+      if (!j.contains(field))
+        throw Error(where, std::string("missing the string field \"") + field + "\"" + (std::string(field) == "completion" ? " (or \"solution\")" : ""));
       if (!j[field].is_string())
         throw Error(where, std::string("the field \"") + field + "\" must be a string, got " + j[field].type_name() + " " + j[field].dump());
     }
@@ -72,11 +75,15 @@ void check_default_out(const std::string& samples) {
 }
 
 // The verdicts of every request, with a progress line on a terminal ("done/total `what`").
-std::vector<Verdict> verify_with_progress(const Sandbox& sandbox, const std::vector<VerifyRequest>& reqs, int workers, const char* what) {
+std::vector<Verdict> verify_with_progress(const Sandbox& sandbox, const std::vector<VerifyRequest>& reqs, int workers, const char* what,
+                                          const JudgeRules& rules, ReferenceOutputs& refs) {
   const bool tty = isatty(STDERR_FILENO);
-  auto verdicts = verify_requests(sandbox, reqs, workers, [&](std::size_t done, std::size_t total) {
-    if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu %s", done, total, what);
-  });
+  auto verdicts = verify_requests(
+      sandbox, reqs, workers,
+      [&](std::size_t done, std::size_t total) {
+        if (tty && (done % 16 == 0 || done == total)) std::fprintf(stderr, "\r%zu/%zu %s", done, total, what);
+      },
+      rules, &refs);
   if (tty) std::fprintf(stderr, "\n");
   return verdicts;
 }
@@ -88,21 +95,22 @@ struct Verdicts {
   std::vector<const Verdict*> plus;
 };
 
-Verdicts verify_samples(const ScoreOptions& o, const Sandbox& sandbox, const std::vector<Sample>& samples) {
+Verdicts verify_samples(const ScoreOptions& o, const Sandbox& sandbox, const std::vector<Sample>& samples, const JudgeRules& rules,
+                        ReferenceOutputs& refs) {
   Verdicts v;
   std::vector<VerifyRequest> reqs;
-  for (const auto& s : samples) reqs.push_back({s.problem, s.row["completion"].get<std::string>()});
-  v.base = verify_with_progress(sandbox, reqs, o.workers, "verified");
+  for (const auto& s : samples) reqs.push_back({s.problem, row_code(*s.problem, s.row)});
+  v.base = verify_with_progress(sandbox, reqs, o.workers, "verified", rules, refs);
   std::vector<VerifyRequest> plus_reqs;
   std::vector<std::size_t> plus_of(samples.size(), SIZE_MAX);
   for (std::size_t i = 0; i < samples.size(); ++i)
     if (!samples[i].problem->plus_input_json.empty() && v.base[i].passed()) {
       plus_of[i] = plus_reqs.size();
-      plus_reqs.push_back({samples[i].problem, reqs[i].completion, true});
+      plus_reqs.push_back({samples[i].problem, reqs[i].code, true});
     }
   if (!plus_reqs.empty()) {
     for (auto& r : plus_reqs) r.timeout_s = std::max(o.timeout, o.plus_timeout);
-    v.plus_run = verify_with_progress(sandbox, plus_reqs, o.workers, "plus tests");
+    v.plus_run = verify_with_progress(sandbox, plus_reqs, o.workers, "plus tests", rules, refs);
   }
   for (std::size_t i = 0; i < samples.size(); ++i) v.plus.push_back(plus_of[i] == SIZE_MAX ? nullptr : &v.plus_run[plus_of[i]]);
   return v;
@@ -125,20 +133,28 @@ int run_score(const ScoreOptions& o) {
   check_not_inputs(out_path, dataset_files(o.dataset, data_dir), "--out");
   OutputFile out(out_path);  // created before the long run: an unwritable path fails now
 
+  std::vector<const Problem*> scored;  // the problems the samples name, in the dataset's order
+  for (const Problem& p : problems)
+    if (std::any_of(samples.begin(), samples.end(), [&](const Sample& s) { return s.problem == &p; })) scored.push_back(&p);
+  RulesSetup rules(o.rules, o.dataset, problems, dataset_files(o.dataset, data_dir));
   SandboxLimits limits;
   limits.timeout_s = o.timeout;
   limits.zygote = !o.no_zygote;
   limits.new_processes = o.allow_processes;
+  rules.apply(limits);
   const Sandbox sandbox(limits);
   const auto t0 = std::chrono::steady_clock::now();
-  const Verdicts verdicts = verify_samples(o, sandbox, samples);
+  ReferenceOutputs refs;
+  rules.prepare(sandbox, refs, scored, o.workers);
+  const Verdicts verdicts = verify_samples(o, sandbox, samples, rules.rules, refs);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Results rows, and (n, c) per problem, base and plus; sandbox errors count in neither.
   Tally tally;
   std::vector<nlohmann::json> rows;
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    const nlohmann::json row = result_row(samples[i].row, verdicts.base[i], has_plus, verdicts.plus[i], judged_base(*samples[i].problem));
+    const nlohmann::json row =
+        result_row(samples[i].row, verdicts.base[i], has_plus, verdicts.plus[i], rules.rules.evalplus ? kJudgedOutside : judged_base(*samples[i].problem));
     out.line(json_text(row));
     tally.add_row(row);
     rows.push_back(row);

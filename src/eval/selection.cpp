@@ -14,6 +14,7 @@
 #include "bestofn/eval/compare_outputs.h"
 #include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/public_tests.h"
+#include "bestofn/eval/verify_jobs.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/trim_blanks.h"
 #include "bestofn/verifier/verifier.h"
@@ -197,11 +198,11 @@ std::string import_lines(const std::string& code) {
   return out;
 }
 
-// The program the verifier runs for a candidate, without its tests (MBPP's test imports kept:
-// its shown assert may call math.isclose).
-std::string candidate_code(const Problem& p, const std::string& completion) {
-  if (p.dataset != "mbpp") return p.prompt + completion;
-  std::string code = completion + "\n";
+// The program the verifier runs for a candidate's whole code, without its tests (MBPP's test
+// imports kept: its shown assert may call math.isclose).
+std::string candidate_code(const Problem& p, const std::string& whole) {
+  if (!is_mbpp(p)) return whole;
+  std::string code = whole + "\n";
   for (const std::string& imp : p.test_imports) code += imp + "\n";
   return code;
 }
@@ -312,7 +313,7 @@ SelectionInputs selection_inputs(const Sandbox& sandbox, const Problem& problem,
     kept.push_back(&e);
   }
   if (kept.empty()) return in;
-  std::string code = problem.dataset == "mbpp" ? std::string() : import_lines(problem.prompt);
+  std::string code = is_mbpp(problem) ? std::string() : import_lines(problem.prompt);
   for (const std::string& imp : problem.test_imports) code += imp + "\n";
   code += "def _bestofn_capture(*args, **kwargs):\n    return [list(args), kwargs]\n";
   const Verdict v = sandbox.run(outputs_program(code, "", exprs.dump(), "example", {}, false, true), worker, 0, kOutsideStdoutBytes);
@@ -353,14 +354,14 @@ SelectionInputs selection_inputs(const Sandbox& sandbox, const Problem& problem,
   return in;
 }
 
-CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem, const SelectionInputs& in, const std::string& completion,
+CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem, const SelectionInputs& in, const std::string& code,
                                   int worker, double timeout_s) {
   CandidateFacts f;
   if (in.cluster_calls.empty()) return f;
   const json calls(in.cluster_calls);
   // Each call has its own budget in the run; the run as a whole, room for all of them.
   const double budget = std::max(timeout_s, kCallBudgetSeconds * static_cast<double>(calls.size()) + 1.0);
-  const Verdict v = sandbox.run(outputs_program(candidate_code(problem, completion), "", calls.dump(), "input", {}, problem.dataset == "mbpp", true),
+  const Verdict v = sandbox.run(outputs_program(candidate_code(problem, code), "", calls.dump(), "input", {}, is_mbpp(problem), true),
                                 worker, budget, kOutsideStdoutBytes);
   std::vector<json> outs;
   if (!v.passed() || !read_frame(v.out, calls.size(), outs).empty()) {
@@ -441,7 +442,7 @@ std::vector<SelectionPool> gather_pools(const Sandbox& sandbox, const std::vecto
   for (std::size_t i = 0; i < problems.size(); ++i) index[problems[i]->task_id] = i;
   std::vector<std::vector<const json*>> by_problem(problems.size());
   for (const json& r : rows)
-    if (const auto it = index.find(r.value("task_id", "")); it != index.end() && r.contains("completion")) by_problem[it->second].push_back(&r);
+    if (const auto it = index.find(r.value("task_id", "")); it != index.end() && (r.contains("completion") || r.contains("solution"))) by_problem[it->second].push_back(&r);
   // The problems' inputs first (one run each), then every candidate's run, all on the pool.
   std::vector<SelectionInputs> inputs(problems.size());
   std::mutex mu;
@@ -463,7 +464,7 @@ std::vector<SelectionPool> gather_pools(const Sandbox& sandbox, const std::vecto
     std::vector<VerifyJob> jobs;
     for (std::size_t p = 0; p < problems.size(); ++p)
       for (const json* r : by_problem[p]) {
-        const std::string completion = (*r)["completion"].get<std::string>();
+        const std::string completion = row_code(*problems[p], *r);  // the whole code
         jobs.push_back({std::to_string(p) + " " + completion, [&, p, completion](int worker) {
                           CandidateFacts f = candidate_evidence(sandbox, *problems[p], inputs[p], completion, worker, timeout_s);
                           std::lock_guard<std::mutex> lock(mu);
@@ -475,7 +476,7 @@ std::vector<SelectionPool> gather_pools(const Sandbox& sandbox, const std::vecto
   }
   for (std::size_t p = 0; p < problems.size(); ++p)
     for (const json* r : by_problem[p]) {
-      CandidateFacts f = facts[{p, (*r)["completion"].get<std::string>()}];
+      CandidateFacts f = facts[{p, row_code(*problems[p], *r)}];
       const double tokens = r->value("num_tokens", 0.0);
       f.mean_logprob = tokens > 0 && r->contains("logprob") && (*r)["logprob"].is_number() ? (*r)["logprob"].get<double>() / tokens : 0.0;
       pools[p].facts.push_back(std::move(f));

@@ -14,6 +14,7 @@
 // that equal values share (outside_tests.cpp's _key): it equals only an H of the same hash.
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace bestofn {
@@ -36,6 +37,27 @@ bool evalplus_same(const nlohmann::json& got, const nlohmann::json& expected, do
 // HumanEval/32 (find_zero)'s oracle: |sum(c * x**k for k, c in enumerate(xs))| <= atol, in double
 // and in Python 3.11's order (sum left to right, pow from libm). x must be a number.
 bool find_zero_ok(const nlohmann::json& xs, const nlohmann::json& x, double atol);
+
+// ---- what EvalPlus's own checker (evalplus/eval/__init__.py, 0.3.1) does with two outputs ----
+
+// Python's type(v).__name__ for a plain value ("int", "float", "list", "tuple", ..., "NoneType").
+std::string python_type(const nlohmann::json& v);
+
+// Whether v holds a NaN anywhere (a float, a complex part, inside any container).
+bool holds_nan(const nlohmann::json& v);
+
+// numpy.allclose(a, b, rtol, atol) (a the output, b the expected): both converted to arrays as
+// numpy converts nested lists and tuples of numbers (bool, int within 64 bits, float, complex),
+// broadcast by numpy's rules, every |a - b| <= atol + rtol * |b| (infinities equal only to
+// themselves, NaN to nothing). False wherever numpy raises: a ragged nesting, shapes that do not
+// broadcast, a leaf numpy keeps as an object (None, str, dict, set, an int beyond 64 bits).
+bool numpy_allclose(const nlohmann::json& a, const nlohmann::json& b, double rtol, double atol);
+
+// Python's set(a) == set(b): nullopt where Python raises (a not iterable, an unhashable element).
+std::optional<bool> python_set_equal(const nlohmann::json& a, const nlohmann::json& b);
+
+// Python's float(v) for a number (bool, int, float): false for anything else, or an int beyond a double.
+bool plain_to_double(const nlohmann::json& v, double& out);
 
 // A text that two plain values share exactly when python_equal says they are equal (numbers by
 // value, sets and dicts in a sorted order; an H value by its hash): for grouping outputs.

@@ -29,6 +29,9 @@ const DatasetFile* find_dataset(std::string_view name);
 // The SHA-256 of a file's bytes, lowercase hex. Throws bestofn::Error when it cannot be read.
 std::string sha256_file(const std::filesystem::path& path);
 
+// The SHA-256 of `text`, lowercase hex.
+std::string sha256_text(std::string_view text);
+
 // Hashes `path`, a copy of `entry.file`, once per path in a process, and logs one warning (the
 // file, the expected and the found checksum) when it differs from the published one: a patched
 // copy is the user's choice, so it is never an error. Returns whether the checksums match.

@@ -16,9 +16,9 @@ struct Problem {
   std::string entry_point;         // the function under test
   std::vector<std::string> test_imports;  // MBPP only ("import math")
   std::vector<std::string> test_list;     // MBPP only: the asserts, one per test (test holds them joined)
-  std::string dataset;             // "humaneval", "humaneval+" or "mbpp": decides program()
+  std::string dataset;             // "humaneval", "humaneval+", "mbpp" or "mbpp+": decides program()
   std::vector<std::string> public_tests;  // a row's own example tests, each `assert CALL == EXPR` (public_tests.h)
-  // HumanEval+ only. The plus (and base) inputs are kept as the file's own JSON text: some hold
+  // HumanEval+ and MBPP+ only. The plus (and base) inputs are kept as the file's own JSON text: some hold
   // integers beyond 64 bits, which a JSON round trip through doubles would change. The plus tests
   // run the candidate and the canonical solution on each plus input apart and compare their
   // outputs outside both (outside_tests.h); the base tests are `test`'s check().
@@ -26,11 +26,19 @@ struct Problem {
   double atol = 0;
 };
 
+// MBPP or MBPP+: the model writes the whole code (no prompt to continue), tests are asserts.
+inline bool is_mbpp(const Problem& p) { return p.dataset == "mbpp" || p.dataset == "mbpp+"; }
+// A problem with EvalPlus's inputs (HumanEval+, MBPP+): base_input and plus_input.
+inline bool has_evalplus_inputs(const Problem& p) { return !p.plus_input_json.empty(); }
+
 // name_or_path is one of the names in data/datasets.json (dataset_manifest.h), read from data_dir
 // and checked once against its published SHA-256 (a mismatch is one warning, never an error):
 //   humaneval   data_dir/humaneval/HumanEval.jsonl.gz (or HumanEval.jsonl, unchecked)
 //   humaneval+  data_dir/humanevalplus/HumanEvalPlus.jsonl.gz (plus_input, base_input, atol required)
 //   mbpp        data_dir/mbpp/sanitized-mbpp.json
+//   mbpp+       data_dir/mbppplus/MbppPlus.jsonl.gz (EvalPlus's MBPP+ v0.2.0: task_id "Mbpp/N", prompt,
+//               entry_point, canonical_solution, base_input, plus_input, atol required; assertion,
+//               the original MBPP asserts, is the base tests under --rules human-eval)
 // or a path: *.jsonl / *.jsonl.gz in HumanEval format (a line with plus_input is a HumanEval+
 // problem), *.json in MBPP sanitized format. MBPP task ids become "Mbpp/<id>" (EvalPlus style), and
 // the entry point is the first function the first assert calls that `code` defines at top level.
@@ -55,6 +63,14 @@ std::filesystem::path default_data_dir();
 //     The completion is the whole function (the prompt is prose and is not part of the program);
 //     there is no check() call: the asserts run at module level.
 std::string program(const Problem& problem, const std::string& completion);
+
+// The code a completion stands for, whole: HumanEval(+): prompt + completion (the completion is the
+// function's body); MBPP(+): the completion. An EvalPlus-style sample's "solution" is this already.
+std::string solution_code(const Problem& problem, const std::string& completion);
+
+// program() for whole code: HumanEval(+): code + "\n" + test + "\ncheck(ENTRY)"; MBPP(+): code +
+// "\n" + test. program(p, c) == test_program(p, solution_code(p, c)).
+std::string test_program(const Problem& problem, const std::string& code);
 
 // Standard base64 (with padding): how the harnesses carry texts into a Python literal that no
 // quoting can break.

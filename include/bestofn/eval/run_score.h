@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "bestofn/eval/evalplus_rules.h"
+
 namespace bestofn {
 
 struct ScoreOptions {
@@ -16,6 +18,7 @@ struct ScoreOptions {
   bool no_zygote = false;
   bool allow_processes = false;  // SandboxLimits::new_processes
   std::vector<std::string> select;  // --select: selection.h's strategies (none by default)
+  RulesOptions rules;               // --rules and EvalPlus's time limits (evalplus_rules.h)
   bool json = false;
 };
 

@@ -69,11 +69,11 @@ struct SelectionInputs {
 };
 SelectionInputs selection_inputs(const Sandbox& sandbox, const Problem& problem, int worker);
 
-// One candidate's facts but the logprob: its run on the cluster calls (in the program the
-// verifier runs for it, without the tests), public_passed from the first public_calls.size()
-// outputs. A run that fails as a whole (a syntax error, a time-out), or raises on every input, has
-// no signature.
-CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem, const SelectionInputs& in, const std::string& completion,
+// One candidate's facts but the logprob: its run on the cluster calls (its whole code, as
+// datasets.h's solution_code makes it of a completion or a "solution" is, without the tests),
+// public_passed from the first public_calls.size() outputs. A run that fails as a whole (a syntax
+// error, a time-out), or raises on every input, has no signature.
+CandidateFacts candidate_evidence(const Sandbox& sandbox, const Problem& problem, const SelectionInputs& in, const std::string& code,
                                   int worker, double timeout_s);
 
 // A problem's candidates for selected@1: their facts and their verdicts on the hidden tests.
