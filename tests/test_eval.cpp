@@ -91,6 +91,13 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   EXPECT_TRUE(summary["pass_at_k"]["1"].is_number());
   EXPECT_TRUE(summary["pass_at_k"]["10"].is_null()) << "k > n must be reported as not computable";
   EXPECT_EQ(summary["problems_skipped"]["10"], 4);
+  // Each pass@k's interval over the 4 problems (none for k > n), and how it was made (issue 47).
+  ASSERT_TRUE(summary["pass_at_k_interval"]["1"].is_array()) << summary.dump();
+  EXPECT_LE(summary["pass_at_k_interval"]["1"][0].get<double>(), summary["pass_at_k"]["1"].get<double>());
+  EXPECT_GE(summary["pass_at_k_interval"]["1"][1].get<double>(), summary["pass_at_k"]["1"].get<double>());
+  EXPECT_TRUE(summary["pass_at_k_interval"]["10"].is_null());
+  EXPECT_EQ(summary["interval"]["resamples"], 2000);
+  EXPECT_EQ(summary["interval"]["level"], 0.95);
   EXPECT_EQ(summary["references"]["GPT-4o"], 0.902);
   EXPECT_TRUE(fs::path(summary["plot"].get<std::string>()).is_absolute()) << summary["plot"];
   EXPECT_EQ(fs::canonical(summary["plot"].get<std::string>()), fs::canonical(out / "fail_at_k.svg"));
@@ -107,6 +114,7 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
     ASSERT_TRUE(sel["strategies"].contains(name)) << sel.dump();
     EXPECT_GE(sel["strategies"][name]["selected_at_1"].get<double>(), 0.0);
     EXPECT_LE(sel["strategies"][name]["selected_at_1"].get<double>(), sel["pass_at_n"].get<double>());
+    EXPECT_TRUE(sel["strategies"][name]["selected_at_1_interval"].is_array()) << name;
   }
   const std::string report = read_text(out / "report.md");
   EXPECT_NE(report.find("pass@1"), std::string::npos);
@@ -114,6 +122,8 @@ TEST(Eval, RowsSummaryReportAndPlotAreWellFormed) {
   EXPECT_NE(report.find("| public,cluster,logprob |"), std::string::npos);
   EXPECT_NE(report.find("fail_at_k.svg"), std::string::npos);
   EXPECT_TRUE(well_formed_svg(out / "fail_at_k.svg"));
+  EXPECT_NE(read_text(out / "fail_at_k.svg").find("class=\"band base\""), std::string::npos);  // pass@k's intervals, shaded
+  EXPECT_NE(report.find("CI: 95% interval over problems"), std::string::npos);
   EXPECT_NE(read_text(out / "fail_at_k.svg").find("GPT-4o"), std::string::npos);
   EXPECT_NE(read_text(out / "fail_at_k.svg").find("public,cluster,logprob selected@1 = "), std::string::npos);  // its diamond's label
   // The run's directory is not overwritten by accident.

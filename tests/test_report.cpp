@@ -520,3 +520,73 @@ TEST(FailAtKSvg, SelectedAtOneIsADiamondPerStrategyAtKOne) {
   EXPECT_EQ(labels, (std::vector<std::string>{"logprob selected@1 = 0.4", "public,cluster,logprob selected@1 = 0.62"}));
   EXPECT_THROW(fail_at_k_svg(kCurve, {}, "t", {}, {{"x", 1.5}}), bestofn::Error);
 }
+
+TEST(FailAtKSvg, BandSpansEachKsIntervalOnTheChartsOwnAxes) {
+  // Each k's interval over problems (intervals.h): the band's upper edge at fail = 1 - hi, left to
+  // right, then back along fail = 1 - lo, at the chart's own tick mapping.
+  std::vector<Interval> band;
+  for (const auto& [k, p] : kCurve) band.push_back({p - 0.05, std::min(1.0, p + 0.04)});
+  const std::vector<std::pair<int, double>> plus = {{1, 0.30}, {10, 0.60}};
+  const json doc = parse_svg(fail_at_k_svg(kCurve, {}, "t", plus, {}, band, {{0.25, 0.36}, {0.52, 0.67}}));
+  const std::vector<json> base = find(doc, "polygon", "band base"), plus_band = find(doc, "polygon", "band plus");
+  ASSERT_EQ(base.size(), 1u);
+  ASSERT_EQ(plus_band.size(), 1u);
+  const LogAxis x = axis(doc, "xtick", "x"), y = axis(doc, "ytick", "y");
+  const auto pts = points(base[0]);
+  ASSERT_EQ(pts.size(), 2 * kCurve.size());
+  for (std::size_t i = 0; i < kCurve.size(); ++i) {
+    const std::size_t back = pts.size() - 1 - i;
+    EXPECT_NEAR(pts[i].first, x.at(kCurve[i].first), 0.02) << i;
+    EXPECT_NEAR(pts[i].second, y.at(1 - band[i].hi), 0.02) << i;
+    EXPECT_NEAR(pts[back].first, x.at(kCurve[i].first), 0.02) << i;
+    EXPECT_NEAR(pts[back].second, y.at(1 - band[i].lo), 0.02) << i;
+  }
+  const auto pp = points(plus_band[0]);
+  ASSERT_EQ(pp.size(), 4u);
+  EXPECT_NEAR(pp[1].second, y.at(1 - 0.67), 0.02);
+  EXPECT_NEAR(pp[2].second, y.at(1 - 0.52), 0.02);
+  // Under the curve: the band comes before the polylines in the document.
+  std::size_t band_at = 0, line_at = 0;
+  for (std::size_t i = 0; i < doc["elements"].size(); ++i) {
+    const std::string cls = doc["elements"][i]["attrib"].value("class", "");
+    if (cls == "band base") band_at = i;
+    if (cls == "series base") line_at = i;
+  }
+  EXPECT_LT(band_at, line_at);
+  bool legend = false;
+  for (const json& t : find(doc, "text", "legend")) legend = legend || t["text"] == "95% interval over problems";
+  EXPECT_TRUE(legend);
+  // A band whose high end lies below the curve's lowest fail@k widens the y axis to show it.
+  const json low = parse_svg(fail_at_k_svg({{1, 0.95}, {2, 0.98}}, {}, "t", {}, {}, {{0.9, 0.999}, {0.97, 0.9995}}));
+  EXPECT_NEAR(axis(low, "ytick", "y").ticks.begin()->first, 1e-3, 1e-12);  // the floor (kFailFloor), not 1e-2
+  EXPECT_NEAR(axis(parse_svg(fail_at_k_svg({{1, 0.95}, {2, 0.98}}, {}, "t")), "ytick", "y").ticks.begin()->first, 1e-2, 1e-12);
+  // No band: no polygon, no legend entry; a band of another length or out of order is an error.
+  EXPECT_TRUE(find(parse_svg(fail_at_k_svg(kCurve, {}, "t")), "polygon", "band").empty());
+  EXPECT_THROW(fail_at_k_svg(kCurve, {}, "t", {}, {}, {{0.1, 0.2}}), bestofn::Error);
+  band[2] = {0.7, 0.6};
+  EXPECT_THROW(fail_at_k_svg(kCurve, {}, "t", {}, {}, band), bestofn::Error);
+}
+
+TEST(ReportMd, ShowsEachScoresIntervalAndHowItWasMade) {
+  json s = realistic_summary();
+  s["pass_at_k_interval"] = json::parse(R"({"1": [0.5901, 0.6498], "2": [0.67, 0.73], "10": [0.81, 0.88], "100": null})");
+  s["plus_pass_at_k_interval"] = json::parse(R"({"1": [0.52, 0.58], "2": null, "10": [0.75, 0.81], "100": null})");
+  s["interval"] = {{"method", "percentile bootstrap over problems"}, {"level", 0.95}, {"resamples", 2000}, {"seed", 47}};
+  s["selection"] = json::parse(R"({"problems": 164, "pass_at_1": 0.62, "pass_at_n": 0.9, "strategies": {
+      "public": {"selected_at_1": 0.75, "selected_at_1_interval": [0.69, 0.81], "gap_closed": 0.46}}})");
+  s.erase("plus_pass_at_k");
+  std::string md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "| 1 | 0.6210 (95% CI 0.5901\xE2\x80\x93" "0.6498) | 0 |")) << md;
+  EXPECT_TRUE(has(md, "| 100 | n/a | 164 |")) << md;  // null: no interval shown
+  EXPECT_TRUE(has(md, "| public | 0.7500 (95% CI 0.6900\xE2\x80\x93" "0.8100) | 46% |")) << md;
+  EXPECT_TRUE(has(md, "CI: 95% interval over problems (percentile bootstrap over problems, 2000 resamples, seed 47)")) << md;
+  s["plus_pass_at_k"] = realistic_summary()["plus_pass_at_k"];
+  md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "| 2 | 0.7015 (95% CI 0.6700\xE2\x80\x93" "0.7300) | 0.6125 | 0 |")) << md;  // plus interval null
+  // A level other than 95 is said as such; an interval of the wrong shape is left out.
+  s["interval"]["level"] = 0.9;
+  s["pass_at_k_interval"]["10"] = json::array({0.8});
+  md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "| 1 | 0.6210 (90% CI 0.5901\xE2\x80\x93" "0.6498) |")) << md;
+  EXPECT_TRUE(has(md, "| 10 | 0.8500 | 0.7804 (90% CI 0.7500\xE2\x80\x93" "0.8100) | 0 |")) << md;
+}

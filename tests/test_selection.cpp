@@ -7,6 +7,7 @@
 #include <set>
 
 #include "bestofn/eval/datasets.h"
+#include "bestofn/eval/intervals.h"
 #include "bestofn/eval/selection.h"
 #include "bestofn/util/error.h"
 #include "bestofn/verifier/sandbox.h"
@@ -108,6 +109,15 @@ TEST(Selection, SelectedAtOneAndTheGapItCloses) {
   EXPECT_DOUBLE_EQ(s["strategies"]["public"]["gap_closed"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(s["strategies"]["logprob"]["gap_closed"].get<double>(), (1.0 / 3 - 0.5) / (2.0 / 3 - 0.5));
   EXPECT_DOUBLE_EQ(s["strategies"]["public"]["plus_selected_at_1"].get<double>(), 2.0 / 3);  // C: index 0 passes plus
+  // Each selected@1 with its interval over the 3 problems: the picks' 0/1 per problem, bootstrapped.
+  const auto want = bootstrap_interval({1.0, 0.0, 1.0});  // public: A right, B none, C right
+  EXPECT_EQ(s["strategies"]["public"]["selected_at_1_interval"], json::array({want->lo, want->hi}));
+  EXPECT_EQ(s["strategies"]["logprob"]["selected_at_1_interval"], json::array({bootstrap_interval({0.0, 0.0, 1.0})->lo,
+                                                                               bootstrap_interval({0.0, 0.0, 1.0})->hi}));
+  EXPECT_TRUE(s["strategies"]["public"]["plus_selected_at_1_interval"].is_array());
+  const auto one = selection_summary({c}, default_strategies(), false);
+  EXPECT_TRUE(one["strategies"]["public"]["selected_at_1_interval"].is_null()) << "one problem: no interval";
+  EXPECT_FALSE(one["strategies"]["public"].contains("plus_selected_at_1_interval"));
 }
 
 // Real problems and a sandbox: the canonical solution (three copies, told apart by a comment),

@@ -133,6 +133,7 @@ TEST(Shard, EvalShardsMergedEqualAnUnshardedRun) {
   const json sa = json::parse(read_text(tmp / "whole" / "summary.json")), sb = json::parse(read_text(tmp / "merged" / "summary.json"));
   EXPECT_EQ(json::parse(m.out), sb);
   EXPECT_EQ(sa["pass_at_k"], sb["pass_at_k"]);
+  EXPECT_EQ(sa["pass_at_k_interval"], sb["pass_at_k_interval"]);  // seeded, over the same problems in the same order
   EXPECT_EQ(sa["tokens"], sb["tokens"]);
   EXPECT_EQ(sb["samples"], 24);
   EXPECT_FALSE(sb.contains("shard"));

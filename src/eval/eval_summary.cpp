@@ -55,12 +55,8 @@ RunSummary build_summary(const ordered_json& m, const std::string& kind, const s
     return r;
   }
   r.passk = tally.pass_at_k(tasks, ks, false);
-  s["pass_at_k"] = Tally::to_json(r.passk);
-  if (has_plus) {
-    r.passk_plus = tally.pass_at_k(tasks, ks, true);
-    s["plus_pass_at_k"] = Tally::to_json(r.passk_plus);
-  }
-  s["problems_skipped"] = Tally::skipped_json(r.passk);
+  if (has_plus) r.passk_plus = tally.pass_at_k(tasks, ks, true);
+  add_pass_at_k(s, r.passk, has_plus ? &r.passk_plus : nullptr);
   return r;
 }
 
@@ -76,6 +72,25 @@ void check_plot_path(const std::string& plot, const std::filesystem::path& out_d
   for (const char* name : {"run.json", "samples.jsonl", "results.jsonl", "summary.json", "report.md"}) inputs.push_back(out_dir / name);
   check_not_inputs(plot, inputs, "--plot");
 }
+
+namespace {
+
+// The band around a fail@k curve: each point's interval over problems, or none when a point has
+// none (fewer than 2 problems).
+std::vector<Interval> curve_band(const std::vector<std::pair<int, int>>& nc, const std::vector<std::pair<int, double>>& curve) {
+  std::vector<int> ks;
+  for (const auto& point : curve) ks.push_back(point.first);
+  std::vector<PassAtK> r = pass_at_k(nc, ks);
+  add_intervals(r);
+  std::vector<Interval> band;
+  for (const PassAtK& p : r) {
+    if (!p.interval) return {};
+    band.push_back(*p.interval);
+  }
+  return band;
+}
+
+}  // namespace
 
 void write_summary_files(const std::filesystem::path& dir, ordered_json& summary, const Tally& tally, const std::vector<std::string>& task_ids,
                          const std::vector<std::string>& references, const std::string& plot, const std::string& title) {
@@ -99,8 +114,8 @@ void write_summary_files(const std::filesystem::path& dir, ordered_json& summary
     if (summary.contains("selection") && summary["selection"].contains("strategies"))
       for (const auto& [name, r] : summary["selection"]["strategies"].items())
         if (r.contains("selected_at_1") && r["selected_at_1"].is_number()) selected.emplace_back(name, r["selected_at_1"].get<double>());
-    const std::string svg = fail_at_k_svg(pass_at_k_curve(base_nc), ref_pairs, title,
-                                          has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{}, selected);
+    const auto base = pass_at_k_curve(base_nc), plus = has_plus ? pass_at_k_curve(plus_nc) : std::vector<std::pair<int, double>>{};
+    const std::string svg = fail_at_k_svg(base, ref_pairs, title, plus, selected, curve_band(base_nc, base), curve_band(plus_nc, plus));
     write_file_atomic(file, svg);
     summary["plot"] = std::filesystem::absolute(file).lexically_normal().string();  // (eval and merge alike, whatever the cwd)
     plot_rel = std::filesystem::absolute(file).lexically_relative(std::filesystem::absolute(dir)).string();

@@ -157,6 +157,27 @@ void series(std::string& svg, const Axes& a, const std::vector<std::pair<int, do
   }
 }
 
+// The shaded interval around a curve: the polygon along the high ends (lower fail@k), back along
+// the low ends; a single k gets a vertical bar.
+void band(std::string& svg, const Axes& a, const std::vector<std::pair<int, double>>& s, const std::vector<Interval>& in,
+          const std::string& cls, const char* color) {
+  if (in.empty()) return;
+  std::string points;
+  for (std::size_t i = 0; i < s.size(); ++i) points += (i ? " " : "") + fixed(a.x(s[i].first)) + "," + fixed(a.y(1.0 - in[i].hi));
+  for (std::size_t i = s.size(); i-- > 0;) points += " " + fixed(a.x(s[i].first)) + "," + fixed(a.y(1.0 - in[i].lo));
+  svg += "<polygon class=\"band " + cls + "\" points=\"" + points + "\" fill=\"" + color + "\" fill-opacity=\"0.18\" stroke=\"" +
+         (s.size() == 1 ? color : "none") + "\" stroke-opacity=\"0.5\" stroke-width=\"6\"/>\n";
+}
+
+void check_band(const std::vector<std::pair<int, double>>& s, const std::vector<Interval>& in, const char* name) {
+  if (!in.empty() && in.size() != s.size())
+    throw Error(std::string("fail@k plot: ") + name + ": expected one interval per k (" + std::to_string(s.size()) + "), got " +
+                std::to_string(in.size()));
+  for (const Interval& i : in)
+    if (!(i.lo >= 0.0 && i.lo <= i.hi && i.hi <= 1.0))
+      throw Error(std::string("fail@k plot: ") + name + ": expected an interval 0 <= lo <= hi <= 1, got " + general(i.lo) + ".." + general(i.hi));
+}
+
 // One dashed line per reference, labelled above it at the right; a label that would overlap an
 // earlier one moves below its line, then to the left end.
 void reference_lines(std::string& svg, const Axes& a, const std::vector<std::pair<std::string, double>>& references) {
@@ -197,9 +218,12 @@ void legend_entry(std::string& svg, double x, const char* color, const std::stri
 std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
                           const std::vector<std::pair<std::string, double>>& references, const std::string& title,
                           const std::vector<std::pair<int, double>>& plus_pass_at_k,
-                          const std::vector<std::pair<std::string, double>>& selected) {
+                          const std::vector<std::pair<std::string, double>>& selected, const std::vector<Interval>& pass_at_k_band,
+                          const std::vector<Interval>& plus_band) {
   check_series(pass_at_k, "pass@k");
   check_series(plus_pass_at_k, "plus pass@k");
+  check_band(pass_at_k, pass_at_k_band, "pass@k band");
+  check_band(plus_pass_at_k, plus_band, "plus pass@k band");
   for (const auto* list : {&references, &selected})
     for (const auto& [name, p] : *list)
       if (!(p >= 0.0 && p <= 1.0))
@@ -207,6 +231,8 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
                     ": expected a value in [0, 1], got " + general(p));
   std::vector<std::pair<std::string, double>> spans = references;  // what the y axis must show
   spans.insert(spans.end(), selected.begin(), selected.end());
+  for (const auto* b : {&pass_at_k_band, &plus_band})
+    for (const Interval& i : *b) spans.emplace_back("", i.hi);  // the band's lowest fail@k
   const Axes a = make_axes(pass_at_k, plus_pass_at_k, spans);
 
   std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
@@ -224,6 +250,8 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
   svg += "<text class=\"axis-title\" x=\"24.00\" y=\"" + mid + "\" transform=\"rotate(-90 24.00 " + mid +
          ")\" text-anchor=\"middle\">fail@k = 1 - pass@k</text>\n";
 
+  band(svg, a, pass_at_k, pass_at_k_band, "base", "#1f77b4");
+  band(svg, a, plus_pass_at_k, plus_band, "plus", "#ff7f0e");
   reference_lines(svg, a, references);
   series(svg, a, pass_at_k, "base", "#1f77b4");
   series(svg, a, plus_pass_at_k, "plus", "#ff7f0e");
@@ -241,6 +269,12 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 
   legend_entry(svg, kLeft, "#1f77b4", plus_pass_at_k.empty() ? "fail@k" : "fail@k (base tests)");
   if (!plus_pass_at_k.empty()) legend_entry(svg, kLeft + 170, "#ff7f0e", "fail@k (HumanEval+ plus tests)");
+  if (!pass_at_k_band.empty() || !plus_band.empty()) {
+    const double x = plus_pass_at_k.empty() ? kLeft + 170 : kLeft + 390;
+    svg += "<rect x=\"" + fixed(x) + "\" y=\"46.00\" width=\"24.00\" height=\"12.00\" fill=\"#1f77b4\" fill-opacity=\"0.18\"/>\n" +
+           "<text class=\"legend\" x=\"" + fixed(x + 30) + "\" y=\"52.00\" dominant-baseline=\"middle\">" +
+           general(100 * IntervalSettings{}.level) + "% interval over problems</text>\n";
+  }
   bool floored = false;
   for (const auto* s : {&pass_at_k, &plus_pass_at_k})
     for (const auto& kp : *s) floored = floored || 1.0 - kp.second < kFailFloor;
@@ -370,20 +404,47 @@ std::vector<std::string> table_ks(const json& s) {
   return out;
 }
 
+// The interval's level as a percentage ("95"): the summary's "interval" says it (95 without one).
+std::string level_text(const json& s) {
+  const json* level = at(s, {"interval", "level"});
+  return general(100 * (level && level->is_number() ? level->get<double>() : 0.95));
+}
+
+// "0.4120 (95% CI 0.3700–0.4500)": a value with its interval ([lo, hi] numbers), or the value alone.
+std::string with_interval(const json* value, const json* interval, const std::string& level) {
+  std::string out = show(value, "%.4f");
+  if (value && value->is_number() && interval && interval->is_array() && interval->size() == 2 && (*interval)[0].is_number() &&
+      (*interval)[1].is_number())
+    out += " (" + level + "% CI " + format("%.4f", (*interval)[0].get<double>()) + "\xE2\x80\x93" + format("%.4f", (*interval)[1].get<double>()) + ")";
+  return out;
+}
+
+// What the intervals are, under the tables that show them.
+std::string interval_note(const json& s) {
+  const json* method = at(s, {"interval", "method"});
+  if (!method) return "";
+  return "CI: " + level_text(s) + "% interval over problems (" + text(show(method)) + ", " + show(at(s, {"interval", "resamples"})) +
+         " resamples, seed " + show(at(s, {"interval", "seed"})) +
+         "): how far the score could move with another draw of problems like these, each with its n samples; n/a below 2 "
+         "problems (docs/commands.md, \"Intervals\").\n\n";
+}
+
 std::string pass_at_k_section(const json& s, const std::string& plot_file) {
   std::string md = "## pass@k\n\n";
   const bool plus = at(s, {"plus_pass_at_k"}) != nullptr;
+  const std::string level = level_text(s);
   if (at(s, {"pass_at_k"})) {
     md += plus ? "| k | pass@k (base tests) | pass@k (plus tests) | problems skipped (n < k) |\n|--:|--:|--:|--:|\n"
                : "| k | pass@k | problems skipped (n < k) |\n|--:|--:|--:|\n";
     for (const std::string& k : table_ks(s)) {
-      const std::string base = show(at(s, {"pass_at_k", k.c_str()}), "%.4f");
+      const std::string base = with_interval(at(s, {"pass_at_k", k.c_str()}), at(s, {"pass_at_k_interval", k.c_str()}), level);
       // A k missing from problems_skipped skipped none; without problems_skipped, nothing is known.
       const json* skip = at(s, {"problems_skipped", k.c_str()});
       const std::string skipped = skip ? show(skip) : at(s, {"problems_skipped"}) ? "0" : "n/a";
-      md += plus ? row({k, base, show(at(s, {"plus_pass_at_k", k.c_str()}), "%.4f"), skipped}) : row({k, base, skipped});
+      md += plus ? row({k, base, with_interval(at(s, {"plus_pass_at_k", k.c_str()}), at(s, {"plus_pass_at_k_interval", k.c_str()}), level), skipped})
+                 : row({k, base, skipped});
     }
-    md += "\n";
+    md += "\n" + interval_note(s);
   }
   if (const json* note = at(s, {"pass_at_k_note"}); note && note->is_string()) md += "Note: " + text(show(note)) + "\n\n";
   if (const json* refs = at(s, {"references"}); refs && refs->is_object() && !refs->empty()) {
@@ -415,10 +476,14 @@ std::string selection_section(const json& s) {
   md += plus ? "| strategy | selected@1 | gap closed | plus selected@1 | plus gap closed |\n|---|--:|--:|--:|--:|\n"
              : "| strategy | selected@1 | gap closed |\n|---|--:|--:|\n";
   auto pct = [](const json* v) { return v && v->is_number() ? general(100 * v->get<double>()) + "%" : std::string("n/a"); };
+  const std::string level = level_text(s);
   for (const auto& item : per->items()) {
     const json& r = item.value();
-    const std::string name = text(item.key()), sel = show(at(r, {"selected_at_1"}), "%.4f"), gap = pct(at(r, {"gap_closed"}));
-    md += plus ? row({name, sel, gap, show(at(r, {"plus_selected_at_1"}), "%.4f"), pct(at(r, {"plus_gap_closed"}))}) : row({name, sel, gap});
+    const std::string name = text(item.key()), sel = with_interval(at(r, {"selected_at_1"}), at(r, {"selected_at_1_interval"}), level),
+                      gap = pct(at(r, {"gap_closed"}));
+    md += plus ? row({name, sel, gap, with_interval(at(r, {"plus_selected_at_1"}), at(r, {"plus_selected_at_1_interval"}), level),
+                      pct(at(r, {"plus_gap_closed"}))})
+               : row({name, sel, gap});
   }
   return md + "\n";
 }

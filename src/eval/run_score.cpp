@@ -160,18 +160,17 @@ int run_score(const ScoreOptions& o) {
     rows.push_back(row);
   }
   out.commit();
-  const auto passk = tally.pass_at_k(problems, ks, false);
-  const auto passk_plus = tally.pass_at_k(problems, ks, true);
+  auto passk = tally.pass_at_k(problems, ks, false);
+  auto passk_plus = tally.pass_at_k(problems, ks, true);
   const int problems_scored = tally.problems_done();
 
   ordered_json summary = {{"dataset", o.dataset}, {"samples", samples.size()}, {"problems", problems_scored},
                           {"results", out_path}, {"seconds", secs}, {"samples_per_s", static_cast<double>(samples.size()) / secs}};
-  // pass@k as eval's summary.json has it: keyed by k, null where no problem has k samples, and
-  // per k the problems with fewer than k samples (not computable, left out of the mean).
-  summary["pass_at_k"] = Tally::to_json(passk);
-  // HumanEval+: base and plus (base and plus tests both passed) separately
-  if (has_plus) summary["plus_pass_at_k"] = Tally::to_json(passk_plus);
-  summary["problems_skipped"] = Tally::skipped_json(passk);
+  // pass@k as eval's summary.json has it: keyed by k, null where no problem has k samples, its
+  // interval over problems, and per k the problems with fewer than k samples (not computable, left
+  // out of the mean). HumanEval+: base and plus (base and plus tests both passed) separately.
+  add_pass_at_k(summary, passk, has_plus ? &passk_plus : nullptr);
+  summary["rules"] = rules.summary(scored);
   summary["verdicts"] = tally.counts();
   add_judged(summary, tally, has_plus);
   // Selection without the hidden tests (selection.h), when asked: one more sandbox run per sample.

@@ -56,15 +56,45 @@ void add_judged(nlohmann::ordered_json& summary, const Tally& tally, bool has_pl
   if (has_plus && !tally.judged(true).empty()) summary["plus_judged"] = tally.judged(true);
 }
 
+namespace {
+// " (95% CI 0.3700 to 0.4500)", or nothing without an interval.
+void print_interval(const PassAtK& r) {
+  if (r.interval) std::printf(" (%g%% CI %.4f to %.4f)", 100 * IntervalSettings{}.level, r.interval->lo, r.interval->hi);
+}
+}  // namespace
+
 void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus) {
   for (const auto& r : base) {
-    if (r.problems_used > 0) std::printf("pass@%d: %.4f over %d problems", r.k, r.mean, r.problems_used);
-    else std::printf("pass@%d: not computable (every problem has fewer than %d samples)", r.k, r.k);
+    if (r.problems_used > 0) {
+      std::printf("pass@%d: %.4f", r.k, r.mean);
+      print_interval(r);
+      std::printf(" over %d problems", r.problems_used);
+    } else {
+      std::printf("pass@%d: not computable (every problem has fewer than %d samples)", r.k, r.k);
+    }
     if (r.problems_used > 0 && r.problems_skipped > 0) std::printf(" (%d with fewer than %d samples not computable)", r.problems_skipped, r.k);
     std::printf("\n");
   }
   for (const auto& r : plus)
-    if (r.problems_used > 0) std::printf("plus pass@%d: %.4f over %d problems (base and plus tests)\n", r.k, r.mean, r.problems_used);
+    if (r.problems_used > 0) {
+      std::printf("plus pass@%d: %.4f", r.k, r.mean);
+      print_interval(r);
+      std::printf(" over %d problems (base and plus tests)\n", r.problems_used);
+    }
+}
+
+void add_pass_at_k(nlohmann::ordered_json& summary, std::vector<PassAtK>& base, std::vector<PassAtK>* plus) {
+  const IntervalSettings settings;
+  add_intervals(base, settings);
+  summary["pass_at_k"] = Tally::to_json(base);
+  summary["pass_at_k_interval"] = Tally::interval_json(base);
+  if (plus) {
+    add_intervals(*plus, settings);
+    summary["plus_pass_at_k"] = Tally::to_json(*plus);
+    summary["plus_pass_at_k_interval"] = Tally::interval_json(*plus);
+  }
+  summary["problems_skipped"] = Tally::skipped_json(base);
+  summary["interval"] = interval_settings_json(settings);
 }
 
 void Tally::add(const std::string& task_id, const std::string& result, bool passed, bool sandbox_error, const std::string* plus_result,
@@ -126,6 +156,12 @@ int Tally::sandbox_errors() const {
 nlohmann::ordered_json Tally::to_json(const std::vector<PassAtK>& r) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto& x : r) out[std::to_string(x.k)] = x.problems_used > 0 ? nlohmann::ordered_json(x.mean) : nlohmann::ordered_json(nullptr);
+  return out;
+}
+
+nlohmann::ordered_json Tally::interval_json(const std::vector<PassAtK>& r) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& x : r) out[std::to_string(x.k)] = bestofn::interval_json(x.interval);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 
 #include "bestofn/eval/compare_outputs.h"
+#include "bestofn/eval/intervals.h"
 #include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/public_tests.h"
 #include "bestofn/eval/verify_jobs.h"
@@ -405,17 +406,22 @@ ordered_json selection_summary(const std::vector<SelectionPool>& pools, const st
   ordered_json per = ordered_json::object();
   for (const SelectStrategy& s : strategies) {
     double sel = 0, plus_sel = 0;
+    std::vector<double> hits, plus_hits;  // per problem: the pick passed (1) or not (0), for the intervals
     for (const SelectionPool& p : pools) {
       if (p.facts.empty()) continue;
       const std::size_t i = select_candidate(p.facts, s);
       sel += p.passed[i];
       plus_sel += i < p.plus_passed.size() && p.plus_passed[i];
+      hits.push_back(p.passed[i] ? 1.0 : 0.0);
+      plus_hits.push_back(i < p.plus_passed.size() && p.plus_passed[i] ? 1.0 : 0.0);
     }
     ordered_json r;
     r["selected_at_1"] = sel / P;
+    r["selected_at_1_interval"] = interval_json(bootstrap_interval(hits));  // over problems (intervals.h)
     r["gap_closed"] = gap(sel / P, p1 / P, pn / P);
     if (has_plus) {
       r["plus_selected_at_1"] = plus_sel / P;
+      r["plus_selected_at_1_interval"] = interval_json(bootstrap_interval(plus_hits));
       r["plus_gap_closed"] = gap(plus_sel / P, plus_p1 / P, plus_pn / P);
     }
     per[s.name] = r;
@@ -427,11 +433,19 @@ ordered_json selection_summary(const std::vector<SelectionPool>& pools, const st
 void print_selection(const ordered_json& s) {
   if (!s.contains("strategies")) return;
   for (const auto& [name, r] : s["strategies"].items()) {
+    auto interval = [&](const char* key) {
+      if (const auto it = r.find(key); it != r.end() && it->is_array())
+        std::printf(" (%g%% CI %.4f to %.4f)", 100 * IntervalSettings{}.level, (*it)[0].get<double>(), (*it)[1].get<double>());
+    };
     std::printf("selected@1 %s: %.4f", name.c_str(), r["selected_at_1"].get<double>());
+    interval("selected_at_1_interval");
     if (r["gap_closed"].is_number())
       std::printf(" (closes %.0f%% of the gap from pass@1 %.4f to pass@n %.4f)", 100 * r["gap_closed"].get<double>(), s["pass_at_1"].get<double>(),
                   s["pass_at_n"].get<double>());
-    if (r.contains("plus_selected_at_1")) std::printf("; plus %.4f", r["plus_selected_at_1"].get<double>());
+    if (r.contains("plus_selected_at_1")) {
+      std::printf("; plus %.4f", r["plus_selected_at_1"].get<double>());
+      interval("plus_selected_at_1_interval");
+    }
     std::printf("\n");
   }
 }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "bestofn/eval/intervals.h"
+
 namespace bestofn {
 
 // The k values of the chart: {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} up to n_min (the smallest
@@ -33,10 +35,15 @@ inline constexpr double kFailFloor = 1e-3;
 // for k < 1, k not strictly increasing, or a pass value outside [0, 1] (NaN included).
 // selected: (strategy, selected@1) of selection without the hidden tests (selection.h), each a
 // diamond "selected" marker at k = 1, labelled, beside the curve's own fail@1.
+// pass_at_k_band, plus_band: each k's interval of pass@k over problems (intervals.h), empty or one
+// per point of its curve: a shaded polygon ("band base" / "band plus") from fail = 1 - hi to
+// 1 - lo under the curve, and a legend entry. Throws bestofn::Error for another count, or an
+// interval that is not 0 <= lo <= hi <= 1.
 std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
                           const std::vector<std::pair<std::string, double>>& references, const std::string& title,
                           const std::vector<std::pair<int, double>>& plus_pass_at_k = {},
-                          const std::vector<std::pair<std::string, double>>& selected = {});
+                          const std::vector<std::pair<std::string, double>>& selected = {},
+                          const std::vector<Interval>& pass_at_k_band = {}, const std::vector<Interval>& plus_band = {});
 
 // report.md from the summary that `bestofn eval` writes as summary.json. The schema (every field
 // optional for the report: a missing field, or one of another type, is left out or shown as "n/a";
@@ -48,7 +55,11 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //    "sampling": {"temperature": f, "top_p": f, "top_k": int, "min_p": f, "seed": int,
 //                 "max_new_tokens": int, "stop": [str], "chat": bool},
 //    "pass_at_k": {"1": f|null, "10": f|null, ...},      keys are k as strings; null: no problem has n >= k
+//    "pass_at_k_interval": {"1": [lo, hi]|null, ...},   each pass@k's interval over problems (intervals.h);
+//                                                       null below 2 problems; absent in runs before issue 47
 //    "plus_pass_at_k": {...},                            HumanEval+ only: the plus tests, same keys
+//    "plus_pass_at_k_interval": {...},                   their intervals
+//    "interval": {"method": str, "level": f, "resamples": int, "seed": int, "null": str},  how they were made
 //    "pass_at_k_note": str,                              why pass@k is absent (--stop-on-pass)
 //    "solved": int, "solve_rate": f,                     --stop-on-pass only: problems with a passing sample
 //    "problems_skipped": {"100": int, ...},              problems with n < k, per k
@@ -64,6 +75,9 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //             "generation_waited_for_verifier_s": f},    the engine blocked on a full verifier queue
 //    "throughput": {"tok_per_s": f, "samples_per_s": f},  time and throughput: this invocation's (a
 //                                                       --resume with nothing left to do keeps the run's summary)
+//    "selection": {"problems": int, "pass_at_1": f, "pass_at_n": f, "strategies": {NAME: {"selected_at_1": f,
+//                  "selected_at_1_interval": [lo, hi]|null, "gap_closed": f|null, "plus_...": the same}}},
+//                                                       selection.h: one pick per problem without the hidden tests
 //    "references": {"GPT-4o": 0.902, ...},               pass@1 of other models, as --reference gave them
 //    "plot": str,                                        the fail@k SVG's absolute path (absent with --stop-on-pass)
 //    "device": str, "workers": int, "command": str,

@@ -26,8 +26,15 @@ nlohmann::json result_row(nlohmann::json sample, const Verdict& base, bool has_p
 
 // (n, c) per problem, base and plus, and the verdict counts. Sandbox errors are counted, but are
 // in no problem's n: they say nothing about the candidate.
-// The pass@k lines of the text output (plus: HumanEval+'s, may be empty).
+// The pass@k lines of the text output (plus: HumanEval+'s, may be empty), each with its interval
+// when add_intervals has set it: "pass@1: 0.4120 (95% CI 0.3700 to 0.4500) over 164 problems".
 void print_pass_at_k(const std::vector<PassAtK>& base, const std::vector<PassAtK>& plus);
+
+// The summaries' pass@k (eval's summary.json, score --json): sets the intervals of base and plus
+// (add_intervals, default settings), then adds pass_at_k, pass_at_k_interval, with plus
+// (HumanEval+; nullptr: none) plus_pass_at_k and plus_pass_at_k_interval, problems_skipped, and
+// "interval": how the intervals were made (intervals.h).
+void add_pass_at_k(nlohmann::ordered_json& summary, std::vector<PassAtK>& base, std::vector<PassAtK>* plus);
 
 // summary["judged"] (and with has_plus "plus_judged"): how many verdicts each mode judged, when
 // the rows say it (outside_tests.h: "outside" where the dataset's inputs let bestofn compare
@@ -56,6 +63,8 @@ class Tally {
   // The summaries' (eval's summary.json, score --json) pass_at_k: {"1": x | null, ...}, null
   // where no problem has k samples.
   static nlohmann::ordered_json to_json(const std::vector<PassAtK>& r);
+  // Their pass_at_k_interval: {"1": [lo, hi] | null, ...}, null where fewer than 2 problems count.
+  static nlohmann::ordered_json interval_json(const std::vector<PassAtK>& r);
   // Their problems_skipped: {"10": problems with fewer than 10 samples, ...}, only the ks that
   // skipped any.
   static nlohmann::ordered_json skipped_json(const std::vector<PassAtK>& r);

@@ -83,13 +83,15 @@ struct SelectionPool {
 };
 
 // summary.json's "selection": per strategy, selected@1 (base, and plus with has_plus) over the
-// problems with at least one candidate, and the share of the gap between pass@1 and pass@n it
-// closes ((selected - pass@1) / (pass@n - pass@1); null when pass@n == pass@1).
+// problems with at least one candidate, its 95% interval over those problems
+// (selected_at_1_interval: [lo, hi], null below 2 problems; intervals.h's default settings), and
+// the share of the gap between pass@1 and pass@n it closes ((selected - pass@1) / (pass@n -
+// pass@1); null when pass@n == pass@1).
 nlohmann::ordered_json selection_summary(const std::vector<SelectionPool>& pools, const std::vector<SelectStrategy>& strategies,
                                          bool has_plus);
 
-// The text lines of a selection summary: "selected@1 public,cluster,logprob: 0.412 (closes 63% of
-// the gap from pass@1 0.300 to pass@n 0.480)" per strategy.
+// The text lines of a selection summary: "selected@1 public,cluster,logprob: 0.4120 (95% CI 0.3700
+// to 0.4500) (closes 63% of the gap from pass@1 0.3000 to pass@n 0.4800)" per strategy.
 void print_selection(const nlohmann::ordered_json& selection);
 
 // For eval and score: the facts of every sample (grouped by problem, in `rows` order), from
