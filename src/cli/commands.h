@@ -16,6 +16,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_detokenize(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_score(CLI::App& app);
+Runner add_compare(CLI::App& app);
 // `command`: the whole command line, recorded in each JSON line.
 Runner add_bench(CLI::App& app, const std::string& command);
 Runner add_eval(CLI::App& app, const std::string& command);

@@ -75,7 +75,8 @@ int run_main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   CLI::App app{"bestofn: best-of-N code generation with a small model, many samples and a test verifier.\n"
-               "Exit codes: 0 ok, 1 bad input or failure, 2 usage error, 3 eval below a --fail-under threshold,\n"
+               "Exit codes: 0 ok, 1 bad input or failure, 2 usage error, 3 eval below a --fail-under threshold\n"
+               "(or compare --fail-if-worse: B worse than A beyond noise), "
                "130 eval interrupted (--resume finishes it).",
                "bestofn"};
   app.set_version_flag("--version", version_string);
@@ -93,6 +94,7 @@ int run_main(int argc, char** argv) {
       {"score", add_score(app)},
       {"eval", add_eval(app, command_line(argc, argv))},
       {"merge", add_merge(app, command_line(argc, argv))},
+      {"compare", add_compare(app)},
       {"bench", add_bench(app, command_line(argc, argv))},
   };
 

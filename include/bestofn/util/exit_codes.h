@@ -6,7 +6,7 @@ namespace bestofn {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;  // bad input or a failure
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitBelowThreshold = 3;  // eval --fail-under
+inline constexpr int kExitBelowThreshold = 3;  // eval --fail-under; compare --fail-if-worse
 inline constexpr int kExitInterrupted = 130;  // eval stopped by SIGINT or SIGTERM (--resume finishes it)
 
 }  // namespace bestofn
