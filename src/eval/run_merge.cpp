@@ -291,6 +291,9 @@ void add_merged_fields(ordered_json& summary, const std::vector<ShardRun>& runs,
       for (const json& s : r.summary["sandbox_missing"])
         if (s.is_string()) missing.insert(s.get<std::string>());
   summary["sandbox_missing"] = missing;
+  // The rules that judged (evalplus_rules.h): the same in every shard (run.json holds them), the
+  // first shard's record of its times file.
+  if (runs.front().summary.is_object() && runs.front().summary.contains("rules")) summary["rules"] = runs.front().summary["rules"];
   summary["device"] = device;
   summary["shards"] = runs.size();
   ordered_json from = ordered_json::array();
