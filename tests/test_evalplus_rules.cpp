@@ -11,6 +11,7 @@
 #include "bestofn/eval/datasets.h"
 #include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/eval/outside_tests.h"
+#include "bestofn/eval/public_tests.h"
 #include "bestofn/util/error.h"
 #include "test_util.h"
 
@@ -180,6 +181,11 @@ TEST(EvalPlusRules, MbppPlusRowsLoadAndTheRulesEachDatasetTakes) {
   EXPECT_TRUE(p.test_list[0].starts_with("assert set(similar_elements("));
   EXPECT_EQ(json::parse(p.base_input_json).size(), 3u);
   EXPECT_EQ(bestofn::solution_code(p, "X"), "X");  // MBPP: the whole code
+  // The example the prompt shows, for selection without the hidden tests.
+  const bestofn::PublicExamples shown = bestofn::extract_public_examples(p);
+  ASSERT_EQ(shown.examples.size(), 1u);
+  EXPECT_EQ(shown.examples[0].call, "set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10)))");
+  EXPECT_EQ(shown.examples[0].expected, "set((4, 5))");
   EXPECT_TRUE(bestofn::evalplus_rules_for("", "mbpp+", problems));  // evalplus by default
   EXPECT_FALSE(bestofn::evalplus_rules_for("human-eval", "mbpp+", problems));
   // EvalPlus's rules need base_input: HumanEval's problems have none.

@@ -919,8 +919,9 @@ PublicExamples extract_public_examples(const Problem& problem) {
     }
     return out;
   }
-  if (problem.dataset == "mbpp") {
-    for (const string& line : split_lines(problem.test)) {
+  if (is_mbpp(problem)) {
+    // MBPP shows its first test; MBPP+'s prompt holds the one it shows (the docstring's assert).
+    for (const string& line : split_lines(problem.dataset == "mbpp+" ? problem.prompt : problem.test)) {
       if (!trim(line).starts_with("assert")) continue;
       if (auto ex = assert_example(line)) {
         out.examples.push_back(std::move(*ex));

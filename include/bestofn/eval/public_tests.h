@@ -27,6 +27,8 @@ struct PublicExamples {
 // - dataset "mbpp": the first line of problem.test that starts with "assert" (the one the MBPP
 //   prompt shows), read as above. EXPR is kept as written (it may be an expression: "set((4, 5))");
 //   a call may need problem.test_imports ("math.isclose(...)").
+// - dataset "mbpp+": the first line of the prompt that starts with "assert" (EvalPlus's prompt is a
+//   docstring holding the task and that one assert).
 // - otherwise (HumanEval, HumanEval+, a user's HumanEval-format file): the docstring of the
 //   `def entry_point(...)` in the prompt (the last such def), read in these forms:
 //     >>> CALL            doctest: the expected value on the following line(s), up to a blank line,
