@@ -56,13 +56,13 @@ ChatTemplate chat_template(const Tokenizer& tok, const std::string& format, cons
   return {tok.chat_template(), config_path(tok).string() + " chat_template"};
 }
 
-std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string_view system, std::string_view user, const std::tm* now) {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", std::string(system)}});
-  messages.push_back({{"role", "user"}, {"content", std::string(user)}});
+std::string render_messages(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                            const std::tm* now) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
   // What transformers passes: the messages, tools and documents (None), add_generation_prompt,
   // and the special tokens.
-  nlohmann::ordered_json vars = {{"messages", messages}, {"tools", nullptr}, {"documents", nullptr}, {"add_generation_prompt", true}};
+  nlohmann::ordered_json vars = {{"messages", list}, {"tools", nullptr}, {"documents", nullptr}, {"add_generation_prompt", add_generation_prompt}};
   add_special_tokens(tok, vars);
   std::tm local{};
   if (!now) {
@@ -71,6 +71,23 @@ std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string
     now = &local;
   }
   return render_jinja(t.source, t.name, vars, *now);
+}
+
+std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string_view system, std::string_view user, const std::tm* now) {
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", std::string(system)});
+  messages.push_back({"user", std::string(user)});
+  return render_messages(t, tok, messages, true, now);
+}
+
+std::string render_prefilled(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& messages, std::string_view marker,
+                             const std::tm* now) {
+  std::string text = render_messages(t, tok, messages, false, now);
+  const std::size_t at = text.find(marker);
+  if (marker.empty() || at == std::string::npos)
+    throw Error(t.name, "the rendered conversation does not hold the assistant's text: this template cannot begin the assistant's reply");
+  text.resize(at);
+  return text;
 }
 
 std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& t, std::string_view system, std::string_view user) {

@@ -36,6 +36,25 @@ ChatTemplate chat_template(const Tokenizer& tok, const std::string& format = "au
 // where the assistant's reply begins. `now` is strftime_now's time (default: the local time).
 std::string render_chat(const ChatTemplate& t, const Tokenizer& tok, std::string_view system, std::string_view user, const std::tm* now = nullptr);
 
+// One turn of a conversation.
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+// The template rendered on `messages` as apply_chat_template(messages, add_generation_prompt=...,
+// tokenize=False) renders it.
+std::string render_messages(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                            const std::tm* now = nullptr);
+
+// A prompt whose assistant turn the model continues from a text of ours, as EvalPlus makes one
+// (evalplus/provider/utility.py, make_raw_chat_prompt): `messages` ending with an assistant turn
+// whose content holds `marker` are rendered without a generation prompt, and the rendering is cut
+// just before the marker's first occurrence. An Error naming the template when the rendering does
+// not hold the marker (a template that drops or rewrites the assistant's text).
+std::string render_prefilled(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& messages, std::string_view marker,
+                             const std::tm* now = nullptr);
+
 // render_chat, then encode with no special tokens added (the template writes its own BOS).
 std::vector<int> encode_chat(const Tokenizer& tok, const ChatTemplate& t, std::string_view system, std::string_view user);
 
