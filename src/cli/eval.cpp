@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "bestofn/eval/eval_summary.h"
+#include "bestofn/eval/prompt_style.h"
 #include "bestofn/eval/run_eval.h"
 #include "bestofn/eval/scoring.h"
 #include "bestofn/generate/shard.h"
@@ -54,6 +55,8 @@ Runner add_eval(CLI::App& app, const std::string& command) {
       "Unset sampling flags take the model's generation_config.json (else temperature 1).\n"
       "Stop strings: the dataset's defaults (docs/commands.md) unless --stop is given. --chat: the\n"
       "prompt is wrapped in the chat template and the code block is taken from the reply.\n"
+      "--prompt-style evalplus sends EvalPlus 0.3.1's prompts (the EvalPlus leaderboard's) with its stop\n"
+      "strings, and judges EvalPlus's sanitized code, written to each row as \"solution\".\n"
       "Exit codes: 0 ok, 1 error, 2 usage, 3 below a --fail-under threshold, 130 interrupted.\n"
       "Examples:\n"
       "  bestofn eval --model ~/models/Llama-3.1-8B-FP8 --dataset humaneval -n 100 --temperature 0.8 \\\n"
@@ -65,6 +68,13 @@ Runner add_eval(CLI::App& app, const std::string& command) {
   sub->add_option("-n", o->n, "Samples per problem")->check(CLI::Range(1, 1000000))->default_str("10");
   sub->add_option("--k", o->k, "pass@k values, comma-separated")->check(k_list())->default_str("1,10,100");
   add_sampling_flags(sub, o->m, "Stop string (repeatable; replaces the dataset's default set)");
+  sub->add_option("--prompt-style", o->prompt_style,
+                  "bestofn: bestofn's prompts, stop strings and code extraction (extract.h). evalplus: EvalPlus 0.3.1's, as its "
+                  "leaderboard prompts: a base model continues the stripped task prompt, stopping at EvalPlus's strings; a chat model "
+                  "(--chat) gets EvalPlus's instruction in the user turn and its response prefix and ```python begun in the "
+                  "assistant's, stopping at \"\\n```\\n\"; the code judged is EvalPlus's sanitizer's (its \"solution\")")
+      ->default_str("bestofn")
+      ->check(checked_by([](const std::string& name) { parse_prompt_style(name); }, "STYLE"));
   auto* limit = sub->add_option("--limit", o->limit, "Only the first P problems")->check(CLI::Range(1, 100000000));
   auto* tasks = sub->add_option("--tasks", o->tasks, "Only these task ids, comma-separated (HumanEval/0,HumanEval/7)")
                     ->check(checked_by([](const std::string& text) { task_ids(text); }, "ID,ID,..."));

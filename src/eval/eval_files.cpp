@@ -125,6 +125,10 @@ RunFiles::RunFiles(const fs::path& dir, const nlohmann::ordered_json& manifest, 
     std::ifstream in(run);
     const json old = json::parse(in, nullptr, false);
     if (old.is_discarded() || !old.is_object()) throw Error(run.string(), "not valid JSON");
+    // A setting written only when set (--until-pass, --prompt-style, ...) that this command does not set.
+    for (const auto& [key, value] : old.items())
+      if (!manifest.contains(key))
+        throw Error(run.string(), "this run was made with " + key + " = " + value.dump() + ", and this command has it unset; --resume needs the same settings");
     for (const auto& [key, value] : manifest.items()) {
       // As run.json holds it: bytes that are not UTF-8 (a path's) as U+FFFD.
       const json now = json::parse(json_text(json(value)));

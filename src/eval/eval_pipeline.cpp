@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <tuple>
 
 #include "bestofn/eval/extract.h"
 #include "bestofn/eval/outside_tests.h"
+#include "bestofn/eval/prompt_style.h"
+#include "bestofn/eval/sanitize.h"
 #include "bestofn/eval/verify_jobs.h"
 #include "bestofn/generate/devices.h"
 #include "bestofn/util/temp_paths.h"
@@ -35,7 +38,8 @@ bool eval_interrupted() { return g_interrupted.load(); }
 
 Pipeline::Pipeline(const EvalOptions& o, const std::vector<Problem>& problems, const std::vector<const Problem*>& selected, bool has_plus,
                    RunFiles& files, ResumeState& state, std::size_t total_samples)
-    : o_(o), problems_(problems), selected_(selected), has_plus_(has_plus), files_(files), st_(state), total_samples_(total_samples),
+    : o_(o), problems_(problems), selected_(selected), has_plus_(has_plus),
+      evalplus_(parse_prompt_style(o.prompt_style) == PromptStyle::Evalplus), files_(files), st_(state), total_samples_(total_samples),
       passes_(selected.size()), tty_(isatty(STDERR_FILENO)), t0_(Clock::now()), last_print_(t0_) {
   stats_.verified = state.resumed_samples;
   for (std::size_t i = 0; i < selected.size(); ++i) passes_[i] = state.tally.passed(selected[i]->task_id);
@@ -55,18 +59,25 @@ PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer
   rules_ = &rules.rules;
   rules.prepare(sandbox, refs, selected_, workers);  // EvalPlus's references (and times) before any candidate runs
   VerifierPool pool(workers, capacity, &g_stop);
-  // A sample's job; its callback holds the row until the verdicts come.
-  auto submit = [&](const Problem& p, json row) {
+  // A sample's job; its callback holds the row until the verdicts come. fresh: not written yet.
+  auto submit = [&](const Problem& p, json row, bool fresh) {
+    if (evalplus_ && !row.contains("solution")) {  // sanitized on the worker; a fresh row is written with its solution
+      std::string text = evalplus_sanitizer_input(p, row["completion"].get<std::string>(), o_.m.chat);
+      std::string key = "S" + std::to_string(reinterpret_cast<std::uintptr_t>(&p)) + " " + text;  // sample_job's keys begin with a digit
+      VerifyJob job = evalplus_job(sandbox, refs, p, key, std::move(text));
+      return pool.submit(std::move(job), [this, &p, row = std::move(row), key, fresh](const std::vector<Verdict>& v) {
+        on_verified(p, row, v, &key, fresh);
+      });
+    }
+    if (fresh) files_.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
     VerifyJob job = sample_job(sandbox, refs, p, row_code(p, row), std::max(o_.timeout, o_.plus_timeout), rules.rules);
     return pool.submit(std::move(job), [this, &p, row = std::move(row)](const std::vector<Verdict>& v) { on_verified(p, row, v); });
   };
-  for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row);  // generated before, not verified
+  for (auto& [key, row] : st_.unverified) submit(*selected_[st_.index_of[key.first]], row, false);  // generated before, not verified
   const auto g0 = Clock::now();
   auto on_done = [&](Candidate&& c) {
     const Problem& p = *selected_[req_problem[c.prompt]];
-    json row = sample_row(p, c);
-    files_.append_sample(row);  // one engine at a time (generate_data_parallel's lock)
-    stats_.waited += submit(p, std::move(row));
+    stats_.waited += submit(p, sample_row(p, c), true);
   };
   auto on_step = [&](const GenerationStats& s, std::size_t) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -94,23 +105,43 @@ PipelineStats Pipeline::run(const std::vector<Engine*>& engines, const Tokenizer
 }
 
 json Pipeline::sample_row(const Problem& p, const Candidate& c) const {
+  // --prompt-style evalplus: the completion is the text as generated (its code is the "solution").
   json row = {{"task_id", p.task_id},
-              {"completion", o_.m.chat ? extract_code(c.text, p.entry_point) : c.text},
+              {"completion", o_.m.chat && !evalplus_ ? extract_code(c.text, p.entry_point) : c.text},
               {"index", c.index},
               {"finish_reason", c.finish_reason},
               {"num_tokens", c.token_ids.size()},
               {"logprob", c.cumulative_logprob}};
-  if (o_.m.chat) row["reply"] = c.text;
+  if (o_.m.chat && !evalplus_) row["reply"] = c.text;
   return row;
 }
 
-void Pipeline::on_verified(const Problem& problem, const json& sample, const std::vector<Verdict>& verdicts) {
+VerifyJob Pipeline::evalplus_job(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& p, const std::string& key, std::string text) {
+  return {key, [this, &sandbox, &refs, &p, key, text = std::move(text)](int worker) {
+            const Sanitized s = sanitize(sandbox, text, p.entry_point, worker);
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              solutions_[key] = s.solution;
+            }
+            if (s.error.empty()) return sample_job(sandbox, refs, p, s.solution, std::max(o_.timeout, o_.plus_timeout), *rules_).run(worker);
+            Verdict v;  // a text too long to sanitize in time fails, as its first line would; anything else is the sandbox's
+            v.status = s.timed_out ? Verdict::Status::Failed : Verdict::Status::SandboxError;
+            v.result = s.timed_out ? "failed: EvalPlus's sanitizer did not finish within " + std::to_string(static_cast<int>(kSanitizeSeconds)) + " s"
+                                   : "sandbox error: " + s.error;
+            return std::vector<Verdict>{v};
+          }};
+}
+
+void Pipeline::on_verified(const Problem& problem, json sample, const std::vector<Verdict>& verdicts, const std::string* solution_key,
+                           bool write_sample) {
   const Verdict& base = verdicts.front();
-  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr,
-                              rules_ && rules_->evalplus ? kJudgedOutside : judged_base(problem));
   std::lock_guard<std::mutex> lock(mu_);
   if (write_error_) return;
+  if (solution_key) sample["solution"] = solutions_[*solution_key];
+  const json row = result_row(sample, base, has_plus_, verdicts.size() > 1 ? &verdicts[1] : nullptr,
+                              rules_ && rules_->evalplus ? kJudgedOutside : judged_base(problem));
   try {
+    if (write_sample) files_.append_sample(sample);
     files_.append_result(row);
   } catch (...) {  // stop the run; the main thread reports it
     write_error_ = std::current_exception();

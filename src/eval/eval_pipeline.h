@@ -13,11 +13,13 @@
 
 #include "bestofn/eval/datasets.h"
 #include "bestofn/eval/eval_files.h"
+#include "bestofn/eval/outside_tests.h"
 #include "bestofn/eval/evalplus_rules.h"
 #include "bestofn/eval/run_eval.h"
 #include "bestofn/eval/scoring.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/verifier/sandbox.h"
+#include "bestofn/verifier/verifier.h"
 
 namespace bestofn {
 
@@ -61,8 +63,14 @@ class Pipeline {
  private:
   using Clock = std::chrono::steady_clock;
   nlohmann::json sample_row(const Problem& p, const Candidate& c) const;
-  // A verifier thread's verdicts: the result row, written and counted (with mu_).
-  void on_verified(const Problem& problem, const nlohmann::json& sample, const std::vector<Verdict>& verdicts);
+  // --prompt-style evalplus: a job that sanitizes `text` (sanitize.h) into solutions_[key], then
+  // runs sample_job on the solution.
+  VerifyJob evalplus_job(const Sandbox& sandbox, ReferenceOutputs& refs, const Problem& p, const std::string& key, std::string text);
+  // A verifier thread's verdicts: the result row, written and counted (with mu_). solution_key:
+  // the sample's solution is solutions_[*solution_key], added to its row; write_sample: the sample
+  // row is written first (a sample is written with its solution, once it has one).
+  void on_verified(const Problem& problem, nlohmann::json sample, const std::vector<Verdict>& verdicts, const std::string* solution_key = nullptr,
+                   bool write_sample = false);
   // The progress line on a terminal, at most every 250 ms unless forced (with mu_ held).
   void progress(bool force);
 
@@ -70,6 +78,7 @@ class Pipeline {
   const std::vector<Problem>& problems_;
   const std::vector<const Problem*>& selected_;
   const bool has_plus_;
+  const bool evalplus_;  // --prompt-style evalplus: samples are judged by their sanitized "solution"
   const JudgeRules* rules_ = nullptr;  // run()'s
   RunFiles& files_;
   ResumeState& st_;
@@ -83,6 +92,9 @@ class Pipeline {
   const Clock::time_point t0_;
   Clock::time_point last_print_;
   std::exception_ptr write_error_;  // the first failed write of a verifier thread (with mu_)
+  // --prompt-style evalplus: each sanitized solution by its job's key, kept for the run as the
+  // pool keeps its verdicts (identical samples share one job: their callbacks read it here).
+  std::map<std::string, std::string> solutions_;  // with mu_
 };
 
 }  // namespace bestofn

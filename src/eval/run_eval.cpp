@@ -17,7 +17,7 @@
 #include "bestofn/eval/datasets.h"
 #include "bestofn/eval/eval_files.h"
 #include "bestofn/eval/eval_summary.h"
-#include "bestofn/eval/extract.h"
+#include "bestofn/eval/prompt_style.h"
 #include "bestofn/eval/scoring.h"
 #include "bestofn/eval/selection.h"
 #include "bestofn/generate/devices.h"
@@ -38,27 +38,6 @@ namespace bestofn {
 namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
-
-// The prompt a base model continues, or the user turn of a chat model.
-std::string prompt_text(const Problem& p, bool chat) {
-  if (p.dataset == "mbpp") {
-    std::string first_test;
-    std::istringstream lines(p.test);
-    for (std::string line; std::getline(lines, line);)
-      if (line.starts_with("assert")) {
-        first_test = line;
-        break;
-      }
-    // EvalPlus's MBPP prompt: the task and one of its tests in a docstring.
-    if (!chat) return "\"\"\"\n" + p.prompt + "\n" + first_test + "\n\"\"\"\n";
-    return p.prompt + "\nYour code should pass this test:\n" + first_test +
-           "\nReply with the complete Python code in one ```python code block.";
-  }
-  if (!chat) return p.prompt;
-  return "Complete the following Python function. Reply with the whole function, imports included, in one ```python code "
-         "block.\n\n```python\n" +
-         p.prompt + "```";
-}
 
 // A float flag as the user wrote it (0.8f, not 0.800000011920929) for the JSON files.
 double tidy(float x) { return std::round(static_cast<double>(x) * 1e6) / 1e6; }
@@ -106,8 +85,11 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"top_k", s.top_k},
           {"min_p", tidy(s.min_p)},
           {"seed", s.seed},
-          {"max_new_tokens", o.m.max_new_tokens},
-          {"stop", stop},
+          {"max_new_tokens", o.m.max_new_tokens}};
+  // The prompt style before the stop strings it decides, so that a resume with another style
+  // names it; absent: bestofn's, as in runs from before --prompt-style.
+  if (o.prompt_style != "bestofn") run["prompt_style"] = o.prompt_style;
+  run.update(ordered_json{{"stop", stop},
           {"chat", o.m.chat},
           {"chat_format", o.m.chat ? o.m.chat_format : ""},
           {"system", o.m.system},
@@ -116,7 +98,7 @@ ordered_json manifest(const EvalOptions& o, const LoadedModel& m, const Sampling
           {"plus_timeout", o.plus_timeout},
           {"stop_on_pass", o.stop_on_pass},
           {"shard", {{"index", shard.index}, {"count", shard.count}}},
-          {"tasks", ids}};
+          {"tasks", ids}});
   // Only when set: manifests from before these flags still match.
   if (o.until_pass > 0) run["until_pass"] = o.until_pass;
   if (o.m.quantize_lm_head) run["quantize_lm_head"] = true;
@@ -158,7 +140,7 @@ std::vector<GenerationRequest> generation_requests(const EvalOptions& o, const L
     if (st.generated[i].size() == share[i].size() || (o.stop_after() > 0 && st.tally.passed(p.task_id) >= o.stop_after())) continue;
     GenerationRequest r;
     r.id = p.task_id;
-    r.prompt_ids = encode_prompt(o.m, model, prompt_text(p, o.m.chat), o.dataset + " " + p.task_id);
+    r.prompt_ids = encode_problem(o.m, model, p, parse_prompt_style(o.prompt_style), o.dataset + " " + p.task_id);
     r.n = o.n;
     for (int c : share[i])
       if (!st.generated[i].count(c)) r.indices.push_back(c);
@@ -326,7 +308,7 @@ int run_eval(const EvalOptions& options, const std::string& command) {
   std::vector<Engine*> engines{model.engine.get()};
   for (const auto& e : more) engines.push_back(e.get());
   GenerationOptions go = generation_options(o.m, model);
-  go.stop = o.m.stop.empty() ? default_stop_strings(kind, o.m.chat) : o.m.stop;
+  go.stop = o.m.stop.empty() ? style_stop_strings(kind, parse_prompt_style(o.prompt_style), o.m.chat) : o.m.stop;
 
   // The output directory: a new run, or the one being resumed (same settings only).
   const std::filesystem::path dir(o.out_dir);

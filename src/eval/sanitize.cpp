@@ -338,7 +338,7 @@ std::vector<Sanitized> sanitize_all(const Sandbox& sandbox, const std::vector<Sa
   std::vector<Sanitized> results;
   std::string error = v.passed() ? read_sanitized(v.out, cases.size(), results) : "the sanitizer's run: " + v.result;
   if (error.empty()) return results;
-  return std::vector<Sanitized>(cases.size(), Sanitized{"", error});
+  return std::vector<Sanitized>(cases.size(), Sanitized{"", error, v.status == Verdict::Status::TimedOut});
 }
 
 Sanitized sanitize(const Sandbox& sandbox, const std::string& text, const std::string& entry_point, int worker, double timeout_s) {

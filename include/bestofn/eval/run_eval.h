@@ -22,6 +22,7 @@ struct EvalOptions {
   // its queued and running candidates are dropped. 0: every problem gets its n samples.
   int until_pass = 0;
   RulesOptions rules;  // --rules and EvalPlus's time limits (evalplus_rules.h)
+  std::string prompt_style = "bestofn";  // --prompt-style (prompt_style.h)
   int stop_after() const { return until_pass > 0 ? until_pass : stop_on_pass ? 1 : 0; }
 };
 

@@ -43,6 +43,7 @@ struct SanitizeCase {
 struct Sanitized {
   std::string solution;  // EvalPlus's sanitize(text, entry_point), when error is empty
   std::string error;     // why there is none: the run's verdict, or the program's own exception
+  bool timed_out = false;  // the run went past its time (a long text with no code in it)
 };
 
 // The Python program that sanitizes each case and writes the solutions, in order, in one frame on
