@@ -198,12 +198,25 @@ def program(rng):
     return "\n".join(lines) + rng.choice(["", "\n"]), rng.choice(["f", "g", "A", ""])
 
 
-def run_cases(run_dirs, max_per_run):
-    he = {}
+def task_prompts():
+    # task id -> (EvalPlus's task prompt, entry point): HumanEval's prompt; MBPP's task and first
+    # assert in a docstring (MBPP+'s form), its entry point the first function that assert calls
+    # and the code defines
+    tasks = {}
     with gzip.open(os.path.join(SHARED, "data", "humaneval", "HumanEval.jsonl.gz"), "rt") as f:
         for line in f:
             r = json.loads(line)
-            he[r["task_id"]] = r
+            tasks[r["task_id"]] = (r["prompt"], r["entry_point"])
+    with open(os.path.join(SHARED, "data", "mbpp", "sanitized-mbpp.json")) as f:
+        for r in json.load(f):
+            first = next(t for t in r["test_list"] if t.startswith("assert"))
+            called = [n for n in re.findall(r"([A-Za-z_]\w*)\s*\(", first) if re.search(r"^def\s+" + n + r"\s*\(", r["code"], re.M)]
+            tasks["Mbpp/%d" % r["task_id"]] = ('"""\n' + r["prompt"] + "\n" + first + '\n"""\n', called[0] if called else "")
+    return tasks
+
+
+def run_cases(run_dirs, max_per_run):
+    tasks = task_prompts()
     cases = []
     for d in run_dirs:
         with open(os.path.join(d, "run.json")) as f:
@@ -213,17 +226,17 @@ def run_cases(run_dirs, max_per_run):
         with open(os.path.join(d, "samples.jsonl")) as f:
             for line in f:
                 r = json.loads(line)
-                p = he[r["task_id"]]
+                prompt, entry = tasks[r["task_id"]]
                 if run["chat"]:
                     source, text = "reply", r["completion"] if evalplus_style else r["reply"]
                 else:
-                    source, text = "completion", p["prompt"].strip() + "\n" + r["completion"]
+                    source, text = "completion", prompt.strip() + "\n" + r["completion"]
                 if evalplus_style:
                     text = text.replace("\t", "    ")  # as EvalPlus's providers hand it to sanitize
-                if (text, p["entry_point"]) in seen:
+                if (text, entry) in seen:
                     continue
-                seen.add((text, p["entry_point"]))
-                rows.append((hashlib.sha256(text.encode("utf-8")).hexdigest(), source, text, p["entry_point"], r["task_id"]))
+                seen.add((text, entry))
+                rows.append((hashlib.sha256(text.encode("utf-8")).hexdigest(), source, text, entry, r["task_id"]))
         for digest, source, text, entry, task in sorted(rows)[:max_per_run]:
             cases.append({"id": f"{source} {os.path.basename(os.path.normpath(d))} {task} {digest[:12]}", "source": source, "text": text,
                           "entry_point": entry})
