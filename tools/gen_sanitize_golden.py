@@ -73,6 +73,8 @@ EDGE = [
     ("one line of code", "def f(x): return x + 1", "f"),
     ("indented first line", "        import re\n        return ''.join(x for x in y)  \n    # (", "f"),
     ("one line that does not parse", "import os; x = (", "f"),
+    ("first line ending in a backslash", "import heapq \\\ndef f(items):\ndef g(): return 1;", "f"),
+    ("first line ending in a backslash and blanks", "import os \\  \nx = (", "f"),
     ("unicode", "# -*- coding: utf-8 -*-\ndef f(s):\n    \"\"\"Returns s with café, Ünïcode and 🐍.\"\"\"\n    return s + 'é' + \"🐍\"\n\nπ = 3.14159\ndef 函数():\n    return π\n", "f"),
     ("unicode entry point", "π = 3.14159\ndef 函数():\n    return π\n", "函数"),
     ("CRLF line ends", "Here:\r\n" + FENCE + "python\r\ndef f(x):\r\n    return x  # c\r\n    # tail\r\n" + FENCE + "\r\n", "f"),
@@ -259,11 +261,14 @@ def main():
     args = ap.parse_args()
 
     cases = [{"id": f"edge {name}", "source": "edge", "text": text, "entry_point": entry} for name, text, entry in EDGE]
+    runs = args.runs
     if args.runs is not None:
         cases += run_cases(args.runs, args.max_per_run)
     elif os.path.exists(OUT):
         with open(OUT) as f:
-            cases += [{k: c[k] for k in ("id", "source", "text", "entry_point")} for c in json.load(f)["cases"] if c["source"] in ("reply", "completion")]
+            old = json.load(f)
+        runs = old.get("runs")
+        cases += [{k: c[k] for k in ("id", "source", "text", "entry_point")} for c in old["cases"] if c["source"] in ("reply", "completion")]
     rng, pool = random.Random(47), datasets()
     for i in range(args.synthetic):
         text, entry = wrapped(rng, pool)
@@ -275,6 +280,7 @@ def main():
     golden = {
         "about": "EvalPlus's sanitize(text, entrypoint) on each case (entry_point \"\": None): tools/gen_sanitize_golden.py",
         "command": " ".join(["python", "tools/gen_sanitize_golden.py"] + sys.argv[1:]),
+        "runs": runs,  # the eval runs the reply and completion cases come from
         "versions": {"python": platform.python_version(), "evalplus": version("evalplus"), "tree-sitter": version("tree-sitter"),
                      "tree-sitter-python": version("tree-sitter-python")},
         "cases": [expected(c) for c in cases],

@@ -233,8 +233,10 @@ def extract_target_code_or_empty(text, entry):
         tree = _ast.parse(code)
     except (SyntaxError, MemoryError, ValueError, RecursionError, OverflowError):
         # code_extract found no range that parses and gave the first line; tree-sitter reads an
-        # indented line as if it were not indented
+        # indented line as if it were not indented, and a backslash ending it as a blank
         code = code.lstrip(' \t\f')
+        if code.endswith('\\') or code.endswith('\\\r'):
+            code = code[:code.rindex('\\')]
         data = code.encode('utf-8')
         try:
             tree = _ast.parse(code)
