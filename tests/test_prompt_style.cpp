@@ -82,6 +82,7 @@ TEST(PromptStyle, BestofnStyleIsUnchanged) {
             mb.prompt + "\nYour code should pass this test:\n" + first + "\nReply with the complete Python code in one ```python code block.");
   for (const char* d : {"humaneval", "humaneval+", "mbpp"})
     for (bool chat : {false, true}) EXPECT_EQ(style_stop_strings(d, PromptStyle::Bestofn, chat), default_stop_strings(d, chat));
+  EXPECT_EQ(style_stop_strings("mbpp+", PromptStyle::Bestofn, false), default_stop_strings("mbpp", false));
   // The two styles differ where EvalPlus's does: HumanEval stops at imports too, MBPP at a docstring.
   EXPECT_NE(style_stop_strings("humaneval", PromptStyle::Evalplus, false), style_stop_strings("humaneval", PromptStyle::Bestofn, false));
 }

@@ -79,7 +79,7 @@ std::vector<int> encode_problem(const ModelOptions& f, const LoadedModel& m, con
 }
 
 std::vector<std::string> style_stop_strings(const std::string& dataset, PromptStyle style, bool chat) {
-  if (style == PromptStyle::Bestofn) return default_stop_strings(dataset, chat);
+  if (style == PromptStyle::Bestofn) return default_stop_strings(dataset == "mbpp+" ? "mbpp" : dataset, chat);  // MBPP+'s prompt is MBPP's form
   std::vector<std::string> stop = kEvalplusEos;
   if (chat) stop.push_back("\n```\n");
   else if (dataset == "humaneval" || dataset == "humaneval+") stop.insert(stop.end(), {"\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert "});

@@ -61,7 +61,7 @@ std::vector<ChatMessage> evalplus_chat(const Problem& p, const std::string& syst
 std::vector<int> encode_problem(const ModelOptions& f, const LoadedModel& m, const Problem& p, PromptStyle style, const std::string& where);
 
 // The stop strings unless --stop is given. dataset: "humaneval", "humaneval+", "mbpp", "mbpp+"
-// (Problem::dataset); bestofn's are extract.h's default_stop_strings.
+// (Problem::dataset); bestofn's are extract.h's default_stop_strings (MBPP's for MBPP+).
 std::vector<std::string> style_stop_strings(const std::string& dataset, PromptStyle style, bool chat);
 
 // --prompt-style evalplus: the text EvalPlus sanitizes for a generated one, tabs made four spaces:
