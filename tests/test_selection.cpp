@@ -111,8 +111,8 @@ TEST(Selection, SelectedAtOneAndTheGapItCloses) {
   EXPECT_DOUBLE_EQ(s["strategies"]["public"]["plus_selected_at_1"].get<double>(), 2.0 / 3);  // C: index 0 passes plus
   // Each selected@1 with its interval over the 3 problems: the picks' 0/1 per problem, bootstrapped.
   const auto want = bootstrap_interval({1.0, 0.0, 1.0});  // public: A right, B none, C right
-  EXPECT_EQ(s["strategies"]["public"]["selected_at_1_interval"], json::array({want->lo, want->hi}));
-  EXPECT_EQ(s["strategies"]["logprob"]["selected_at_1_interval"], json::array({bootstrap_interval({0.0, 0.0, 1.0})->lo,
+  EXPECT_EQ(json(s["strategies"]["public"]["selected_at_1_interval"]), json::array({want->lo, want->hi}));
+  EXPECT_EQ(json(s["strategies"]["logprob"]["selected_at_1_interval"]), json::array({bootstrap_interval({0.0, 0.0, 1.0})->lo,
                                                                                bootstrap_interval({0.0, 0.0, 1.0})->hi}));
   EXPECT_TRUE(s["strategies"]["public"]["plus_selected_at_1_interval"].is_array());
   const auto one = selection_summary({c}, default_strategies(), false);

@@ -432,7 +432,9 @@ ordered_json selection_summary(const std::vector<SelectionPool>& pools, const st
 
 void print_selection(const ordered_json& s) {
   if (!s.contains("strategies")) return;
-  for (const auto& [name, r] : s["strategies"].items()) {
+  for (const auto& item : s["strategies"].items()) {
+    const std::string& name = item.key();
+    const ordered_json& r = item.value();  // not a structured binding: clang 14 cannot capture one in a lambda
     auto interval = [&](const char* key) {
       if (const auto it = r.find(key); it != r.end() && it->is_array())
         std::printf(" (%g%% CI %.4f to %.4f)", 100 * IntervalSettings{}.level, (*it)[0].get<double>(), (*it)[1].get<double>());
