@@ -150,6 +150,11 @@ TEST(EvalPlusRules, ReferenceTimesAreKeptPerTaskAndMachine) {
   EXPECT_FALSE(ReferenceTimes(file).get(p, true));
   bestofn::test::write_text(file, "{not json");
   EXPECT_FALSE(ReferenceTimes(file).get(p, true));  // a warning, then timed again
+  // Its default place: one file per dataset and host, "+" spelled "plus" (a name any tool can pass on).
+  const std::filesystem::path plus = bestofn::reference_times_file("mbpp+", {});
+  EXPECT_EQ(plus.parent_path().filename(), "reference-times") << plus;
+  EXPECT_TRUE(plus.filename().string().starts_with("mbppplus.")) << plus;
+  EXPECT_EQ(plus.filename().string().find('+'), std::string::npos) << plus;
 }
 
 // MBPP+'s inputs that JSON cannot hold, rebuilt in the candidate's run as EvalPlus's

@@ -76,6 +76,15 @@ const Pair kPairs[] = {
       {R"({"C": [0.0, 2.0]})", R"({"C": [0.0, 2.0]})", true},  // 2j == 2j
       {R"({"C": [1.0, 2.0]})", R"({"C": [1.0, 3.0]})", false},  // (1+2j) == (1+3j)
       {R"(0.5)", R"(0.5000000000000001)", false},  // 0.5 == 0.5000000000000001
+      // numpy's scalars ({"N": [type, item()]}), checked with numpy 2.4.6: np.float64(0.5) == 0.5,
+      // np.int64(3) == 3.0, np.True_ == 1, np.float64(0.5) != '0.5', [np.float64(1.0)] == [1],
+      // (np.int64(2),) == (2,)
+      {R"({"N": ["numpy.float64", 0.5]})", R"(0.5)", true},
+      {R"({"N": ["numpy.int64", 3]})", R"(3.0)", true},
+      {R"({"N": ["numpy.bool", true]})", R"(1)", true},
+      {R"({"N": ["numpy.float64", 0.5]})", R"("0.5")", false},
+      {R"([{"N": ["numpy.float64", 1.0]}])", R"([1])", true},
+      {R"({"T": [{"N": ["numpy.int64", 2]}]})", R"({"T": [2]})", true},
 };
 
 struct Repr {
@@ -112,6 +121,8 @@ const Repr kReprs[] = {
       {R"({"C": [1.0, -2.0]})", R"((1-2j))"},
       {R"({"F": "nan"})", R"(nan)"},
       {R"({"F": "-inf"})", R"(-inf)"},
+      {R"({"N": ["numpy.float64", 0.5]})", R"(np.float64(0.5))"},  // numpy 2's repr
+      {R"([{"N": ["numpy.int64", 3]}])", R"([np.int64(3)])"},
 };
 
 }  // namespace
@@ -178,7 +189,8 @@ TEST(CompareOutputs, FindZeroOracle) {
 
 TEST(CompareOutputs, MalformedFormsAreRefused) {
   for (const char* bad : {R"({"X": 1})", R"({"T": [1], "S": [2]})", R"({"I": "12g"})", R"({"F": "NaN"})", R"({"D": [[1]]})",
-                          R"({"U": [1114112]})", R"({"H": ["ab", "str", 3]})", R"([1, {"T": 5}])"})
+                          R"({"U": [1114112]})", R"({"H": ["ab", "str", 3]})", R"([1, {"T": 5}])",
+                          R"({"N": [1, 2]})", R"({"N": ["numpy.float64"]})", R"({"N": ["numpy.float64", [1.0]]})"})
     EXPECT_NE(check_plain(json::parse(bad)), "") << bad;
   std::string deep(5000, '[');
   deep += std::string(5000, ']');

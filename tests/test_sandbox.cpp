@@ -97,6 +97,20 @@ TEST(Sandbox, HonestProgramsPassAndWrongOnesFail) {
   EXPECT_EQ(group.result, "failed: ExceptionGroup: two (2 sub-exceptions)");
 }
 
+// A candidate may use the host's installed libraries: numpy loads its BLAS through Debian's
+// /etc/alternatives links (EvalPlus's evaluator lets candidates import numpy; found when its
+// verdicts and bestofn's differed on a solution returning numpy.float64).
+TEST(Sandbox, InstalledLibrariesImportInBothPaths) {
+  REQUIRE_ISOLATION();
+  const std::string prog = "import numpy\nassert float(numpy.dot(numpy.ones(3), numpy.arange(3.0))) == 3.0\n";
+  const Verdict zygote = box().run(prog);
+  EXPECT_TRUE(zygote.passed()) << zygote.result;
+  Sandbox fresh(fresh_limits());
+  if (!fresh.isolated()) GTEST_SKIP() << fresh.missing()[0];
+  const Verdict one = fresh.run(prog);
+  EXPECT_TRUE(one.passed()) << one.result;
+}
+
 TEST(Sandbox, ExitingEarlyIsNeverAPass) {
   for (const char* exit_call : {"import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit(0)", "quit()"}) {
     const Verdict v = box().run(std::string("def sq(x):\n    return x * x\n") + exit_call + "\n" + kCheck + "check(sq)");

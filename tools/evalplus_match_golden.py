@@ -89,6 +89,14 @@ CASES = [
     ("MBPP not-None task: False for a match", "mbpp", "check_str", 0, [(["ab"], "__import__('re').match('a', 'ab')", "False")]),
     ("MBPP not-None task: False for False", "mbpp", "check_str", 0, [(["ab"], "False", "False")]),
     ("MBPP ordinary task: a list for a tuple", "mbpp", "f", 0, [([1], "(1, 2)", "[1, 2]")]),
+    # numpy's scalars, as np.mean and np.sum return them, and an array
+    ("numpy float64 for a float, close", "humaneval", "f", 0, [([0], "0.5", "__import__('numpy').float64(0.5000001)")]),
+    ("numpy float64 for a float, beyond", "humaneval", "f", 0, [([0], "0.5", "__import__('numpy').float64(0.6)")]),
+    ("numpy int64 for an int", "humaneval", "f", 0, [([0], "3", "__import__('numpy').int64(3)")]),
+    ("numpy int64 for an int, differs", "humaneval", "f", 0, [([0], "3", "__import__('numpy').int64(4)")]),
+    ("numpy bool_ for a bool", "humaneval", "f", 0, [([0], "True", "__import__('numpy').bool_(True)")]),
+    ("numpy float64s in a list", "humaneval", "f", 0, [([0], "[1.0, 2.0]", "[__import__('numpy').float64(1.0), __import__('numpy').float64(2.0000001)]")]),
+    ("numpy array for a list of ints", "humaneval", "f", 0, [([0], "[1, 2]", "__import__('numpy').array([1, 2])")]),
 ]
 
 

@@ -28,12 +28,24 @@ const json* tagged(const json& v, const char* tag) {
   return it == v.end() ? nullptr : &*it;
 }
 
-bool is_float(const json& v) { return v.is_number_float() || tagged(v, "F"); }
-bool is_int(const json& v) { return v.is_number_integer() || tagged(v, "I"); }  // (unsigned is an integer too)
-bool is_number(const json& v) { return v.is_boolean() || is_int(v) || is_float(v); }
+// A numpy scalar's value ({"N": [type, value]}), which == compares as Python's own; v itself otherwise.
+const json& value_of(const json& v) {
+  const json* n = tagged(v, "N");
+  return n && n->is_array() && n->size() == 2 ? (*n)[1] : v;
+}
+
+bool is_float(const json& v) {
+  const json& x = value_of(v);
+  return x.is_number_float() || tagged(x, "F");
+}
+bool is_int(const json& v) {
+  const json& x = value_of(v);
+  return x.is_number_integer() || tagged(x, "I");  // (unsigned is an integer too)
+}
+bool is_number(const json& v) { return value_of(v).is_boolean() || is_int(v) || is_float(v); }
 // A complex with no imaginary part is == its real part; any other is a number of its own.
 const json* complex_parts(const json& v) {
-  const json* c = tagged(v, "C");
+  const json* c = tagged(value_of(v), "C");
   return c && c->is_array() && c->size() == 2 ? c : nullptr;
 }
 
@@ -44,7 +56,8 @@ const json* sequence(const json& v) {
 }
 
 // Python's float(v) for a number: false where Python raises (an int beyond a double's range).
-bool to_double(const json& v, double& out) {
+bool to_double(const json& numpy_or_plain, double& out) {
+  const json& v = value_of(numpy_or_plain);
   if (v.is_boolean()) out = v.get<bool>() ? 1.0 : 0.0;
   else if (v.is_number_unsigned()) out = static_cast<double>(v.get<std::uint64_t>());
   else if (v.is_number_integer()) out = static_cast<double>(v.get<std::int64_t>());
@@ -110,7 +123,8 @@ std::string code_points_text(const json& cps) {
 
 // Numbers share one form: an integral value (bool, int, or a float such as 2.0) as its exact
 // hexadecimal integer, any other float as its exact hexadecimal float, so 1 == 1.0 == True and 2**53 + 1 != 2.0**53.
-void number_key(const json& v, std::string& out) {
+void number_key(const json& numpy_or_plain, std::string& out) {
+  const json& v = value_of(numpy_or_plain);
   if (v.is_boolean()) {
     out += v.get<bool>() ? "n1;" : "n0;";
   } else if (v.is_number_unsigned()) {
@@ -148,7 +162,8 @@ void sorted_keys(const json& items, std::string& out, bool unique) {
   for (const auto& k : keys) out += k;
 }
 
-void key_of(const json& v, std::string& out) {
+void key_of(const json& numpy_or_plain, std::string& out) {
+  const json& v = value_of(numpy_or_plain);
   if (v.is_null()) {
     out += "N";
   } else if (is_number(v)) {
@@ -242,6 +257,14 @@ std::string check_at(const json& v, int depth) {
       if (std::string err = all(e); !err.empty()) return err;
     }
     return "";
+  }
+  if (tag == "N") {
+    if (!x.is_array() || x.size() != 2 || !x[0].is_string() || x[0].get_ref<const std::string&>().size() > 100)
+      return "an N tag that is not [type, value]";
+    const json& n = x[1];
+    if (!(n.is_boolean() || n.is_number() || n.is_string() || tagged(n, "I") || tagged(n, "F") || tagged(n, "C") || tagged(n, "U")))
+      return "an N tag whose value is not a bool, int, float, complex or str";
+    return check_at(n, depth + 1);
   }
   if (tag == "U") {
     if (!x.is_array()) return "a U tag's value is not an array";
@@ -369,7 +392,14 @@ void repr_to(const json& v, std::string& out, std::size_t max) {
     }
     out += close;
   };
-  if (v.is_null()) out += "None";
+  if (const json* n = tagged(v, "N"); n && n->is_array() && n->size() == 2 && (*n)[0].is_string()) {
+    // numpy 2's repr: np.float64(0.5)
+    std::string type = (*n)[0].get<std::string>();
+    if (type.starts_with("numpy.")) type.replace(0, 5, "np");
+    out += type + "(";
+    repr_to((*n)[1], out, max);
+    out += ")";
+  } else if (v.is_null()) out += "None";
   else if (v.is_boolean()) out += v.get<bool>() ? "True" : "False";
   else if (v.is_number_unsigned()) out += std::to_string(v.get<std::uint64_t>());
   else if (v.is_number_integer()) out += std::to_string(v.get<std::int64_t>());
@@ -471,6 +501,7 @@ bool find_zero_ok(const json& xs, const json& x, double atol) {
 }
 
 std::string python_type(const json& v) {
+  if (const json* n = tagged(v, "N"); n && n->is_array() && n->size() == 2 && (*n)[0].is_string()) return (*n)[0].get<std::string>();
   if (v.is_null()) return "NoneType";
   if (v.is_boolean()) return "bool";
   if (is_int(v)) return "int";

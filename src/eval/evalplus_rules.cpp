@@ -81,11 +81,17 @@ const json* items_of(const json& v) {
   return nullptr;
 }
 
+// isinstance(v, float): numpy's float64 is a subclass of float.
+bool is_float_instance(const json& v) {
+  const std::string type = python_type(v);
+  return type == "float" || type == "numpy.float64";
+}
+
 // EvalPlus's is_floats: a float, or a non-empty list or tuple of floats only.
 bool is_floats(const json& v) {
-  if (python_type(v) == "float") return true;
+  if (is_float_instance(v)) return true;
   const json* items = items_of(v);
-  return items && !items->empty() && std::all_of(items->begin(), items->end(), [](const json& e) { return python_type(e) == "float"; });
+  return items && !items->empty() && std::all_of(items->begin(), items->end(), is_float_instance);
 }
 
 // len() of a list or a tuple, a hashed one's too.
@@ -288,9 +294,9 @@ fs::path reference_times_file(const std::string& dataset, const std::vector<fs::
     std::error_code ec;
     name = files.front().stem().string() + "-" + (fs::exists(files.front(), ec) ? sha256_file(files.front()).substr(0, 12) : "missing");
   }
-  for (char& c : name)
-    if (c == '/' || c == '+') c = c == '+' ? 'p' : '_';
-  return dir / "reference-times" / (name + "." + host + ".json");
+  std::string file;
+  for (char c : name) file += c == '+' ? std::string("plus") : c == '/' ? std::string("_") : std::string(1, c);
+  return dir / "reference-times" / (file + "." + host + ".json");
 }
 
 std::vector<double> evalplus_time_limits(const JudgeRules& rules, const std::vector<double>& seconds) {

@@ -37,6 +37,17 @@ class _Sink:
         pass
 class _NotPlain(Exception):
     pass
+# numpy's scalars (np.mean's float64, np.sum's int64, a comparison's bool_) go as their type's name
+# and the Python value their item() gives, {"N": ["numpy.float64", 0.5]}: EvalPlus compares them by
+# value, and by type where it checks types. numpy is looked up, never imported. Whatever item()
+# returns is the candidate's own claim, checked as plain data like any other.
+_modules, _NONE, _SCALARS = _sys.modules, object(), (bool, int, float, complex, str)
+def _numpy_value(x):
+    np = _modules.get('numpy')
+    if np is None or not isinstance(x, getattr(np, 'generic', ())):
+        return _NONE
+    v = x.item()
+    return _NONE if type(v) is type(x) else v
 def _enc(x):
     t = type(x)
     if x is None or t is bool:
@@ -67,12 +78,18 @@ def _enc(x):
         return {'D': [[_enc(k), _enc(v)] for k, v in _dict_items(x)]}
     if t is complex:
         return {'C': [_enc(x.real), _enc(x.imag)]}
+    v = _numpy_value(x)
+    if v is not _NONE and type(v) in _SCALARS:
+        return {'N': ['%s.%s' % (t.__module__, t.__name__), _enc(v)]}
     raise _NotPlain(t.__name__)
 # A key that two plain values share exactly when they are == (numbers by value, sets and dicts
 # in sorted order): an output too large to send whole goes as its key's SHA-256, which is as
 # good for == and tells the candidate nothing it did not compute.
 def _key(x):
     t = type(x)
+    v = _numpy_value(x) if t.__module__ == 'numpy' else _NONE
+    if v is not _NONE:
+        return _key(v)
     if x is None:
         return 'N'
     if t is bool or t is int:
@@ -94,8 +111,10 @@ def _key(x):
     if t is complex:
         return _key(x.real) if x.imag == 0 else 'c' + _key(x.real) + _key(x.imag)
     return '{' + ''.join(sorted([_key(k) + '=' + _key(v) for k, v in _dict_items(x)])) + '}'
+def _float(x):
+    return type(x) is float or (type(x).__module__ == 'numpy' and type(_numpy_value(x)) is float)
 def _floats(x):
-    return type(x) is float or (type(x) in (list, tuple) and len(x) > 0 and all(type(v) is float for v in x))
+    return _float(x) or (type(x) in (list, tuple) and len(x) > 0 and all(_float(v) for v in x))
 def _send(x):
     e = _enc(x)
     if _floats(x) or len(_dumps(e)) <= _BIG // 8:  # a key is at most 8 times the JSON

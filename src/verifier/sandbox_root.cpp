@@ -68,6 +68,10 @@ Plan make_plan(const std::string& python) {
   add(Entry::Kind::Dir, "/etc");
   struct stat st{};
   if (stat("/etc/ld.so.cache", &st) == 0 && S_ISREG(st.st_mode)) add(Entry::Kind::BindFile, "/etc/ld.so.cache", "/etc/ld.so.cache");
+  // Debian's alternatives: links such as /usr/lib/x86_64-linux-gnu/libblas.so.3 point through
+  // /etc/alternatives back into /usr, and numpy loads its BLAS that way (EvalPlus's candidates may
+  // import numpy; without it the import fails). Only links to what /usr already shows, read-only.
+  if (lstat("/etc/alternatives", &st) == 0 && S_ISDIR(st.st_mode)) add(Entry::Kind::Bind, "/etc/alternatives", "/etc/alternatives");
   if (lstat("/etc/localtime", &st) == 0) {
     if (S_ISLNK(st.st_mode)) {
       const std::string target = link_target("/etc/localtime");

@@ -10,7 +10,9 @@
 // writes decimal digits in quadratic time), {"F": "nan" |
 // "inf" | "-inf"}, {"T": [...]} a tuple, {"S": [...]} a set, {"Z": [...]} a frozenset,
 // {"D": [[key, value], ...]} a dict, {"U": [code points]} a str that UTF-8 cannot hold (lone
-// surrogates), {"C": [real, imag]} a complex, {"H": [sha256, type, length]} a value too large to send, as the SHA-256 of a key
+// surrogates), {"C": [real, imag]} a complex, {"N": ["numpy.float64", value]} a numpy scalar (its
+// type's name and item()'s value: == compares the value, python_type gives the name),
+// {"H": [sha256, type, length]} a value too large to send, as the SHA-256 of a key
 // that equal values share (outside_tests.cpp's _key): it equals only an H of the same hash.
 #include <cstddef>
 #include <nlohmann/json.hpp>

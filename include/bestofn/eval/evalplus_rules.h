@@ -90,7 +90,8 @@ class ReferenceTimes {
   int added_ = 0;
 };
 
-// ~/.cache/bestofn/reference-times/<dataset>.<host>.json ($XDG_CACHE_HOME when set); dataset is the
+// ~/.cache/bestofn/reference-times/<dataset>.<host>.json ($XDG_CACHE_HOME when set; "+" spelled
+// "plus": humanevalplus.HOST.json); dataset is the
 // name, or for a file its stem and the first 12 digits of its SHA-256.
 std::filesystem::path reference_times_file(const std::string& dataset, const std::vector<std::filesystem::path>& files);
 
