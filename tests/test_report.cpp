@@ -316,6 +316,20 @@ TEST(ReportMd, SaysHowTheVerdictsWereJudged) {
   EXPECT_TRUE(has(md, "base tests: 8200 in-process; plus tests: 5100 outside.")) << md;
 }
 
+TEST(ReportMd, SaysWhichRulesJudgedAndWhereTheTimesCameFrom) {
+  json s = realistic_summary();
+  EXPECT_FALSE(has(render_report_md(s, ""), "| rules |")) << "a summary from before issue 47 has no rules";
+  s["rules"] = json::parse(R"({"rules": "evalplus", "min_time_limit": 1.0, "time_limit_factor": 4.0,
+      "reference_times": {"file": "/c/reference-times/humanevalplus.vm.json", "measured_to": "2026-12-06T21:09:06Z"}})");
+  std::string md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "| rules | evalplus: EvalPlus 0.3.1's")) << md;
+  EXPECT_TRUE(has(md, "within max(1 s, 4 x the reference's time)")) << md;
+  EXPECT_TRUE(has(md, "reference times `/c/reference-times/humanevalplus.vm.json`, measured 2026-12-06T21:09:06Z |")) << md;
+  s["rules"] = {{"rules", "human-eval"}};
+  md = render_report_md(s, "");
+  EXPECT_TRUE(has(md, "| rules | human-eval: HumanEval's check() / MBPP's asserts, then the plus tests |")) << md;
+}
+
 TEST(ReportMd, RealisticSummary) {
   const std::string md = render_report_md(realistic_summary(), "fail_at_k.svg");
   // Settings, with the pipe in the model path escaped for the table and the stop strings as JSON.

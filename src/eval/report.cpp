@@ -369,6 +369,16 @@ std::string settings(const json& s) {
   if (at(s, {"dataset", "problems"})) dataset += ", " + show(at(s, {"dataset", "problems"})) + " problems";
   if (at(s, {"dataset", "path"})) dataset += " (" + code(show(at(s, {"dataset", "path"}))) + ")";
   md += row({"dataset", dataset});
+  if (const json* r = at(s, {"rules", "rules"}); r && r->is_string()) {
+    std::string rules = r->get<std::string>() == "evalplus"
+                            ? "evalplus: EvalPlus 0.3.1's (outputs on base_input and plus_input against the canonical solution's; each input "
+                              "within max(" + show(at(s, {"rules", "min_time_limit"})) + " s, " + show(at(s, {"rules", "time_limit_factor"})) +
+                                  " x the reference's time))"
+                            : "human-eval: HumanEval's check() / MBPP's asserts, then the plus tests";
+    if (const json* f = at(s, {"rules", "reference_times", "file"}))
+      rules += "; reference times " + code(show(f)) + ", measured " + show(at(s, {"rules", "reference_times", "measured_to"}));
+    md += row({"rules", rules});
+  }
   md += row({"samples per problem (n)", show(at(s, {"n"}))});
   md += row({"sampling", sampling_text(s)});
   std::string stops;
