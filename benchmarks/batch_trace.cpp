@@ -83,12 +83,11 @@ class TraceEngine final : public bestofn::Engine {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix) + slot.len;
   }
-  void decode(std::span<const int>, std::span<const int>, std::span<float>) override {
-    throw bestofn::Error("batch_trace: the stand-in engine samples on its side (decode_sample)");
-  }
-  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const bestofn::SamplingParams&,
-                     std::span<const std::uint64_t>, std::span<const std::uint64_t>, std::span<const std::uint64_t>,
-                     std::span<bestofn::Sample> out) override {
+  bestofn::EngineCapabilities capabilities() const override { return {false, "batch_trace's stand-in engine takes no runs", true}; }
+  void run_step(const bestofn::DecodeStep& step) override {
+    if (!step.draws) throw bestofn::Error("batch_trace: the stand-in engine samples on its side (decode_sample)");
+    const std::span<const int> slots = step.slots, tokens = step.tokens;
+    const std::span<bestofn::Sample> out = step.draws->out;
     if (last_return_.time_since_epoch().count() != 0) host_ms_.push_back(ms_since(last_return_));
     long long prefix_tokens = 0, suffix_tokens = 0;
     int max_suffix = 0;
@@ -123,7 +122,6 @@ class TraceEngine final : public bestofn::Engine {
                 .dump()
          << '\n';
     last_return_ = Clock::now();
-    return true;
   }
   const std::vector<double>& host_ms() const { return host_ms_; }
 

@@ -11,7 +11,7 @@
 // log-sum-exp; the same sum, another rounding). With a prefix state (--cuda-prefix-gemm: m, l and
 // the unnormalized O of the prefix from the GEMMs) chunk 0 starts from it and the prefix is not
 // read here. More than one chunk per row (few rows): the chunk states go to `partial` and
-// kernel_decode_merge (attention_decode.cu) finishes, as for the split part-1 kernel, or with
+// kernel_decode_merge (attention_decode.cu) finishes, as for the plain kernel split over positions, or with
 // merge counters the last block of each (row, KV head) to finish merges in the same launch.
 #include <algorithm>
 #include <cmath>

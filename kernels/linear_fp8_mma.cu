@@ -1,4 +1,4 @@
-// --small-m-linear from 9 to 64 rows (issue 34): FP8 linear layers on tensor cores with the weights
+// --small-m-linear from 9 to 64 rows: FP8 linear layers on tensor cores with the weights
 // as the wide operand. src/cuda/small_m_linear.h states the contract (the k order of the products,
 // the slices, the bound on what the tensor core does inside one product); its host twin is
 // small_m_mma_twin.

@@ -1,4 +1,4 @@
-// --small-m-linear (issue 34): an FP8 linear layer for 1..8 tokens, weights streamed once at the
+// --small-m-linear: an FP8 linear layer for 1..8 tokens, weights streamed once at the
 // copy bandwidth, the dequantization epilogue (and a bias) fused: one launch where cuBLASLt's FP8
 // GEMM and kernel_scale_output were two. The numbers are src/cuda/small_m_linear.h's contract, bit
 // for bit its host twin small_m_linear_twin.

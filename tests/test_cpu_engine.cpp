@@ -22,6 +22,7 @@
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
 #include "cpu/ops.h"
+#include "forwarding_engine.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -730,12 +731,10 @@ namespace {
 
 // An engine with only prefill of its own (Engine::prefill_many's default), whose prefill throws at
 // the `fail_at`-th call.
-class OnePromptEngine final : public Engine {
+class OnePromptEngine final : public test::ForwardingEngine {
  public:
-  OnePromptEngine(std::unique_ptr<Engine> e, int fail_at) : e_(std::move(e)), fail_at_(fail_at) {}
-  const ModelConfig& config() const override { return e_->config(); }
+  OnePromptEngine(std::unique_ptr<Engine> e, int fail_at) : ForwardingEngine(std::move(e)), fail_at_(fail_at) {}
   std::string name() const override { return "one-prompt"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
   int prefill(std::span<const int> t, std::span<float> l) override {
     if (++calls_ == fail_at_) throw Error("prefill: fails on purpose");
     const int p = e_->prefill(t, l);
@@ -743,15 +742,10 @@ class OnePromptEngine final : public Engine {
     return p;
   }
   void release_prefix(int p) override { e_->release_prefix(p), live_--; }
-  int add_slot(int p) override { return e_->add_slot(p); }
-  void release_slot(int s) override { e_->release_slot(s); }
-  int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
   int calls() const { return calls_; }
   int live() const { return live_; }
 
  private:
-  std::unique_ptr<Engine> e_;
   int fail_at_, calls_ = 0, live_ = 0;
 };
 

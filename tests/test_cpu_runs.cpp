@@ -3,12 +3,14 @@
 // the slot as if the dropped tokens had never been fed.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "bestofn/engine/engine.h"
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"
 #include "bestofn/util/error.h"
+#include "forwarding_engine.h"
 #include "runs_util.h"
 #include "test_util.h"
 
@@ -60,7 +62,7 @@ TEST(CpuEngine, RunsGiveTheLogitsOfSingleStepsAndRollBack) {
     }
 
     auto e = make_cpu_engine(w, o);
-    ASSERT_TRUE(e->takes_runs());
+    ASSERT_TRUE(e->capabilities().runs);
     const int ea = e->prefill(prompt_a, first), eb = e->prefill(prompt_b, first);
     std::vector<int> slots;
     for (std::size_t s = 0; s < kSlots; ++s) slots.push_back(e->add_slot(s == 3 ? eb : ea));
@@ -77,4 +79,64 @@ TEST(CpuEngine, RunsRefuseBadInput) {
   test::TempDir dir;
   auto e = make_cpu_engine(synthetic(dir, "bf16"), {});
   test::expect_runs_refuse_bad_input(*e);
+}
+
+namespace {
+
+// An engine with the default capabilities (no runs, no device sampling) that steps a CPU engine.
+class NoRunsEngine final : public test::ForwardingEngine {
+ public:
+  using ForwardingEngine::ForwardingEngine;
+  std::string name() const override { return "no-runs"; }
+  void run_step(const DecodeStep& s) override {
+    EXPECT_TRUE(s.counts.empty()) << "runs reached an engine that takes none";
+    EXPECT_FALSE(s.draws) << "draws reached an engine that does not sample";
+    e_->step(s);
+  }
+};
+
+std::string thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// Engine::step checks a request against capabilities() once, before the engine sees it: runs of
+// one token each are a plain step, longer ones are refused in one line naming the engine; draws
+// go only to an engine that samples on its device (decode_sample answers false elsewhere).
+TEST(EngineStep, RequestsAreCheckedAgainstTheCapabilitiesInOnePlace) {
+  test::TempDir dir;
+  const auto w = synthetic(dir, "bf16");
+  const auto V = static_cast<std::size_t>(w->config.vocab_size);
+  std::vector<float> first(V), plain(2 * V), via_runs(2 * V);
+  auto cpu = make_cpu_engine(w, {});
+  EXPECT_TRUE(cpu->capabilities().runs);
+  EXPECT_FALSE(cpu->capabilities().device_sampling);
+  NoRunsEngine e(make_cpu_engine(w, {}));
+  EXPECT_FALSE(e.capabilities().runs);
+  const int p = e.prefill(std::vector<int>{1, 2, 3}, first), q = cpu->prefill(std::vector<int>{1, 2, 3}, first);
+  const std::vector<int> slots = {e.add_slot(p), e.add_slot(p)}, cpu_slots = {cpu->add_slot(q), cpu->add_slot(q)};
+  const std::vector<int> tokens = {4, 5}, ones = {1, 1};
+  e.decode_runs(slots, ones, tokens, via_runs);
+  cpu->decode(cpu_slots, tokens, plain);
+  EXPECT_TRUE(same_bits(plain, via_runs));  // runs of one: the plain step's logits
+  std::vector<float> three(3 * V);
+  const std::string refused = thrown([&] { e.decode_runs(slots, std::vector<int>{2, 1}, std::vector<int>{6, 7, 8}, three); });
+  EXPECT_EQ(refused, "the no-runs engine does not verify drafted tokens yet (several positions per slot in one step): use --speculate 0");
+  EXPECT_EQ(e.slot_length(slots[0]), 4);  // refused before any work
+  EXPECT_EQ(thrown([&] { e.decode_runs(slots, std::vector<int>{1}, tokens, via_runs); }), "decode: slots and counts sizes disagree");
+  EXPECT_EQ(thrown([&] { e.decode_runs(slots, std::vector<int>{}, tokens, via_runs); }), "decode: slots and counts sizes disagree");
+  // Draws: decode_sample answers false, doing nothing; a step with draws is refused.
+  std::vector<Sample> out(2);
+  const std::vector<std::uint64_t> zeros(2, 0);
+  EXPECT_FALSE(cpu->decode_sample(cpu_slots, tokens, SamplingParams{}, zeros, zeros, zeros, out));
+  EXPECT_EQ(cpu->slot_length(cpu_slots[0]), 4);
+  const SamplingParams params;
+  DecodeStep sampled{cpu_slots, tokens, {}, {}, DecodeStep::Draws{&params, zeros, zeros, zeros, out}};
+  EXPECT_EQ(thrown([&] { cpu->step(sampled); }), "the cpu engine does not sample on its device");
 }

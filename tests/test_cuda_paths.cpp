@@ -134,7 +134,7 @@ TEST(CudaPaths, TheDefaultFollowsCandidatesPerPrompt) {
 }
 
 // llama-260k (F32) passed every path on 2026-11-30, as the FP8 models did; BF16 weights ran only
-// the part-1 path: reference. F16 weights are widened to F32 at upload (cuda_run reads them so).
+// the plain path: reference. F16 weights are widened to F32 at upload (cuda_run reads them so).
 TEST(CudaPaths, WeightsTheRunDidNotVerifyTakeTheReference) {
   CudaRun run = h200(64);
   run.weights = "f32";

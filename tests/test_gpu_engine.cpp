@@ -1,6 +1,6 @@
 // The CUDA engine against the CPU engine (the oracle), both with a BF16 KV cache, on llama-260k and
 // on synthetic FP8 models (per-channel dynamic and per-tensor static schemes), over 32 steps of a
-// batch that mixes prefixes; the part-1 path and every combination of the part-2 flags.
+// batch that mixes prefixes; the plain path and every combination of the optional paths' flags.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -320,7 +320,7 @@ TEST(GpuEngine, SmallMTensorCoresMatchTheCpuEngine) {
     compare(trace(*gpu_e, 12, c.steps, &cpu), cpu, static_cast<std::size_t>(c.w->config.vocab_size), 1.5 * sens.max, 0.0, 1e9f, what,
             1.5 * sens.mean);
     if (c.graphs) {
-      EXPECT_GT(gpu_e->graph_stats().replays, 0) << what;
+      EXPECT_GT(gpu_e->statistics().graph_stats().replays, 0) << what;
     }
   }
 }
@@ -362,7 +362,7 @@ TEST(GpuEngine, SmallMFusedLayerGivesTheSplitLayersBitsInSixLaunches) {
       o.cuda.split_attention = split_attention;
       auto e = cuda::make_cuda_engine(weights, o);
       runs[run] = trace(*e, 4, 12, nullptr);
-      const Engine::GraphStats g = e->graph_stats();
+      const EngineStatistics::GraphStats g = e->statistics().graph_stats();
       ASSERT_EQ(g.disabled, "") << run;
       ASSERT_GT(g.replays, 0) << run;
       nodes[run] = g.last_nodes;
@@ -560,10 +560,10 @@ TEST(GpuEngine, GraphsReplayTheEagerStepBitForBit) {
     EXPECT_EQ(differ, 0) << with.name();
     // The comparison means something only if the graphs ran: 40 steps, two buckets, each one's
     // first step eager and its second captured (36 launches; a moved buffer costs two more).
-    const Engine::GraphStats g = graphed->graph_stats();
+    const EngineStatistics::GraphStats g = graphed->statistics().graph_stats();
     EXPECT_EQ(g.disabled, "") << with.name();
     EXPECT_GE(g.replays, 30) << with.name();
-    EXPECT_EQ(eager->graph_stats().replays, 0);
+    EXPECT_EQ(eager->statistics().graph_stats().replays, 0);
   }
 }
 
@@ -623,7 +623,7 @@ TEST(GpuEngine, GraphsReplayAcrossBucketsWhileCandidatesFinish) {
       compare(gpu, cpu, 512, 2e-3, 2e-3, 0.01f, "shrinking" + p.name());
     // Batches 40-33 (bucket 64, 11 steps), 32-17 (32, 16 steps), 16-12 (16, 13 steps): each
     // bucket's first step eager and its second captured, the rest replayed: 34.
-    const Engine::GraphStats g = gpu_e->graph_stats();
+    const EngineStatistics::GraphStats g = gpu_e->statistics().graph_stats();
     EXPECT_EQ(g.disabled, "") << p.name();
     EXPECT_GE(g.replays, 30) << p.name();
   }
@@ -645,10 +645,10 @@ TEST(GpuEngine, PhaseTimesOnlyWhenProfiling) {
   const int p = e->prefill(std::vector<int>{1, 2, 3}, logits);
   const int s = e->add_slot(p);
   e->decode(std::vector<int>{s}, std::vector<int>{4}, logits);
-  EXPECT_EQ(e->take_phase_times().steps, 0);
-  e->profile_phases(true);
+  EXPECT_EQ(e->statistics().take_phase_times().steps, 0);
+  e->statistics().profile_phases(true);
   e->decode(std::vector<int>{s}, std::vector<int>{5}, logits);
-  const PhaseTimes t = e->take_phase_times();
+  const PhaseTimes t = e->statistics().take_phase_times();
   EXPECT_EQ(t.steps, 1);
   EXPECT_GT(t.total_ms, 0.0);
   EXPECT_GT(t.gemm_ms, 0.0);
@@ -736,8 +736,8 @@ TEST(GpuEngine, DeviceSamplingGivesTheHostDraws) {
     }
     EXPECT_EQ(differ, 0);
     if (graphs) {
-      EXPECT_EQ(dev_e->graph_stats().disabled, "");
-      EXPECT_GE(dev_e->graph_stats().replays, 10);  // 12 steps of one shape: eager, capture, then replays
+      EXPECT_EQ(dev_e->statistics().graph_stats().disabled, "");
+      EXPECT_GE(dev_e->statistics().graph_stats().replays, 10);  // 12 steps of one shape: eager, capture, then replays
     }
   }
   auto cpu_e = make_cpu_engine(w, {});
@@ -797,12 +797,12 @@ TEST(GpuEngine, CascadeAttentionMatchesTheCpuEngine) {
       // two: step 0, and step 16, whose rows were not speculated (no reserve() here: unpaged, a
       // slot's part of 16 rows is full; paged, the block for position 16 is outside add_slot's
       // promise, which is none).
-      const Engine::AheadStats a = gpu_e->ahead_stats();
+      const EngineStatistics::AheadStats a = gpu_e->statistics().ahead_stats();
       EXPECT_EQ(a.cascade_planned, 2) << what;
       EXPECT_EQ(a.cascade_ahead, 30) << what;
       if (paths.graphs) {
-        EXPECT_GT(gpu_e->graph_stats().replays, 0) << what << ": no step replayed from a graph";
-        EXPECT_EQ(gpu_e->graph_stats().disabled, "") << what;
+        EXPECT_GT(gpu_e->statistics().graph_stats().replays, 0) << what << ": no step replayed from a graph";
+        EXPECT_EQ(gpu_e->statistics().graph_stats().disabled, "") << what;
       }
     }
   }
@@ -870,10 +870,10 @@ TEST(GpuEngine, CascadeGraphsReplayWhileThePromptsInFlightChange) {
     auto gpu_e = cuda::make_cuda_engine(w, o);
     const std::string what = "prompts in flight changing, --cascade-attention" + p.name();
     compare(mixing_trace(*gpu_e, &cpu), cpu, static_cast<std::size_t>(w->config.vocab_size), 0.08, 3e-2, 0.2f, what, 0.01);
-    const Engine::GraphStats g = gpu_e->graph_stats();
+    const EngineStatistics::GraphStats g = gpu_e->statistics().graph_stats();
     EXPECT_EQ(g.disabled, "") << what;
     EXPECT_GE(g.replays, 22) << what << ": the graph key still follows the prompts in flight";
-    EXPECT_GT(gpu_e->ahead_stats().cascade_planned, 12) << what << ": batches that changed took a plan made for another";
+    EXPECT_GT(gpu_e->statistics().ahead_stats().cascade_planned, 12) << what << ": batches that changed took a plan made for another";
   }
 }
 
@@ -971,16 +971,16 @@ TEST(GpuEngine, PrefillManyMatchesPrefillPerPrompt) {
 
 namespace {
 
-// Counts each call's device allocations, frees and host waits (Engine::device_counts).
+// Counts each call's device allocations, frees and host waits (EngineStatistics::device_counts).
 class CountingEngine final : public Engine {
   std::unique_ptr<Engine> e_;
   int steps_ = 0;
   // Runs f: no allocation or free, and syncs(result) host waits (a step: the ids or logits back).
   template <class F, class S>
   auto counted(F&& f, S&& syncs) {
-    const DeviceCounts before = e_->device_counts();
+    const EngineStatistics::DeviceCounts before = e_->statistics().device_counts();
     auto r = f();
-    const DeviceCounts after = e_->device_counts();
+    const EngineStatistics::DeviceCounts after = e_->statistics().device_counts();
     EXPECT_EQ(after.allocs - before.allocs, 0) << "step " << steps_;
     EXPECT_EQ(after.frees - before.frees, 0) << "step " << steps_;
     EXPECT_EQ(after.syncs - before.syncs, syncs(r)) << "step " << steps_;
@@ -994,9 +994,9 @@ class CountingEngine final : public Engine {
   void reserve(const RunShape& s) override { e_->reserve(s), reserved = true; }
   int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
   std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
-    const DeviceCounts before = e_->device_counts();
+    const EngineStatistics::DeviceCounts before = e_->statistics().device_counts();
     auto ids = e_->prefill_many(prompts, l, max_pass);
-    const DeviceCounts after = e_->device_counts();
+    const EngineStatistics::DeviceCounts after = e_->statistics().device_counts();
     // The prompts' KV parts come from the shelf reserve() filled: nothing allocated; their logits back.
     EXPECT_EQ(after.allocs - before.allocs, 0);
     EXPECT_EQ(after.frees - before.frees, 0);
@@ -1004,22 +1004,17 @@ class CountingEngine final : public Engine {
     return ids;
   }
   void release_prefix(int p) override { e_->release_prefix(p); }
-  AheadStats ahead_stats() const override { return e_->ahead_stats(); }
+  EngineStatistics& statistics() override { return e_->statistics(); }
   int add_slot(int p) override { return counted([&] { return e_->add_slot(p); }, [](int) { return 0; }); }
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     return counted([&] { return e_->try_add_slot(p, max_tokens); }, [](const std::optional<int>&) { return 0; });
   }
   void release_slot(int s) override { counted([&] { return (e_->release_slot(s), 0); }, [](int) { return 0; }); }
   int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
-    counted([&] { return (e_->decode(s, t, l), 0); }, [](int) { return 1; });
+  EngineCapabilities capabilities() const override { return e_->capabilities(); }
+  void run_step(const DecodeStep& s) override {
+    counted([&] { return (e_->step(s), 0); }, [](int) { return 1; });
     steps = ++steps_;
-  }
-  bool decode_sample(std::span<const int> s, std::span<const int> t, const SamplingParams& p, std::span<const std::uint64_t> a,
-                     std::span<const std::uint64_t> b, std::span<const std::uint64_t> c, std::span<Sample> out) override {
-    const bool sampled = counted([&] { return e_->decode_sample(s, t, p, a, b, c, out); }, [](bool x) { return x ? 1 : 0; });
-    steps = steps_ += sampled ? 1 : 0;
-    return sampled;
   }
   bool reserved = false;
   int steps = 0;
@@ -1047,7 +1042,7 @@ GenerationOptions counted_options() {
 // generate() over reqs with counted_options() through a CountingEngine on `paths` (256 KV blocks,
 // --device-sampling with graphs; --cascade-attention when asked): every candidate done, more than
 // 20 steps, reserve() called. The engine's step-ahead counts, for more checks.
-Engine::AheadStats counted_run(const std::shared_ptr<const Weights>& w, const std::vector<GenerationRequest>& reqs, const Paths& paths,
+EngineStatistics::AheadStats counted_run(const std::shared_ptr<const Weights>& w, const std::vector<GenerationRequest>& reqs, const Paths& paths,
                                bool cascade, std::size_t candidates) {
   EngineOptions o = paths.options();
   o.cuda.kv_blocks = 256;
@@ -1060,7 +1055,7 @@ Engine::AheadStats counted_run(const std::shared_ptr<const Weights>& w, const st
   EXPECT_TRUE(e.reserved);
   EXPECT_EQ(done, candidates);
   EXPECT_GT(e.steps, 20);
-  return e.ahead_stats();
+  return e.statistics().ahead_stats();
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ TEST(GpuEngine, RunsMatchTheCpuEnginesSingleSteps) {
     o.cuda.paged_kv = p.paged, o.cuda.split_attention = p.split, o.cuda.graphs = p.graphs;
     o.cuda.kv_blocks = 16;  // 16 positions each: a run reaches suffix row 42 at most, 3 blocks per slot
     auto e = cuda::make_cuda_engine(w, o);
-    ASSERT_TRUE(e->takes_runs());
+    ASSERT_TRUE(e->capabilities().runs);
     std::vector<float> first(V);
     const int a = e->prefill(kPromptA, first), b = e->prefill(kPromptB, first);
     std::vector<int> slots;
@@ -123,8 +123,8 @@ TEST(GpuEngine, RunsRefuseBadInputAndThePathsWithoutThem) {
   EngineOptions o;
   o.cuda.prefix_gemm = true;
   auto pg = cuda::make_cuda_engine(w, o);
-  EXPECT_FALSE(pg->takes_runs());
-  EXPECT_NE(pg->why_no_runs().find("--cuda-prefix-gemm"), std::string::npos);
+  EXPECT_FALSE(pg->capabilities().runs);
+  EXPECT_NE(pg->capabilities().why_no_runs.find("--cuda-prefix-gemm"), std::string::npos);
 }
 
 // generate() with --speculate on the CUDA engine: the candidates of plain decoding, token for

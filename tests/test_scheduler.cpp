@@ -11,6 +11,7 @@
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/model/weights.h"
 #include "cuda/step_plan.h"
+#include "forwarding_engine.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -158,15 +159,10 @@ namespace {
 
 // An engine with room for `room` live candidates at a time (as paged KV admits by free blocks):
 // try_add_slot refuses beyond it; everything else is the CPU engine's.
-class RoomLimitedEngine final : public Engine {
+class RoomLimitedEngine final : public test::ForwardingEngine {
  public:
-  RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : e_(std::move(e)), room_(room) {}
-  const ModelConfig& config() const override { return e_->config(); }
+  RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : ForwardingEngine(std::move(e)), room_(room) {}
   std::string name() const override { return "limited"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
-  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
-  void release_prefix(int p) override { e_->release_prefix(p); }
-  int add_slot(int p) override { return e_->add_slot(p); }
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     EXPECT_GT(max_tokens, 0);
     if (live_ >= room_) return std::nullopt;
@@ -177,16 +173,14 @@ class RoomLimitedEngine final : public Engine {
     live_--;
     e_->release_slot(s);
   }
-  int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
-    batches_.push_back(static_cast<int>(s.size()));
-    e_->decode(s, t, l);
+  void run_step(const DecodeStep& s) override {
+    batches_.push_back(static_cast<int>(s.slots.size()));
+    e_->step(s);
   }
   int most() const { return most_; }
   const std::vector<int>& batches() const { return batches_; }  // each decode step's rows
 
  private:
-  std::unique_ptr<Engine> e_;
   int room_, live_ = 0, most_ = 0;
   std::vector<int> batches_;
 };
@@ -251,39 +245,30 @@ namespace {
 // An engine that samples itself (as CUDA --device-sampling does): decode_sample draws each row with
 // sample_token and the indexes it is given, so a scheduler that passes the wrong (prompt,
 // candidate, step) gives other candidates than the host path.
-class SelfSamplingEngine final : public Engine {
+class SelfSamplingEngine final : public test::ForwardingEngine {
  public:
-  explicit SelfSamplingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
-  const ModelConfig& config() const override { return e_->config(); }
+  using ForwardingEngine::ForwardingEngine;
   std::string name() const override { return "self-sampling"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
-  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
-  void release_prefix(int p) override { e_->release_prefix(p); }
-  int add_slot(int p) override { return e_->add_slot(p); }
-  void release_slot(int s) override { e_->release_slot(s); }
-  int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
-    ADD_FAILURE() << "the scheduler asked for logits from an engine that samples";
-    e_->decode(s, t, l);
-  }
-  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
-                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
-                     std::span<const std::uint64_t> step, std::span<Sample> out) override {
+  EngineCapabilities capabilities() const override { return {false, "self-sampling takes no runs", true}; }
+  void run_step(const DecodeStep& s) override {
+    if (!s.draws) {
+      ADD_FAILURE() << "the scheduler asked for logits from an engine that samples";
+      return e_->step(s);
+    }
+    const DecodeStep::Draws& d = *s.draws;
     const auto V = static_cast<std::size_t>(config().vocab_size);
-    std::vector<float> logits(slots.size() * V);
-    e_->decode(slots, tokens, logits);
+    std::vector<float> logits(s.slots.size() * V);
+    e_->decode(s.slots, s.tokens, logits);
     SamplerScratch scratch;
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      out[i] = sample_token(std::span<const float>(logits).subspan(i * V, V), params, prompt[i], candidate[i], step[i], scratch);
+    for (std::size_t i = 0; i < s.slots.size(); ++i)
+      d.out[i] = sample_token(std::span<const float>(logits).subspan(i * V, V), *d.params, d.prompt[i], d.candidate[i], d.step[i], scratch);
     steps_++;
-    rows_ += static_cast<int>(slots.size());
-    return true;
+    rows_ += static_cast<int>(s.slots.size());
   }
   int steps() const { return steps_; }
   int rows() const { return rows_; }  // candidate-steps decoded
 
  private:
-  std::unique_ptr<Engine> e_;
   int steps_ = 0, rows_ = 0;
 };
 
@@ -360,12 +345,10 @@ namespace {
 
 // The CPU engine, recording each prefill_many call: the prompts it was given (as their ids) and
 // its budget, and every release of a prefix.
-class PrefillRecordingEngine final : public Engine {
+class PrefillRecordingEngine final : public test::ForwardingEngine {
  public:
-  explicit PrefillRecordingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
-  const ModelConfig& config() const override { return e_->config(); }
+  using ForwardingEngine::ForwardingEngine;
   std::string name() const override { return "recording"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
   int prefill(std::span<const int> t, std::span<float> l) override {
     ADD_FAILURE() << "the scheduler prefilled one prompt alone, not through prefill_many";
     return e_->prefill(t, l);
@@ -376,11 +359,6 @@ class PrefillRecordingEngine final : public Engine {
     budgets_.push_back(budget);
     return e_->prefill_many(prompts, l, budget);
   }
-  void release_prefix(int p) override { e_->release_prefix(p); }
-  int add_slot(int p) override { return e_->add_slot(p); }
-  void release_slot(int s) override { e_->release_slot(s); }
-  int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e_->decode(s, t, l); }
   // The prompts of each call, as indexes into reqs.
   std::vector<std::vector<std::size_t>> calls(const std::vector<GenerationRequest>& reqs) const {
     std::vector<std::vector<std::size_t>> out;
@@ -395,7 +373,6 @@ class PrefillRecordingEngine final : public Engine {
   const std::vector<int>& budgets() const { return budgets_; }
 
  private:
-  std::unique_ptr<Engine> e_;
   std::vector<std::vector<std::vector<int>>> calls_;
   std::vector<int> budgets_;
 };
@@ -482,14 +459,11 @@ TEST(Scheduler, CancelledPromptsAreNotPrefilled) {
 namespace {
 
 // Records what a run asks of the engine against what generate told reserve() at its start.
-class ShapeRecordingEngine final : public Engine {
+class ShapeRecordingEngine final : public test::ForwardingEngine {
  public:
-  explicit ShapeRecordingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
-  const ModelConfig& config() const override { return e_->config(); }
+  using ForwardingEngine::ForwardingEngine;
   std::string name() const override { return "shape-recording"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
   void reserve(const RunShape& s) override { shape = s, reserved++; }
-  int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
   std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
     int rows = 0;
     for (const auto& p : prompts) rows += static_cast<int>(p.size()), longest = std::max(longest, static_cast<int>(p.size()));
@@ -497,25 +471,19 @@ class ShapeRecordingEngine final : public Engine {
     most_pass = std::max(most_pass, max_pass);
     return e_->prefill_many(prompts, l, max_pass);
   }
-  void release_prefix(int p) override { e_->release_prefix(p); }
   int add_slot(int p) override {
     const int s = e_->add_slot(p);
     fed[s] = 0;
     return s;
   }
-  void release_slot(int s) override { e_->release_slot(s); }
-  int slot_length(int s) const override { return e_->slot_length(s); }
-  void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override {
-    most_batch = std::max(most_batch, static_cast<int>(s.size()));
-    for (int slot : s) most_fed = std::max(most_fed, ++fed[slot]);
-    e_->decode(s, t, l);
+  void run_step(const DecodeStep& s) override {
+    most_batch = std::max(most_batch, static_cast<int>(s.slots.size()));
+    for (int slot : s.slots) most_fed = std::max(most_fed, ++fed[slot]);
+    e_->step(s);
   }
   RunShape shape;
   int reserved = 0, most_prompts = 0, most_rows = 0, most_pass = 0, longest = 0, most_batch = 0, most_fed = 0;
   std::map<int, int> fed;
-
- private:
-  std::unique_ptr<Engine> e_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "bestofn/tokenizer/tokenizer.h"
 #include "bestofn/util/error.h"
 #include "runs_util.h"
+#include "forwarding_engine.h"
 #include "test_util.h"
 
 using namespace bestofn;
@@ -89,18 +90,10 @@ TEST(Speculate, CandidatesAreThoseOfPlainDecoding) {
 }
 
 TEST(Speculate, RefusedByAnEngineThatDoesNotVerify) {
-  // An engine that keeps the default Engine::takes_runs(): a one-line error, before any work.
-  struct Plain : Engine {
-    std::unique_ptr<Engine> e = make_cpu_engine(model().w, {});
-    const ModelConfig& config() const override { return e->config(); }
+  // An engine that keeps the default Engine::capabilities(): a one-line error, before any work.
+  struct Plain : test::ForwardingEngine {
+    Plain() : ForwardingEngine(make_cpu_engine(model().w, {})) {}
     std::string name() const override { return "plain"; }
-    int prefill(std::span<const int> t, std::span<float> l) override { return e->prefill(t, l); }
-    void release_prefix(int p) override { e->release_prefix(p); }
-    int add_slot(int p) override { return e->add_slot(p); }
-    void release_slot(int s) override { e->release_slot(s); }
-    int slot_length(int s) const override { return e->slot_length(s); }
-    void decode(std::span<const int> s, std::span<const int> t, std::span<float> l) override { e->decode(s, t, l); }
-    EngineOptions::Kv kv_cache() const override { return e->kv_cache(); }
   } plain;
   GenerationOptions o;
   o.speculate = 2;

@@ -216,17 +216,15 @@ void CpuEngine::prefill_pass(std::span<const PrefillSegment> pass, std::span<con
   if (m > 0) logits_rows(0, m, last_logits.data() + first * V);
 }
 
-void CpuEngine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) {
-  const std::vector<int> ones(slots.size(), 1);
-  decode_runs(slots, ones, tokens, logits);
-}
-
-// A decode step of runs: slot i's counts[i] rows are consecutive rows of the batch, at consecutive
-// positions; every row's arithmetic is the one it gets in a step of its own (the GEMMs and the
-// prefix attention are row by row; its suffix attention covers its slot's positions up to its
-// own), so k rows of a run give the logits of k single steps bit for bit.
-void CpuEngine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
-                            std::span<float> logits) {
+// A decode step of runs: slot i's counts[i] rows (one each when counts is empty) are consecutive
+// rows of the batch, at consecutive positions; every row's arithmetic is the one it gets in a step
+// of its own (the GEMMs and the prefix attention are row by row; its suffix attention covers its
+// slot's positions up to its own), so k rows of a run give the logits of k single steps bit for bit.
+void CpuEngine::run_step(const DecodeStep& request) {
+  const std::span<const int> slots = request.slots, tokens = request.tokens;
+  const std::span<float> logits = request.logits;
+  const std::vector<int> ones(request.counts.empty() ? slots.size() : 0, 1);
+  const std::span<const int> counts = request.counts.empty() ? std::span<const int>(ones) : request.counts;
   if (counts.size() != slots.size()) throw Error("decode: slots and counts sizes disagree");
   std::vector<std::size_t> runs = {0};
   for (std::size_t i = 0; i < slots.size(); ++i) {

@@ -34,7 +34,8 @@ struct Slot {
   Cache kv;  // the suffix
 };
 
-class CpuEngine final : public Engine {
+// The CPU engine measures its own decode time split: it is its statistics view too.
+class CpuEngine final : public Engine, public EngineStatistics {
  public:
   CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
 
@@ -66,12 +67,13 @@ class CpuEngine final : public Engine {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).len + static_cast<int>(slot.kv.k[0].rows());
   }
-  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override;
-  bool takes_runs() const override { return true; }
-  void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
-                   std::span<float> logits) override;
+  EngineCapabilities capabilities() const override { return {true, "", false}; }
+  EngineStatistics& statistics() override { return *this; }
   void truncate_slot(int s, int length) override;
   PhaseTimes take_phase_times() override { return std::exchange(times_, PhaseTimes{}); }
+
+ protected:
+  void run_step(const DecodeStep& s) override;
 
  private:
   using Clock = std::chrono::steady_clock;

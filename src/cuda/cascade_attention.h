@@ -92,7 +92,7 @@ class CascadeAttention {
   // `rows` rows, the step's ints for them, FlashInfer's workspaces at the size its own Python
   // wrappers allocate (kCascadeFloatWorkspace, kCascadeIntWorkspace), and (--kv-cache fp8) the
   // widening buffer for prompts of up to longest_prompt positions. A plan that needs more grows
-  // them then (counted by Engine::device_counts).
+  // them then (counted by EngineStatistics::device_counts).
   void reserve(int rows, int longest_prompt);
 
   // --paged-kv: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool

@@ -10,8 +10,8 @@
 
 namespace bestofn::cuda {
 
-Engine::Ceilings measure_device_ceilings(Gemm& gemm, GemmInput type, cudaStream_t stream) {
-  Engine::Ceilings c;
+EngineStatistics::Ceilings measure_device_ceilings(Gemm& gemm, GemmInput type, cudaStream_t stream) {
+  EngineStatistics::Ceilings c;
   EventPair events;
   auto best_ms = [&](const std::function<void()>& f) {
     f();  // warm-up

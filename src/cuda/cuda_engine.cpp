@@ -25,7 +25,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     : w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
-    // Every path reads FP8 rows: the decode kernels (part 1, split, tiled), prefill, --paged-kv's
+    // Every path reads FP8 rows: the decode kernels (plain, split, tiled), prefill, --paged-kv's
     // blocks, and the prefix GEMMs (their K/V widened to F32 from the FP8 rows).
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
       throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
@@ -753,7 +753,7 @@ void CudaEngine::split_columns(const float* y, int T, std::initializer_list<std:
   }
 }
 
-Engine::Ceilings CudaEngine::measure_ceilings() {
+EngineStatistics::Ceilings CudaEngine::measure_ceilings() {
   use_device();
   const bool fp8 = layers_.empty() || layers_.front().wo.type == GemmInput::FP8;
   return measure_device_ceilings(*gemm_, fp8 ? GemmInput::FP8 : GemmInput::BF16, stream_);

@@ -82,11 +82,12 @@ struct Prefix {
 
 struct Slot {
   int prefix = -1;
-  KvPart kv;        // part 1: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
+  KvPart kv;        // contiguous KV: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
   PagedSlot paged;  // --paged-kv: the block table and the promise
 };
 
-class CudaEngine final : public Engine {
+// It is its own statistics view (bench, the GPU tests).
+class CudaEngine final : public Engine, public EngineStatistics {
  public:
   CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
   ~CudaEngine() override {
@@ -143,32 +144,16 @@ class CudaEngine final : public Engine {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
-  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) override {
-    if (tokens.size() != slots.size() || logits.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
-      throw Error("decode: slots, tokens and logits sizes disagree");
-    step(slots, tokens, logits.data(), nullptr);
-  }
   // --speculate: runs of positions per slot as consecutive rows of one step (StepRow::run), every
   // row's K/V written before any row attends, each attending to its slot up to its own position;
   // not with --cascade-attention or --cuda-prefix-gemm, whose attention plans rows per prefix group.
-  bool takes_runs() const override { return !cascade_ && !prefix_gemm_; }
-  std::string why_no_runs() const override {
-    return takes_runs() ? std::string() : "the cuda engine does not verify drafted tokens with --cascade-attention or --cuda-prefix-gemm";
+  EngineCapabilities capabilities() const override {
+    const bool runs = !cascade_ && !prefix_gemm_;
+    return {runs, runs ? std::string() : "the cuda engine does not verify drafted tokens with --cascade-attention or --cuda-prefix-gemm",
+            device_sampling_};
   }
-  void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
-                   std::span<float> logits) override;
+  EngineStatistics& statistics() override { return *this; }
   void truncate_slot(int s, int length) override;
-  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
-                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
-                     std::span<const std::uint64_t> step_index, std::span<Sample> out) override {
-    if (!device_sampling_) return false;
-    const std::size_t T = slots.size();
-    if (tokens.size() != T || prompt.size() != T || candidate.size() != T || step_index.size() != T || out.size() != T)
-      throw Error("decode_sample: slots, tokens, draw indexes and samples sizes disagree");
-    const Draws d{params, prompt, candidate, step_index, out};
-    step(slots, tokens, nullptr, &d);
-    return true;
-  }
   void reserve(const RunShape& shape) override;
   DeviceCounts device_counts() const override {
     const DeviceCounters& c = device_counters();
@@ -184,6 +169,11 @@ class CudaEngine final : public Engine {
   GraphStats graph_stats() const override {
     return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason(), static_cast<long long>(graphs_->last_nodes())} : GraphStats{};
   }
+
+ protected:
+  // One decode step: a token per slot (the logits back, or sampled on the device with draws), or
+  // runs of drafted tokens (cuda_step.cpp).
+  void run_step(const DecodeStep& s) override;
 
  private:
   // Several engines may run on several threads, one device each: every call that touches the
@@ -295,10 +285,10 @@ class CudaEngine final : public Engine {
   // logits_ or (draws) the samples in samples_.
   void forward(const StepPlan& s, const Draws* draws);
   void attend_decode(int l, const StepPlan& s);
-  // One decode step; the logits to host_logits, or (draws) sampled on the device and only the
-  // samples copied back.
-  void step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
-            std::span<const int> runs = {});
+  // One decode step of these rows; the logits to host_logits, or (draws) sampled on the device
+  // and only the samples copied back.
+  void decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
+                   std::span<const int> runs = {});
   // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
   GraphKey graph_key(const StepPlan& s, const Draws* draws) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.

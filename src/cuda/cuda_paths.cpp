@@ -42,7 +42,7 @@ std::vector<CudaPath> make_paths() {
   CudaOptions small_m = graphs;
   small_m.small_m_linear = true;
   return {
-      {"reference", "the part-1 path, no part-2 feature (for A/B and bug reports)", {}},
+      {"reference", "the plain path, none of the optional features (for A/B and bug reports)", {}},
       {"graphs", "each step a replayed CUDA graph; tiled split attention, fused q/k/v and gate/up GEMMs, sampling on the device",
        graphs},
       {"prefix-gemm", "graphs, with each prompt's shared-prefix attention as batched GEMMs (Hydragen) and paged suffix KV", prefix},

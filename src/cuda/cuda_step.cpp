@@ -68,7 +68,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
     s.batch[i] = &slot;
   }
   planner_->check(rows);  // nothing below runs for a batch that fails its checks
-  // Each row's suffix: the slot's own part, grown first (part 1), or the block pools with the
+  // Each row's suffix: the slot's own contiguous part, grown first, or the block pools with the
   // blocks taken that this step's rows reach (--paged-kv). A run's last row reaches the furthest:
   // the blocks and the growth are its, and the rows' layouts are read after every part has grown.
   auto last_of_run = [&](std::size_t i) { return i + 1 == n_real || rows[i + 1].run == 0; };
@@ -157,7 +157,7 @@ void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
   if (cascade_ && !s.cascade) s.cascade = plan_cascade(s.batch, s.T);  // unless made ahead (prepare_step)
   // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
-  // part-1 kernel split over positions; chunks when few rows leave the GPU idle.
+  // plain decode kernel split over positions; chunks when few rows leave the GPU idle.
   s.tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);
   s.splits = split_attention_ ? decode_attention_splits(s.T, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
   s.partial = s.splits > 1 ? attn_work_.get<float>() : nullptr;
@@ -233,8 +233,8 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
 // may still allocate, counted: a slot fed past its reserved part (unpaged), --cuda-prefix-gemm's
 // scratch (its group sizes), --cascade-attention's own buffers, a prefill (each prompt's KV part,
 // and a pass longer than reserved), a graph's capture and instantiation.
-void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
-                      std::span<const int> runs) {
+void CudaEngine::decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
+                             std::span<const int> runs) {
   use_device();
   if (slots.empty()) return;
   const StepPlan s = prepare_step(slots, tokens, draws, runs);
@@ -273,10 +273,24 @@ void CudaEngine::step(std::span<const int> slots, std::span<const int> tokens, f
 // --speculate's runs: slot i's counts[i] positions as consecutive rows of one step (prepare_step
 // checks them, StepRow::run). The rows write their K/V before any row attends (rope_kv_write_cuda
 // of the layer, then attend_decode), so each attends to its slot up to its own position.
-void CudaEngine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
-                             std::span<float> logits) {
+void CudaEngine::run_step(const DecodeStep& request) {
+  const std::span<const int> slots = request.slots, tokens = request.tokens, counts = request.counts;
+  const std::span<float> logits = request.logits;
+  if (request.draws) {  // capabilities().device_sampling: step() checked
+    const DecodeStep::Draws& d = *request.draws;
+    const std::size_t T = slots.size();
+    if (tokens.size() != T || d.prompt.size() != T || d.candidate.size() != T || d.step.size() != T || d.out.size() != T || !counts.empty())
+      throw Error("decode_sample: slots, tokens, draw indexes and samples sizes disagree");
+    const Draws draws{*d.params, d.prompt, d.candidate, d.step, d.out};
+    return decode_rows(slots, tokens, nullptr, &draws);
+  }
+  if (counts.empty()) {
+    if (tokens.size() != slots.size() || logits.size() != slots.size() * static_cast<std::size_t>(c_.vocab_size))
+      throw Error("decode: slots, tokens and logits sizes disagree");
+    return decode_rows(slots, tokens, logits.data(), nullptr);
+  }
+  // Runs (capabilities().runs: step() checked).
   if (counts.size() != slots.size()) throw Error("decode: slots and counts sizes disagree");
-  if (!takes_runs() && std::any_of(counts.begin(), counts.end(), [](int c) { return c != 1; })) throw Error(why_no_runs());
   std::vector<int> rows, runs;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (counts[i] < 1) throw Error("decode: slot " + std::to_string(slots[i]) + " has a run of " + std::to_string(counts[i]) + " tokens");
@@ -285,7 +299,7 @@ void CudaEngine::decode_runs(std::span<const int> slots, std::span<const int> co
   if (tokens.size() != rows.size() || logits.size() != rows.size() * static_cast<std::size_t>(c_.vocab_size))
     throw Error("decode: slots, tokens and logits sizes disagree");
   const bool plain = rows.size() == slots.size();
-  step(rows, tokens, logits.data(), nullptr, plain ? std::span<const int>() : std::span<const int>(runs));
+  decode_rows(rows, tokens, logits.data(), nullptr, plain ? std::span<const int>() : std::span<const int>(runs));
 }
 
 void CudaEngine::truncate_slot(int s, int length) {

@@ -12,7 +12,7 @@ namespace bestofn::cuda {
 
 // Every device or pinned allocation and free made through these wrappers, and every host wait on
 // the device through sync_stream / wait_event (and DeviceBuffer's own): what a run must not do
-// inside its steps (Engine::device_counts; tests/test_gpu_engine.cpp checks a run).
+// inside its steps (EngineStatistics::device_counts; tests/test_gpu_engine.cpp checks a run).
 struct DeviceCounters {
   std::atomic<long long> allocs{0}, frees{0}, syncs{0};
 };

@@ -1,6 +1,6 @@
 #pragma once
 // Parts of device memory made before a run and handed out by size inside it (the CUDA engine's
-// prompt KV parts: issue 32 asks for no cudaMalloc inside a run). Best fit: take(rows) gives the
+// prompt KV parts: no cudaMalloc inside a run). Best fit: take(rows) gives the
 // smallest part of at least `rows` rows. When the shelf was filled with one part per prompt of
 // the run, each part exactly that prompt's length, every prompt finds a part whatever the order
 // of prefills and releases: take() keeps a perfect matching of the prompts still to come onto the
@@ -36,7 +36,7 @@ class PartShelf {
 
 // The prompt lengths to make parts for before a run: every prompt's, shortest first, while their
 // rows stay within budget_rows (a run whose prompts do not all fit allocates the rest at their
-// prefill, counted by Engine::device_counts).
+// prefill, counted by EngineStatistics::device_counts).
 inline std::vector<int> shelf_lengths(std::vector<int> lengths, long long budget_rows) {
   std::sort(lengths.begin(), lengths.end());
   std::vector<int> out;

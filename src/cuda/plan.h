@@ -1,5 +1,5 @@
 #pragma once
-// Host-side planning for the CUDA engine's part-2 paths, in plain C++ (built into bestofn_core, so
+// Host-side planning for the CUDA engine's optional paths, in plain C++ (built into bestofn_core, so
 // its unit tests run on machines without CUDA): the state-row map of the shared-prefix GEMMs and
 // the concatenation of linear layers for the fused QKV and gate/up GEMMs.
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-// --small-m-linear (issue 34): the FP8 linear layer for a few tokens as one weight-streaming
+// --small-m-linear: the FP8 linear layer for a few tokens as one weight-streaming
 // kernel (kernels/linear_small_m.cu) in place of cuBLASLt's FP8 GEMM and the scale kernel: at
 // M = 1..8 tokens the step reads every weight once, and cuBLASLt's tiles, built for large M, read
 // them at half the copy bandwidth (benchmarks/results/2026-11-30-nvidia-h200/run1/gemm_fp8.json).

@@ -1,6 +1,8 @@
-// The default of Engine::decode_runs and truncate_slot for engines that do not verify drafts:
-// runs of one token are a decode step; anything longer is refused in one line.
+// Engine's step (its checks against capabilities(), in one place, and its three uses), and the
+// defaults for engines that do not verify drafts (truncate_slot), sample on no device and measure
+// nothing (capabilities, statistics).
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,15 +11,47 @@
 
 namespace bestofn {
 
-std::string Engine::why_no_runs() const {
-  return "the " + name() + " engine does not verify drafted tokens yet (several positions per slot in one step)";
+EngineCapabilities Engine::capabilities() const {
+  return {false, "the " + name() + " engine does not verify drafted tokens yet (several positions per slot in one step)", false};
+}
+
+EngineStatistics& Engine::statistics() {
+  static EngineStatistics none;  // stateless: every method returns its empty default
+  return none;
+}
+
+void Engine::step(const DecodeStep& s) {
+  if (!s.draws && s.counts.empty()) return run_step(s);  // a plain step: nothing to check it against
+  const EngineCapabilities can = capabilities();
+  if (s.draws && !can.device_sampling) throw Error("the " + name() + " engine does not sample on its device");
+  if (!s.counts.empty() && !can.runs) {
+    // Runs of one token each are a plain step; anything longer is refused in one line.
+    if (s.counts.size() != s.slots.size() || std::any_of(s.counts.begin(), s.counts.end(), [](int c) { return c != 1; }))
+      throw Error(can.why_no_runs + ": use --speculate 0");
+    DecodeStep plain = s;
+    plain.counts = {};
+    return run_step(plain);
+  }
+  run_step(s);
+}
+
+void Engine::decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) {
+  step({slots, tokens, {}, logits, std::nullopt});
 }
 
 void Engine::decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
                          std::span<float> logits) {
-  if (std::any_of(counts.begin(), counts.end(), [](int c) { return c != 1; }) || counts.size() != slots.size())
-    throw Error(why_no_runs() + ": use --speculate 0");
-  decode(slots, tokens, logits);
+  // Empty counts would read as one token per slot: here they are a caller's mistake.
+  if (counts.size() != slots.size()) throw Error("decode: slots and counts sizes disagree");
+  step({slots, tokens, counts, logits, std::nullopt});
+}
+
+bool Engine::decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                           std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                           std::span<const std::uint64_t> step_index, std::span<Sample> out) {
+  if (!capabilities().device_sampling) return false;
+  run_step({slots, tokens, {}, {}, DecodeStep::Draws{&params, prompt, candidate, step_index, out}});  // what step() would check, checked
+  return true;
 }
 
 void Engine::truncate_slot(int slot, int length) {

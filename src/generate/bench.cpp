@@ -162,7 +162,7 @@ struct Measurement {
   double round_trip_ns = 0, prefill_ms = 0, ms = 0, sample_ms = 0;  // ms, sample_ms: per timed step
   PhaseTimes split;
   long long graph_replays = 0;
-  Engine::AheadStats ahead;  // the run's steps (warm-up, timed, profiled), as the engine prepared them
+  EngineStatistics::AheadStats ahead;  // the run's steps (warm-up, timed, profiled), as the engine prepared them
 };
 
 // Whether the engine samples on the device (its CUDA path has --device-sampling).
@@ -215,11 +215,12 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
         samples[b] = sample_token(std::span<const float>(logits).subspan(b * V, V), SamplingParams{}, 0, b, static_cast<std::uint64_t>(step), scratch);
     });
   };
-  const long long replays_before = engine.graph_stats().replays;
-  const Engine::AheadStats ahead_before = engine.ahead_stats();
+  EngineStatistics& stats = engine.statistics();
+  const long long replays_before = stats.graph_stats().replays;
+  const EngineStatistics::AheadStats ahead_before = stats.ahead_stats();
   double timed = 0, sampling = 0;
   for (int step = 0; step < o.steps + 2; ++step) {
-    if (step == 2) engine.take_phase_times();  // the split covers the timed steps only
+    if (step == 2) stats.take_phase_times();  // the split covers the timed steps only
     t0 = Clock::now();
     one_step();
     if (step >= 2) timed += ms_since(t0);
@@ -230,15 +231,15 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
     }
     for (auto& t : tokens) t = (t + 7) % c.vocab_size;
   }
-  m.split = engine.take_phase_times();
+  m.split = stats.take_phase_times();
   if (m.split.steps == 0) {  // an engine that measures only when asked (CUDA): a few profiling steps
-    engine.profile_phases(true);
+    stats.profile_phases(true);
     for (int step = 0; step < kProfileSteps; ++step) one_step();
-    m.split = engine.take_phase_times();
-    engine.profile_phases(false);
+    m.split = stats.take_phase_times();
+    stats.profile_phases(false);
   }
-  m.graph_replays = engine.graph_stats().replays - replays_before;
-  const Engine::AheadStats a = engine.ahead_stats();
+  m.graph_replays = stats.graph_stats().replays - replays_before;
+  const EngineStatistics::AheadStats a = stats.ahead_stats();
   m.ahead = {a.in_place - ahead_before.in_place, a.copied - ahead_before.copied, a.full - ahead_before.full,
              a.cascade_ahead - ahead_before.cascade_ahead, a.cascade_planned - ahead_before.cascade_planned};
   for (int slot : slots) engine.release_slot(slot);
@@ -251,7 +252,7 @@ Measurement measure(const BenchOptions& o, Engine& engine, const EngineDescripti
 // The JSON line of one configuration: what was measured, and what it achieves (bytes and FLOPs
 // per step, against the device's ceilings where the engine measured them).
 json bench_row(const BenchOptions& o, const std::string& command, Engine& engine, const Weights& w, const fs::path& dir,
-               const EngineDescription& described, const Engine::Ceilings& ceilings, int n, const Measurement& m) {
+               const EngineDescription& described, const EngineStatistics::Ceilings& ceilings, int n, const Measurement& m) {
   const ModelConfig& c = w.config;
   const double ms = m.ms;
   // KV bytes per position (K and V, all layers), in the precision the engine resolved.
@@ -301,7 +302,7 @@ json bench_row(const BenchOptions& o, const std::string& command, Engine& engine
                          {"cascade_plans_ahead", m.ahead.cascade_ahead}, {"cascade_plans_full", m.ahead.cascade_planned}};
   if (described.cuda && described.cuda->graphs) {  // steps of this N replayed from a graph; why capture stopped, if it did
     row["graph_replays"] = m.graph_replays;
-    const Engine::GraphStats g = engine.graph_stats();
+    const EngineStatistics::GraphStats g = engine.statistics().graph_stats();
     row["graph_nodes"] = g.last_nodes;  // the launches of a step of this N, counted by CUDA
     if (!g.disabled.empty()) row["graphs_disabled"] = g.disabled;
   }
@@ -364,7 +365,7 @@ int run_bench(const BenchOptions& o, const std::string& command) {
   const EngineOptions eo = engine_options(o.engine);
   auto engine = make_engine(w, o.device, eo, o.engine.cuda, bench_shape(o, ns.front()));
   EngineDescription described = engine->describe();
-  const Engine::Ceilings ceilings = engine->measure_ceilings();  // zeros on the CPU
+  const EngineStatistics::Ceilings ceilings = engine->statistics().measure_ceilings();  // zeros on the CPU
   std::mt19937 rng(1234);
   std::vector<int> prompt(static_cast<std::size_t>(o.prompt_len));
   for (auto& t : prompt) t = static_cast<int>(rng() % static_cast<unsigned>(c.vocab_size));

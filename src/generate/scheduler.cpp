@@ -455,8 +455,8 @@ GenerationStats generate(Engine& engine, const Tokenizer& tokenizer, const std::
   if (options.max_new_tokens < 1) throw Error("--max-new-tokens must be at least 1");
   if (options.prefill_tokens < 1) throw Error("--prefill-tokens must be at least 1");
   if (options.speculate < 0) throw Error("--speculate must be at least 0");
-  if (options.speculate > 0 && !engine.takes_runs())
-    throw Error("--speculate: " + engine.why_no_runs() + "; use --speculate 0");
+  if (const EngineCapabilities can = engine.capabilities(); options.speculate > 0 && !can.runs)
+    throw Error("--speculate: " + can.why_no_runs + "; use --speculate 0");
   return Run(engine, tokenizer, requests, options, on_done).go(on_step);
 }
 

@@ -38,7 +38,7 @@ std::span<const CudaSwitch> cuda_switches();
 // The CUDA flags of a command line: --cuda-path, and the switches given (each feature whose
 // switch was given is true in `added`; --kv-blocks and --small-m-blocks-per-sm as given). A
 // switch adds its feature to the path, whichever: over --cuda-path reference it measures that one
-// feature against the part-1 path.
+// feature against the plain path.
 struct CudaFlags {
   std::string path = "auto";
   CudaOptions added;

@@ -25,7 +25,7 @@ struct CudaOptions {
   // The device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES). The engine
   // makes it current on every call, so several engines may run on several threads.
   int device_index = 0;
-  // Part-2 paths; off: the part-1 path (benchmarks/GPU_TODO.md lists what is unverified).
+  // The optional paths; all off: the plain path, cuda_paths.h's reference (benchmarks/GPU_TODO.md lists what is unverified).
   bool prefix_gemm = false;       // shared-prefix attention as cuBLAS batched GEMMs per prefix (Hydragen)
   bool fused_qkv = false;         // one GEMM for q/k/v and one for gate/up (weights concatenated at load)
   bool gemm_autotune = false;     // each GEMM shape's algorithm measured at first use, cached on disk
@@ -100,6 +100,76 @@ struct RunShape {
   std::optional<SamplingParams> sampling;  // decode_sample's parameters, when the run samples on the engine
 };
 
+// What an engine can do, as data (Engine::capabilities): Engine::step and the scheduler read it,
+// and refuse what the engine cannot do in one line before any work.
+struct EngineCapabilities {
+  // decode_runs takes runs of more than one token per slot (--speculate's verification).
+  bool runs = false;
+  // Why not, in one line naming the engine (and the options that stop it), when runs is false.
+  std::string why_no_runs;
+  // decode_sample samples on the engine's device (it returns false, doing nothing, otherwise).
+  bool device_sampling = false;
+};
+
+// What an engine measures of itself, for bench and the tests (Engine::statistics): a view apart
+// from the engine contract, so that decoding never depends on it. Every method has an empty default
+// (an engine that measures nothing).
+class EngineStatistics {
+ public:
+  virtual ~EngineStatistics() = default;
+  // The decode time split since the last call, and resets it (engines that measure nothing: {}).
+  // The CPU engine always measures; the CUDA engine only while profile_phases(true) (CUDA events
+  // around each phase, read back at the step's end).
+  virtual PhaseTimes take_phase_times() { return {}; }
+  virtual void profile_phases(bool /*on*/) {}
+  // Ceilings of this device measured now (bench): copy bandwidth (read + write bytes) and dense
+  // GEMM throughput of the engine's GEMM type; zeros where the engine does not measure them.
+  struct Ceilings {
+    double copy_gbps = 0, gemm_tflops = 0;
+    std::string gemm;  // what was timed
+  };
+  virtual Ceilings measure_ceilings() { return {}; }
+  // Decode steps replayed from a captured CUDA graph so far (CUDA graphs; 0 elsewhere), and why
+  // capture was given up, when it was (the steps then run eagerly).
+  struct GraphStats {
+    long long replays = 0;
+    std::string disabled;
+    long long last_nodes = 0;  // the nodes (kernels, copies) of the step captured last
+  };
+  virtual GraphStats graph_stats() const { return {}; }
+  // The CUDA engine's host work for step t+1 done while step t ran (src/cuda/step_ahead.h), steps
+  // so far: patched from the speculation in place or into another buffer, or planned in full; with
+  // cascade attention, the steps whose cascade plan was made ahead or in full. Zeros elsewhere.
+  struct AheadStats {
+    long long in_place = 0, copied = 0, full = 0, cascade_ahead = 0, cascade_planned = 0;
+  };
+  virtual AheadStats ahead_stats() const { return {}; }
+  // Device allocations, frees and host waits on the device so far (process-wide; zeros where the
+  // engine has no device): a decode step after reserve() adds one wait, the ids coming back.
+  struct DeviceCounts {
+    long long allocs = 0, frees = 0, syncs = 0;
+  };
+  virtual DeviceCounts device_counts() const { return {}; }
+};
+
+// One decode step (Engine::step): slots[i] takes counts[i] >= 1 consecutive tokens (tokens holds
+// them slot after slot; counts empty: one each) at positions slot_length(slots[i]) onwards, each
+// attending causally to its slot's earlier positions and to the ones before it in its run. Either
+// the logits come back, a row per token in the same order (logits: sum(counts) x vocab_size), and
+// the caller samples; or, with draws, row i is sampled on the engine's device by the rule and
+// draws of sample_token (params->seed, prompt[i], candidate[i], step[i]) and only the samples
+// come back (out; logits empty).
+struct DecodeStep {
+  std::span<const int> slots, tokens, counts;
+  std::span<float> logits;
+  struct Draws {
+    const SamplingParams* params = nullptr;
+    std::span<const std::uint64_t> prompt, candidate, step;
+    std::span<Sample> out;
+  };
+  std::optional<Draws> draws;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -138,72 +208,37 @@ class Engine {
   virtual void release_slot(int slot) = 0;
   // Positions the slot holds (prefix + suffix): its next token goes at this position.
   virtual int slot_length(int slot) const = 0;
-  // One step: tokens[i] is appended to slots[i] at position slot_length(slots[i]); the logits
-  // come back in logits (slots.size() x vocab_size). Throws when a slot would pass the context.
-  virtual void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits) = 0;
-  // Verification of drafted tokens (--speculate): one step in which slots[i] takes counts[i] >= 1
-  // consecutive tokens (tokens holds them slot after slot), at positions slot_length(slots[i]) ..
-  // + counts[i] - 1, each attending causally to its slot's earlier positions and to the ones
-  // before it in its run; logits come back per token in the same order (sum(counts) x
-  // vocab_size). The caller drops the tokens it rejects with truncate_slot. Engines that do this
-  // say so with takes_runs(); the default takes runs of one token (decode) and refuses longer.
-  virtual bool takes_runs() const { return false; }
-  // Why not, in one line naming the engine (and the options that stop it), when takes_runs() is false.
-  virtual std::string why_no_runs() const;
-  virtual void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens,
-                           std::span<float> logits);
+  // One step (DecodeStep above), checked against capabilities() in one place before any work:
+  // runs of more than one token where the engine takes none, and draws where it does not sample
+  // on its device, are refused in one line. Throws when a slot would pass the context.
+  void step(const DecodeStep& s);
+  // The step's three uses: one token per slot, the logits back; verification of drafted tokens
+  // (--speculate: the caller drops the tokens it rejects with truncate_slot); sampling on the
+  // device, which returns false, doing nothing, where the engine does not sample itself (the CPU
+  // engine; CUDA without device sampling): the caller then decodes and samples the logits.
+  void decode(std::span<const int> slots, std::span<const int> tokens, std::span<float> logits);
+  void decode_runs(std::span<const int> slots, std::span<const int> counts, std::span<const int> tokens, std::span<float> logits);
+  bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
+                     std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
+                     std::span<const std::uint64_t> step, std::span<Sample> out);
   // Drops the slot's positions from `length` on (its prefix's length <= length <= slot_length):
   // its next token goes at `length`. The default only accepts length == slot_length.
   virtual void truncate_slot(int slot, int length);
-  // One step as decode, then row i sampled on the engine's device by the rule and draws of
-  // sample_token (params.seed, prompt[i], candidate[i], step[i]): only the samples come back, not
-  // the logits. Returns false, doing nothing, where the engine does not sample itself (the CPU
-  // engine; CUDA without --device-sampling): the caller then decodes and samples the logits.
-  virtual bool decode_sample(std::span<const int> slots, std::span<const int> tokens, const SamplingParams& params,
-                             std::span<const std::uint64_t> prompt, std::span<const std::uint64_t> candidate,
-                             std::span<const std::uint64_t> step, std::span<Sample> out) {
-    (void)slots, (void)tokens, (void)params, (void)prompt, (void)candidate, (void)step, (void)out;
-    return false;
-  }
-  // The decode time split since the last call, and resets it (engines that measure nothing: {}).
-  // The CPU engine always measures; the CUDA engine only while profile_phases(true) (CUDA events
-  // around each phase, read back at the step's end).
-  virtual PhaseTimes take_phase_times() { return {}; }
-  virtual void profile_phases(bool /*on*/) {}
-  // Ceilings of this device measured now (bench): copy bandwidth (read + write bytes) and dense
-  // GEMM throughput of the engine's GEMM type; zeros where the engine does not measure them.
-  struct Ceilings {
-    double copy_gbps = 0, gemm_tflops = 0;
-    std::string gemm;  // what was timed
-  };
-  virtual Ceilings measure_ceilings() { return {}; }
-  // Decode steps replayed from a captured CUDA graph so far (--cuda-graphs; 0 elsewhere), and why
-  // capture was given up, when it was (the steps then run eagerly).
-  struct GraphStats {
-    long long replays = 0;
-    std::string disabled;
-    long long last_nodes = 0;  // the nodes (kernels, copies) of the step captured last
-  };
-  virtual GraphStats graph_stats() const { return {}; }
-  // The CUDA engine's host work for step t+1 done while step t ran (src/cuda/step_ahead.h), steps
-  // so far: patched from the speculation in place or into another buffer, or planned in full; with
-  // --cascade-attention, the steps whose cascade plan was made ahead or in full. Zeros elsewhere.
-  struct AheadStats {
-    long long in_place = 0, copied = 0, full = 0, cascade_ahead = 0, cascade_planned = 0;
-  };
-  virtual AheadStats ahead_stats() const { return {}; }
+  // What it can do (above); the default: runs of one token, no device sampling.
+  virtual EngineCapabilities capabilities() const;
+  // What it measures of itself (above); the default measures nothing.
+  virtual EngineStatistics& statistics();
   // Sizes every buffer a run of this shape needs, at its start (the CUDA engine: activations,
   // logits, staging, the sampler's workspace, the slots' parts; the CPU engine needs nothing).
   // A run that asks for more later still works: the buffer grows then (counted below).
   virtual void reserve(const RunShape& shape) { (void)shape; }
-  // Device allocations, frees and host waits on the device so far (process-wide; zeros where the
-  // engine has no device): a decode step after reserve() adds one wait, the ids coming back.
-  struct DeviceCounts {
-    long long allocs = 0, frees = 0, syncs = 0;
-  };
-  virtual DeviceCounts device_counts() const { return {}; }
   // The KV cache's precision as resolved from EngineOptions::kv (never Auto).
   virtual EngineOptions::Kv kv_cache() const = 0;
+
+ protected:
+  // The step, once step() has checked it: counts hold runs longer than one token only where
+  // capabilities().runs (else they are empty), draws only where capabilities().device_sampling.
+  virtual void run_step(const DecodeStep& s) = 0;
 };
 
 // Bytes of K and V one position takes in every layer, for a resolved cache kind (not Auto): F32 4

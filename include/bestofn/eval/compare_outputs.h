@@ -1,5 +1,5 @@
 #pragma once
-// Outputs compared outside the candidate's process (issue 45): the verifier's harness serializes
+// Outputs compared outside the candidate's process: the verifier's harness serializes
 // each output of a Python function as "plain data", and this module compares two such values
 // with Python's own `==` (and EvalPlus's float rule), in bestofn's process, where nothing the
 // candidate runs can reach the expected values or the comparison.

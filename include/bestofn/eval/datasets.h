@@ -76,7 +76,7 @@ std::string test_program(const Problem& problem, const std::string& code);
 // quoting can break.
 std::string base64_encode(const std::string& in);
 
-// HumanEval+ differential plus test (EvalPlus's rule) as bestofn ran it before issue 45, in the
+// HumanEval+ differential plus test (EvalPlus's rule) as bestofn once ran it, in the
 // candidate's process: no longer what the verifier runs (outside_tests.h compares outside it), kept
 // so that the attack tests can show what that harness let through. One program that runs the
 // canonical solution and the candidate on every plus_input and asserts equal outputs — floats (and lists of

@@ -1,5 +1,5 @@
 #pragma once
-// Tests judged outside the candidate's process (issue 45), where the dataset gives the inputs:
+// Tests judged outside the candidate's process, where the dataset gives the inputs:
 // HumanEval+'s plus inputs, and MBPP's plain `assert ENTRY(ARGS) == EXPR` lines. The candidate's
 // sandbox run holds only its own code and the inputs: it calls the function on each, encodes each
 // output as plain data (compare_outputs.h: any other object is refused, naming the input and its

@@ -1,5 +1,5 @@
 #pragma once
-// The examples a prompt itself shows (issue 46's `public` selection): HumanEval's docstring
+// The examples a prompt itself shows (the `public` selection): HumanEval's docstring
 // examples in their many written forms, MBPP's assert that bestofn's MBPP prompt shows, or a row's
 // own `public_tests`. Only texts are extracted here; nothing is evaluated in C++: the caller runs
 // `CALL` and `EXPECTED` as Python (in the sandbox) and compares.

@@ -56,7 +56,7 @@ std::string fail_at_k_svg(const std::vector<std::pair<int, double>>& pass_at_k,
 //                 "max_new_tokens": int, "stop": [str], "chat": bool},
 //    "pass_at_k": {"1": f|null, "10": f|null, ...},      keys are k as strings; null: no problem has n >= k
 //    "pass_at_k_interval": {"1": [lo, hi]|null, ...},   each pass@k's interval over problems (intervals.h);
-//                                                       null below 2 problems; absent in runs before issue 47
+//                                                       null below 2 problems; absent in older runs' summaries
 //    "plus_pass_at_k": {...},                            HumanEval+ only: the plus tests, same keys
 //    "plus_pass_at_k_interval": {...},                   their intervals
 //    "interval": {"method": str, "level": f, "resamples": int, "seed": int, "null": str},  how they were made

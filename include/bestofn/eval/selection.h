@@ -1,5 +1,5 @@
 #pragma once
-// Best-of-N that picks (issue 46): one candidate per prompt chosen without the hidden tests, from
+// Best-of-N that picks: one candidate per prompt chosen without the hidden tests, from
 // what the candidates themselves show when run.
 //  - public:  the examples the prompt shows (public_tests.h: HumanEval's docstring examples, MBPP's
 //             assert in its prompt, a row's own public_tests): candidates that pass all of them are

@@ -61,7 +61,7 @@ struct GenerationOptions {
   // draws at its position (the draws are counter-based, so that token depends only on the logits
   // there), up to the first that does not, where the sampler's token is taken: the candidates
   // are, token for token, those of plain decoding (engines whose logits do not depend on the
-  // batch: the CPU engine), at any temperature, with the same stops. Needs Engine::takes_runs().
+  // batch: the CPU engine), at any temperature, with the same stops. Needs Engine::capabilities().runs.
   int speculate = 0;
   // Drafts are given, candidate by candidate, only while the step holds at most this many rows
   // (fed tokens and drafts): up to a few rows a CPU step costs about one (it is bound by reading
