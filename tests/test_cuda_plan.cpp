@@ -15,7 +15,7 @@
 #include "bestofn/util/numeric.h"
 #include "cpu/attention.h"
 #include "cuda/gemm_algo_cache.h"
-#include "cuda/part_shelf.h"
+#include "cuda/best_fit_parts.h"
 #include "cuda/plan.h"
 #include "test_util.h"
 
@@ -466,20 +466,20 @@ TEST(CudaPlan, PrefillPassRowsPutTheEndingPromptsFirst) {
 }  // namespace
 }  // namespace bestofn::cuda
 
-// The prompt KV parts made before a run (src/cuda/part_shelf.h): with one part per prompt, each
+// The prompt KV parts made before a run (src/cuda/best_fit_parts.h): with one part per prompt, each
 // that prompt's length, every prompt finds a part in any order of prefills and releases, and a
 // part is never handed to two live prompts. A random order that also re-prefills nothing (each
 // prompt once, as a run does); 200 runs over 1..60 prompts of 1..900 tokens, many ties.
-TEST(PartShelf, OnePartPerPromptFitsEveryOrderOfPrefillsAndReleases) {
+TEST(BestFitParts, OnePartPerPromptFitsEveryOrderOfPrefillsAndReleases) {
   std::mt19937 rng(32);
   for (int run = 0; run < 200; ++run) {
     std::vector<int> lengths(1 + rng() % 60);
     for (int& len : lengths) len = 1 + static_cast<int>(rng() % (run % 2 ? 900 : 12));
-    bestofn::cuda::PartShelf<int> shelf;  // the part is its own id
-    const auto made = bestofn::cuda::shelf_lengths(lengths, 1LL << 40);
+    bestofn::cuda::BestFitParts<int> parts;  // the part is its own id
+    const auto made = bestofn::cuda::reserved_part_lengths(lengths, 1LL << 40);
     ASSERT_EQ(made.size(), lengths.size());
     std::vector<int> capacity;
-    for (const int len : made) shelf.put(len, static_cast<int>(capacity.size())), capacity.push_back(len);
+    for (const int len : made) parts.put(len, static_cast<int>(capacity.size())), capacity.push_back(len);
     std::vector<int> order(lengths.size());
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -488,11 +488,11 @@ TEST(PartShelf, OnePartPerPromptFitsEveryOrderOfPrefillsAndReleases) {
     for (const int p : order) {
       while (!live.empty() && rng() % 3 == 0) {  // some prompts finish before the next prefill
         const std::size_t i = rng() % live.size();
-        shelf.put(capacity[static_cast<std::size_t>(live[i].second)], live[i].second);
+        parts.put(capacity[static_cast<std::size_t>(live[i].second)], live[i].second);
         held.erase(live[i].second);
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
       }
-      const auto part = shelf.take(lengths[static_cast<std::size_t>(p)]);
+      const auto part = parts.take(lengths[static_cast<std::size_t>(p)]);
       ASSERT_TRUE(part) << "run " << run << ": no part for prompt " << p << " of " << lengths[static_cast<std::size_t>(p)];
       EXPECT_GE(capacity[static_cast<std::size_t>(*part)], lengths[static_cast<std::size_t>(p)]);
       EXPECT_TRUE(held.insert(*part).second) << "part " << *part << " handed out twice";
@@ -501,16 +501,16 @@ TEST(PartShelf, OnePartPerPromptFitsEveryOrderOfPrefillsAndReleases) {
   }
 }
 
-TEST(PartShelf, BestFitAndTheBudget) {
-  bestofn::cuda::PartShelf<char> shelf;
-  shelf.put(50, 'a');
-  shelf.put(10, 'b');
-  shelf.put(30, 'c');
-  EXPECT_EQ(shelf.take(11), 'c');  // the smallest of at least 11 rows
-  EXPECT_EQ(shelf.take(51), std::nullopt);
-  EXPECT_EQ(shelf.take(10), 'b');
-  EXPECT_EQ(shelf.size(), 1u);
+TEST(BestFitParts, BestFitAndTheBudget) {
+  bestofn::cuda::BestFitParts<char> parts;
+  parts.put(50, 'a');
+  parts.put(10, 'b');
+  parts.put(30, 'c');
+  EXPECT_EQ(parts.take(11), 'c');  // the smallest of at least 11 rows
+  EXPECT_EQ(parts.take(51), std::nullopt);
+  EXPECT_EQ(parts.take(10), 'b');
+  EXPECT_EQ(parts.size(), 1u);
   // Shortest first while the rows fit the budget: 5 + 7 + 9 <= 25 < 5 + 7 + 9 + 20.
-  EXPECT_EQ(bestofn::cuda::shelf_lengths({20, 9, 5, 7}, 25), (std::vector<int>{5, 7, 9}));
-  EXPECT_EQ(bestofn::cuda::shelf_lengths({20, 9}, 4), std::vector<int>{});
+  EXPECT_EQ(bestofn::cuda::reserved_part_lengths({20, 9, 5, 7}, 25), (std::vector<int>{5, 7, 9}));
+  EXPECT_EQ(bestofn::cuda::reserved_part_lengths({20, 9}, 4), std::vector<int>{});
 }

@@ -997,7 +997,7 @@ class CountingEngine final : public Engine {
     const EngineStatistics::DeviceCounts before = e_->statistics().device_counts();
     auto ids = e_->prefill_many(prompts, l, max_pass);
     const EngineStatistics::DeviceCounts after = e_->statistics().device_counts();
-    // The prompts' KV parts come from the shelf reserve() filled: nothing allocated; their logits back.
+    // The prompts' KV parts come from the pool reserve() filled: nothing allocated; their logits back.
     EXPECT_EQ(after.allocs - before.allocs, 0);
     EXPECT_EQ(after.frees - before.frees, 0);
     EXPECT_EQ(after.syncs - before.syncs, 1);
@@ -1065,8 +1065,8 @@ EngineStatistics::AheadStats counted_run(const std::shared_ptr<const Weights>& w
 // across buckets; short prefill budgets, so several prefill_many calls land between steps), on the
 // default path, --paged-kv, and --paged-kv --cuda-graphs --device-sampling: after reserve() every
 // decode step waits once and allocates nothing, admissions and releases allocate nothing, each
-// prefill_many allocates nothing (the prompts' KV parts were made by reserve: src/cuda/part_shelf.h).
-// --cuda-prefix-gemm: its prompts' F32 copies come from a shelf too, and reserve() sized the prefix
+// prefill_many allocates nothing (the prompts' KV parts were made by reserve: src/cuda/best_fit_parts.h).
+// --cuda-prefix-gemm: its prompts' F32 copies come from a pool too, and reserve() sized the prefix
 // GEMMs' scratch for the bucket over the longest prompt.
 TEST(GpuEngine, NoAllocationInsideARunAfterReserve) {
   SKIP_WITHOUT_GPU();

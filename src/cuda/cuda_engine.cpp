@@ -154,22 +154,22 @@ void CudaEngine::scratch(int T) {
   scratch_T_ = T;
 }
 
-void CudaEngine::grow_ahead(int T) {
+void CudaEngine::size_for_bucket(int T) {
   const int n = bucket_of(T);
-  if (n <= ahead_T_) return;
+  if (n <= sized_bucket_T_) return;
   const auto t = static_cast<std::size_t>(n);
   scratch(n);
   logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
   if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
   step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
   arena_.reserve(planner_->layout(n, device_sampling_, prefix_gemm_, 0).capacity);
-  ahead_T_ = n;
+  sized_bucket_T_ = n;
 }
 
 void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
-  grow_ahead(bucket);
+  size_for_bucket(bucket);
   arena_.reserve_staging(planner_->layout(bucket, device_sampling_, prefix_gemm_, 0).capacity);
   if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
@@ -194,10 +194,10 @@ void CudaEngine::reserve(const RunShape& shape) {
   // for each slot of the largest batch.
   if (!paged_) {
     reserved_rows_ = std::min(std::max(shape.max_new_tokens, 1), c_.max_position_embeddings);
-    for (auto& part : spare_parts_) reserve(part, reserved_rows_, true);
-    while (static_cast<int>(spare_parts_.size()) < shape.max_batch) {
-      spare_parts_.emplace_back();
-      reserve(spare_parts_.back(), reserved_rows_, true);
+    for (auto& part : free_suffix_parts_) reserve(part, reserved_rows_, true);
+    while (static_cast<int>(free_suffix_parts_.size()) < shape.max_batch) {
+      free_suffix_parts_.emplace_back();
+      reserve(free_suffix_parts_.back(), reserved_rows_, true);
     }
   }
 }
@@ -207,38 +207,38 @@ void CudaEngine::reserve(const RunShape& shape) {
 // --cuda-prefix-gemm its F32 copy too; the cascade's page pool grown to hold them all. Parts of an
 // earlier run are dropped first.
 void CudaEngine::reserve_prefix_parts(const std::vector<int>& lengths) {
-  prefix_shelf_.clear();
-  wide_shelf_.clear();
+  prefix_parts_.clear();
+  f32_prefix_parts_.clear();
   std::size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const std::size_t wide_row = prefix_gemm_ ? static_cast<std::size_t>(c_.kv_dim()) * 4 : 0;
   const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * (kv_row_bytes() + wide_row);
   int pages = 0;
-  for (const int len : shelf_lengths(lengths, static_cast<long long>(free_bytes / 4 / row))) {
+  for (const int len : reserved_part_lengths(lengths, static_cast<long long>(free_bytes / 4 / row))) {
     KvPart part;
     reserve(part, len, true);
-    prefix_shelf_.put(len, std::move(part));
-    if (prefix_gemm_) wide_shelf_.put(len, make_wide_part(len));
+    prefix_parts_.put(len, std::move(part));
+    if (prefix_gemm_) f32_prefix_parts_.put(len, make_f32_part(len));
     pages += pages_for(len, kCascadePageTokens);
   }
-  prefix_shelf_on_ = true;
+  prefix_parts_on_ = true;
   if (cascade_) cascade_->reserve_pages(pages);
 }
 
-WidePart CudaEngine::make_wide_part(int rows) const {
-  WidePart part;
+F32KvPart CudaEngine::make_f32_part(int rows) const {
+  F32KvPart part;
   part.kv_dim = static_cast<std::size_t>(c_.kv_dim()), part.capacity = rows;
   part.buf.resize(2 * static_cast<std::size_t>(c_.n_layers) * static_cast<std::size_t>(rows) * part.kv_dim * 4);
   return part;
 }
 
-WidePart CudaEngine::take_wide_part(int rows) {
-  if (auto part = wide_shelf_.take(rows)) return std::move(*part);
-  return make_wide_part(rows);
+F32KvPart CudaEngine::take_f32_part(int rows) {
+  if (auto part = f32_prefix_parts_.take(rows)) return std::move(*part);
+  return make_f32_part(rows);
 }
 
 KvPart CudaEngine::take_prefix_part(int rows) {
-  if (auto part = prefix_shelf_.take(rows)) {
+  if (auto part = prefix_parts_.take(rows)) {
     part->len = 0;
     return std::move(*part);
   }
@@ -726,10 +726,10 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
 }
 
 // The cache rows of a prompt widened to F32 once, for the prefix GEMMs (BF16: exact; FP8: the
-// values the kernels read, code times scale), into a part from the shelf.
+// values the kernels read, code times scale), into a part from the pool.
 void CudaEngine::widen_prefix(Prefix& p) {
   const auto rows = static_cast<std::size_t>(p.kv.len);
-  p.wide = take_wide_part(p.kv.len);
+  p.wide = take_f32_part(p.kv.len);
   for (int l = 0; l < c_.n_layers; ++l) {
     if (kv_ == KvFormat::FP8) {
       fp8_rows_to_f32_cuda(p.kv.k(l), rows, c_.n_kv_heads, c_.head_dim, p.wide.k(l), stream_);

@@ -23,7 +23,7 @@
 #include "cuda/kernels.h"
 #include "cuda/layer_plan.h"
 #include "cuda/paged_kv.h"
-#include "cuda/part_shelf.h"
+#include "cuda/best_fit_parts.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
 #include "cuda/prefix_attention.h"
@@ -61,8 +61,8 @@ struct KvPart {
 
 // --cuda-prefix-gemm: a prompt's K/V widened to F32 for the prefix GEMMs, every layer in one
 // allocation (layer l's `capacity` K rows of kv_dim floats, then its V rows), taken at prefill from
-// a shelf that reserve() filled, as the KV parts are (no cudaMalloc inside a run).
-struct WidePart {
+// a pool that reserve() filled, as the KV parts are (no cudaMalloc inside a run).
+struct F32KvPart {
   DeviceBuffer buf;
   std::size_t kv_dim = 0;
   int capacity = 0;
@@ -76,7 +76,7 @@ struct WidePart {
 struct Prefix {
   KvPart kv;
   int slots = 0;
-  WidePart wide;          // --cuda-prefix-gemm: the K/V widened to F32
+  F32KvPart wide;         // --cuda-prefix-gemm: the K/V widened to F32
   int cascade_page = -1;  // --cascade-attention: the first page of its run in the page pool
 };
 
@@ -108,15 +108,15 @@ class CudaEngine final : public Engine, public EngineStatistics {
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
     if (cascade_ && pre.cascade_page >= 0) cascade_->release_prefix(pre.cascade_page);
-    if (prefix_shelf_on_ && pre.kv.capacity > 0) prefix_shelf_.put(pre.kv.capacity, std::move(pre.kv));
-    if (prefix_shelf_on_ && pre.wide.capacity > 0) wide_shelf_.put(pre.wide.capacity, std::move(pre.wide));
+    if (prefix_parts_on_ && pre.kv.capacity > 0) prefix_parts_.put(pre.kv.capacity, std::move(pre.kv));
+    if (prefix_parts_on_ && pre.wide.capacity > 0) f32_prefix_parts_.put(pre.wide.capacity, std::move(pre.wide));
     prefixes_.erase(p);
   }
   int add_slot(int p) override {
     prefix_at(p).slots++;
     auto s = std::make_unique<Slot>();
     s->prefix = p;
-    if (!spare_parts_.empty()) s->kv = std::move(spare_parts_.back()), s->kv.len = 0, spare_parts_.pop_back();
+    if (!free_suffix_parts_.empty()) s->kv = std::move(free_suffix_parts_.back()), s->kv.len = 0, free_suffix_parts_.pop_back();
     return slots_.put(std::move(s));
   }
   // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
@@ -136,7 +136,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
     Slot& slot = slot_at(s);
     if (ahead_) ahead_->forget(s);  // the handle may come back as another slot
     if (paged_) paged_->release(slot.paged);
-    if (!paged_ && reserved_rows_ > 0 && slot.kv.capacity >= reserved_rows_) spare_parts_.push_back(std::move(slot.kv));
+    if (!paged_ && reserved_rows_ > 0 && slot.kv.capacity >= reserved_rows_) free_suffix_parts_.push_back(std::move(slot.kv));
     prefix_at(slot.prefix).slots--;
     slots_.erase(s);
   }
@@ -203,7 +203,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   void scratch(int T);
   // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
-  void grow_ahead(int T);
+  void size_for_bucket(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
   // x_ += l(in), the residual add fused into --small-m-linear's kernel where it runs; in null: l's
   // input already quantized in act_q_ / act_s_.
@@ -270,14 +270,14 @@ class CudaEngine final : public Engine, public EngineStatistics {
     std::optional<CascadeStepPlan> cascade;      // --cascade-attention: the step's groups and FlashInfer's schedule
   };
   // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
-  // from the speculation when it holds (patch_step), else in full (plan_step); then point_step.
+  // from the speculation when it holds (patch_step), else in full (plan_step); then bind_step_arrays.
   // runs (--speculate): each row's place in its slot's run (StepRow::run); empty: a plain step.
   StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
                         std::span<const int> runs = {});
   void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
                  std::span<const int> runs = {});
   bool patch_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
-  void point_step(StepPlan& s, const Draws* draws);
+  void bind_step_arrays(StepPlan& s, const Draws* draws);
   // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
   void speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws);
   CascadeStepPlan plan_cascade(std::span<Slot* const> batch, int T, bool ahead = false);
@@ -341,15 +341,15 @@ class CudaEngine final : public Engine, public EngineStatistics {
   std::optional<CascadeStepPlan> spec_cascade_;  // --cascade-attention: the speculated batch's plan
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
-  std::vector<KvPart> spare_parts_;
+  std::vector<KvPart> free_suffix_parts_;
   // The prompts' KV parts made by reserve(), one per prompt of the run at its length, taken at
-  // prefill by best fit and put back at release_prefix (src/cuda/part_shelf.h).
-  PartShelf<KvPart> prefix_shelf_;
-  PartShelf<WidePart> wide_shelf_;  // --cuda-prefix-gemm: the F32 copies, filled alongside
-  bool prefix_shelf_on_ = false;
+  // prefill by best fit and put back at release_prefix (src/cuda/best_fit_parts.h).
+  BestFitParts<KvPart> prefix_parts_;
+  BestFitParts<F32KvPart> f32_prefix_parts_;  // --cuda-prefix-gemm: the F32 copies, filled alongside
+  bool prefix_parts_on_ = false;
   KvPart take_prefix_part(int rows);
-  WidePart take_wide_part(int rows);
-  WidePart make_wide_part(int rows) const;
+  F32KvPart take_f32_part(int rows);
+  F32KvPart make_f32_part(int rows) const;
   void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
   AheadStats ahead_stats_;
@@ -357,7 +357,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // zeros (row 0; its F32 copy with --cuda-prefix-gemm) and a scratch suffix row (row 1; with
   // --paged-kv the pool's scratch block instead).
   std::unique_ptr<Prefix> padding_;
-  int ahead_T_ = 0;        // grow_ahead's bucket
+  int sized_bucket_T_ = 0;  // size_for_bucket's bucket
   KvFormat kv_ = KvFormat::BF16;  // --kv-cache
   int scratch_T_ = 0;
   int sm_count_ = 1;

@@ -45,7 +45,7 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
     (reuse ? ahead_stats_.cascade_ahead : ahead_stats_.cascade_planned)++;
     spec_cascade_.reset();
   }
-  point_step(s, draws);
+  bind_step_arrays(s, draws);
   return s;
 }
 
@@ -86,7 +86,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
     for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = s.batch[i]->kv.layout();
   }
   const int Tn = s.T = planner_->padded(T);
-  grow_ahead(Tn);
+  size_for_bucket(Tn);
   // --device-sampling: the sampler's workspace for these rows and parameters, grown here (outside
   // any capture) so that the sampler allocates nothing inside the step.
   if (draws) sample_ws_.resize(sample_token_workspace_bytes(Tn, c_.vocab_size, draws->params));
@@ -140,7 +140,7 @@ CascadeStepPlan CudaEngine::plan_cascade(std::span<Slot* const> batch, int T, bo
 }
 
 // The device addresses of the staged arrays, and the attention path.
-void CudaEngine::point_step(StepPlan& s, const Draws* draws) {
+void CudaEngine::bind_step_arrays(StepPlan& s, const Draws* draws) {
   const StepLayout& lay = s.layout;
   const auto n = static_cast<std::size_t>(s.T);
   s.tokens = arena_.at<int>(lay.tokens);

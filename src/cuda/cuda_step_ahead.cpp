@@ -96,7 +96,7 @@ bool CudaEngine::patch_step(StepPlan& s, std::span<const int> slots, std::span<c
     }
   }
   s.T = planner_->padded(static_cast<int>(T));
-  grow_ahead(s.T);
+  size_for_bucket(s.T);
   if (draws) sample_ws_.resize(sample_token_workspace_bytes(s.T, c_.vocab_size, draws->params));
   const StepLayout lay = s.layout = ahead_->layout(fresh_rows_, draws != nullptr);
   const bool inside = ahead_->in_place(fresh_rows_, lay) && arena_.is_current(ahead_->buffer());
