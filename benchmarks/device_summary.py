@@ -51,7 +51,7 @@ IGNORED_FLAGS = {"--json", "--gemm-autotune", "-v", "--verbose", "--ids", "--cha
 # Options that change the path and take a value: kept as --name=value.
 KEPT_VALUED = {"--kv-cache", "--speculate", "--small-m-blocks-per-sm", "--quantize", "--cuda-path"}
 DEFAULT_VALUES = {"--speculate=0", "--kv-cache=bf16", "--quantize=none"}
-# The CUDA switches (src/cuda/cuda_paths.cpp's table): what a bench line's cuda_path field names.
+# The CUDA switches (src/backends/cuda_paths.cpp's table): what a bench line's cuda_path field names.
 SWITCHES = {"--cuda-prefix-gemm", "--fused-qkv", "--gemm-autotune", "--paged-kv", "--device-sampling", "--split-attention",
             "--cuda-graphs", "--cascade-attention", "--small-m-linear", "--small-m-split", "--small-m-pdl"}
 

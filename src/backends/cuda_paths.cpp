@@ -25,7 +25,7 @@ struct DefaultRow {
   const char* ranking[6];  // the paths whose tests passed, fastest first; nullptr after the last
   const char* measured;    // what they measured there
 };
-#include "cuda/default_paths.inc"
+#include "backends/default_paths.inc"
 
 CudaOptions features(bool split, bool fused, bool sampling, bool graphs) {
   CudaOptions o;
