@@ -1,4 +1,4 @@
-// --cascade-attention: the host side (see cascade_attention.h).
+// Cascade attention: the host side (see cascade_attention.h).
 #include "cuda/cascade_attention.h"
 
 #include <algorithm>

@@ -1,15 +1,15 @@
 #pragma once
-// --cascade-attention (Hydragen, arXiv 2402.05099; FlashInfer's cascade): per decode step and
+// Cascade attention (Hydragen, arXiv 2402.05099; FlashInfer's cascade): per decode step and
 // layer, one FlashInfer batch-prefill launch computes every prefix group's query rows (all query
 // heads of all its candidates, GQA packed by the kernel) against the group's prompt K/V on tensor
 // cores (kernels/cascade_attention.cu), then each candidate's own suffix is merged in by
 // log-sum-exp:
-// - with --paged-kv, BF16 KV and the 8B shape (head_dim 128, 4 query heads per KV head): one
-//   launch of FlashInfer's paged batch decode over the --paged-kv block pools for every row's
+// - with paged KV, BF16 KV and the 8B shape (head_dim 128, 4 query heads per KV head): one
+//   launch of FlashInfer's paged batch decode over the paged KV block pools for every row's
 //   suffix (its page table from the slots' block tables: suffix_pages, cascade_plan.h), then one
 //   merge pass for the batch (cascade_state_merge_cuda);
 // - otherwise (FP8 KV: FlashInfer's decode reads one scale per tensor, not this cache's scale per
-//   position and head; no --paged-kv: the suffixes are not in pages; another shape: one kernel
+//   position and head; no paged KV: the suffixes are not in pages; another shape: one kernel
 //   instantiation only) today's per-row kernel, cascade_merge_cuda (kernels/prefix_attention.cu).
 //   FlashInfer 0.7.4 reads per-(position, head) F32 scales in its tensor-core prefill only
 //   (USE_TOKEN_HEAD_SF, the scale applied to the BF16 fragments in BF16): FP8 suffixes through it
@@ -24,11 +24,11 @@
 //
 // Precision against the CPU engine: the prefix side reads BF16 queries (one rounding, 2^-9
 // relative, kernels/cascade_gather.cu), rounds the softmax weights to BF16 for the P.V tensor-core
-// product, and returns a BF16 output (another 2^-9); with --kv-cache fp8 the pages hold the BF16
+// product, and returns a BF16 output (another 2^-9); with FP8 KV cache the pages hold the BF16
 // of each value code x scale (2^-9 again). The suffix side reads F32 queries and BF16 (or FP8)
 // rows in F32, with an F32 output, on either path.
 //
-// --cuda-graphs: the step's ints sit at offsets fixed by the bucket (cascade_layout), the groups
+// CUDA graphs: the step's ints sit at offsets fixed by the bucket (cascade_layout), the groups
 // are padded to the rows with empty groups (cascade_step's pad_groups) and FlashInfer's plans run
 // in their graph mode with a row bound and split fixed by the bucket (cascade_shape, and the
 // decode's split iff rows x n_kv is under one wave), so a graph replays while the prompts in
@@ -90,12 +90,12 @@ class CascadeAttention {
   void reserve_pages(int pages);
   // Before a run (Engine::reserve, after reserve_pages and use_paged_suffix): the scratch for
   // `rows` rows, the step's ints for them, FlashInfer's workspaces at the size its own Python
-  // wrappers allocate (kCascadeFloatWorkspace, kCascadeIntWorkspace), and (--kv-cache fp8) the
+  // wrappers allocate (kCascadeFloatWorkspace, kCascadeIntWorkspace), and (FP8 KV cache) the
   // widening buffer for prompts of up to longest_prompt positions. A plan that needs more grows
   // them then (counted by EngineStatistics::device_counts).
   void reserve(int rows, int longest_prompt);
 
-  // --paged-kv: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool
+  // Paged KV: the suffixes by FlashInfer's paged decode over these block pools (layer l's K pool
   // at pools.k + l x pools.layer_stride; `blocks` blocks of kCascadePageTokens rows, the scratch
   // block included) when the shape and KV format allow it (cascade_suffix_supported); returns
   // whether they will be. Call once, before the first plan.
@@ -105,7 +105,7 @@ class CascadeAttention {
   // On the host, outside any capture: the step's groups from each batch row's prefix, with
   // suffix_decode() the suffixes' page table from each row's block table and length (else none),
   // FlashInfer's schedules (uploaded on the stream) and the scratch sized for T rows. fixed_grid
-  // with --cuda-graphs (grids, offsets and splits that depend on T alone).
+  // with CUDA graphs (grids, offsets and splits that depend on T alone).
   // ahead: made while a step runs (speculate_next): throws bestofn::Error, nothing grown, where it
   // would grow a buffer (the step may be reading it).
   CascadeStepPlan plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid, bool ahead = false);
@@ -114,7 +114,7 @@ class CascadeAttention {
   // (paged or not).
   void run(int l, const CascadeStepPlan& s, const float* q, const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix,
            const int* suffix_len, float* att, const int* suffix_table, const int* suffix_table_start, int block_tokens);
-  // --cuda-graphs: the addresses and plan values the captured launches depend on (under graphs a
+  // CUDA graphs: the addresses and plan values the captured launches depend on (under graphs a
   // function of the bucket and of buffers that only move when they grow: no group count).
   void add_to_key(GraphKey& key, const CascadeStepPlan& s) const;
 
@@ -143,12 +143,12 @@ class CascadeAttention {
   KvFormat kv_;
   PageRuns runs_;
   std::vector<DeviceBuffer> k_pages_, v_pages_;  // per layer: (pages, 16, n_kv, hd) BF16
-  DeviceBuffer widened_;                          // --kv-cache fp8: a prompt's rows widened to F32 on their way to BF16
+  DeviceBuffer widened_;                          // FP8 KV cache: a prompt's rows widened to F32 on their way to BF16
   DeviceBuffer q_bf16_, o_bf16_, lse_;            // (T, n_heads, hd) BF16 twice, (T, n_heads) F32
   DeviceBuffer fi_float_, fi_int_;                // FlashInfer's workspaces: the prefix side's plan
   DeviceBuffer dec_float_, dec_int_;              // and the suffix side's
   DeviceBuffer suffix_o_, suffix_lse_;            // (T, n_heads, hd), (T, n_heads) F32: the suffix states when not split
-  KvLayout suffix_pool_;                          // --paged-kv's block pools (use_paged_suffix)
+  KvLayout suffix_pool_;                          // Paged KV's block pools (use_paged_suffix)
   int suffix_blocks_ = 0;
   DeviceBuffer ints_;  // the step's ints at CascadeStepPlan::layout (grow-only)
   // The host side of a plan's uploads, two of them used in turn: a plan writes the pair the plan

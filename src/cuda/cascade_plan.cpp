@@ -1,4 +1,4 @@
-// Host-side planning of --cascade-attention (plain C++, in bestofn_core; see cascade_plan.h).
+// Host-side planning of cascade attention (plain C++, in bestofn_core; see cascade_plan.h).
 #include "cuda/cascade_plan.h"
 
 #include <algorithm>

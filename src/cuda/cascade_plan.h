@@ -1,9 +1,9 @@
 #pragma once
-// Host-side planning of --cascade-attention, in plain C++ (built into bestofn_core, so its unit
+// Host-side planning of cascade attention, in plain C++ (built into bestofn_core, so its unit
 // tests run without CUDA; tests/test_cascade_plan.cpp, tests/test_cascade_layout.cpp): the page
 // runs of the per-layer prefix page pool, each decode step's grouping of batch rows by prefix
 // (FlashInfer's qo_indptr and page tables, and the state rows the merge reads), the suffixes' page
-// table for FlashInfer's paged decode over the --paged-kv pool, and where all of a step's ints sit
+// table for FlashInfer's paged decode over the paged KV pool, and where all of a step's ints sit
 // in its one upload.
 #include <cstddef>
 #include <map>
@@ -67,7 +67,7 @@ struct CascadeStep {
 // Throws bestofn::Error (one line) for no rows, a length < 1, a page out of [0, pool_pages), a
 // prefix id given two different runs, or heads that do not divide.
 //
-// pad_groups > 0 (--cuda-graphs): empty groups appended up to pad_groups (at least the groups and
+// pad_groups > 0 (CUDA graphs): empty groups appended up to pad_groups (at least the groups and
 // at most the rows, since every group has a row), each over the one page `padding_page` holding 1
 // position. An empty group has no query rows, so FlashInfer's plan gives it no work and reads none
 // of its page; what it fixes is the group count FlashInfer's plan sees, and with it the plan's
@@ -76,7 +76,7 @@ struct CascadeStep {
 CascadeStep cascade_step(std::span<const CascadeRow> rows, int n_heads, int n_kv, int page_tokens, int pool_pages,
                          int pad_groups = 0, int padding_page = 0);
 
-// --- The suffix side: FlashInfer's paged decode over the --paged-kv pool -----------------------
+// --- The suffix side: FlashInfer's paged decode over the paged KV pool -----------------------
 // The pool's blocks are FlashInfer's pages (kBlockTokens positions, each an (n_kv, hd) cache row of
 // one layer: NHD), so a row's page list is the first pages_for(len) entries of its slot's block
 // table. Row t's positions 0 .. len - 1 sit in pages indices[indptr[t] ..], the last holding
@@ -98,7 +98,7 @@ SuffixPages suffix_pages(std::span<const SuffixRow> rows, int page_tokens, int p
 
 // --- A step's ints: one upload, at offsets fixed by the step's rows -----------------------------
 // What FlashInfer's plans are given for a step of `rows` rows (padded: the bucket) over `groups`
-// prompts: fixed_grid (--cuda-graphs) pads the groups to the rows and bounds the query rows by
+// prompts: fixed_grid (CUDA graphs) pads the groups to the rows and bounds the query rows by
 // rows + groups - 1 (FlashInfer's graph-mode tile is sized for the longest group the bound allows,
 // row_bound - groups + 1 rows: with the bound at the rows that is one row, tile 16 for any step;
 // this bound lets one group hold every row, the best-of-N shape, tile 128 as without graphs), so
@@ -111,7 +111,7 @@ CascadeShape cascade_shape(int rows, int groups, bool fixed_grid);
 
 // Offsets (in ints, each array 16-byte aligned) of a step's arrays in its upload, from its rows
 // alone: the group arrays are sized for rows groups (groups <= rows), the suffix page table for
-// rows rows and suffix_capacity pages (the --paged-kv pool's blocks; 0: no suffix table, today's
+// rows rows and suffix_capacity pages (the paged KV pool's blocks; 0: no suffix table, today's
 // per-row kernel reads the suffixes), and the prefix pages come last, prefix_capacity of them (the
 // prefix pool's pages plus one per padding group), so that only `size` moves when the prefix pool
 // grows.

@@ -1,4 +1,4 @@
-// --cascade-attention in a build without FlashInfer's headers (cmake/Cuda.cmake compiles this in
+// Cascade attention in a build without FlashInfer's headers (cmake/Cuda.cmake compiles this in
 // place of kernels/cascade_attention.cu and says so when it configures): the engine refuses the
 // flag (cascade_attention_built), and these launchers say why if called anyway.
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// The two ceilings `bestofn bench --device cuda` reports against, measured in the same run.
+// The two ceilings bench reports a GPU run against, measured in the same run.
 #include <cuda_runtime.h>
 
 #include "bestofn/engine/engine.h"

@@ -2,7 +2,7 @@
 // cuBLAS and cuBLASLt are loaded on first use, not when bestofn starts.
 //
 // libcublasLt alone is a 540 MB library whose load-time relocations cost ~40 ms of every process
-// start: `bestofn score`, `--help`, each CLI test. So bestofn does not link it. cublas_loader.cpp
+// start: `bestofn score`, the help text, each CLI test. So bestofn does not link it. cublas_loader.cpp
 // defines the few cuBLAS entry points the CUDA backend calls, with the header's own prototypes;
 // each resolves the library's function with dlopen/dlsym once and forwards. A CUDA engine (the
 // only user) calls require_cublas() first, so that a missing library is a one-line error naming

@@ -18,7 +18,7 @@ std::vector<std::string> list_devices(std::string* error);
 // The compute capability of a visible device, major * 10 + minor (90: 9.0); 0 when it cannot be
 // read. Never throws.
 int device_capability(int device);
-// Whether this build has --cascade-attention's FlashInfer kernels (cmake/Cuda.cmake).
+// Whether this build has cascade attention's FlashInfer kernels (cmake/Cuda.cmake).
 bool cascade_built();
 
 // GPU twin of quantize_fp8_rows, on host buffers (copies in, runs kernel_quantize_fp8_rows,

@@ -1,7 +1,7 @@
 // The CUDA engine: the same forward as src/cpu/cpu_engine.cpp, step comment for step comment, on
 // the device. Weights are uploaded once; linear layers are cuBLASLt GEMMs (FP8 E4M3 with the
 // activation/weight scales applied in an epilogue, or BF16 / F32); the KV cache is BF16, or FP8
-// with a scale per position and KV head (--kv-cache fp8).
+// with a scale per position and KV head (FP8 KV cache).
 // The class is in cuda_engine.h; a decode step is in cuda_step.cpp.
 #include "cuda/cuda_engine.h"
 
@@ -25,7 +25,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     : w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
   if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
-    // Every path reads FP8 rows: the decode kernels (plain, split, tiled), prefill, --paged-kv's
+    // Every path reads FP8 rows: the decode kernels (plain, split, tiled), prefill, paged KV's
     // blocks, and the prefix GEMMs (their K/V widened to F32 from the FP8 rows).
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
       throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
@@ -65,15 +65,15 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
   plan_fused_layers(opt.cuda);
-  // --cuda-graphs pads batches to their bucket: the paged pool keeps one block aside for the
+  // CUDA graphs pad batches to their bucket: the paged pool keeps one block aside for the
   // padding rows' writes (on top of the blocks asked for).
   if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks, opt.cuda.graphs);
   if (opt.cuda.cascade_attention) {
     if (prefix_gemm_) throw Error("--cascade-attention and --cuda-prefix-gemm: two paths for the same shared-prefix attention, pick one");
     cascade_ = std::make_unique<CascadeAttention>(stream_, c_.n_layers, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_);
-    // --paged-kv: the suffixes by FlashInfer's paged decode over the block pools where it applies
+    // Paged KV: the suffixes by FlashInfer's paged decode over the block pools where it applies
     // (BF16 KV, 4 query heads per KV head), else by cascade_merge_cuda (cascade_attention.h).
-    static_assert(PagedKv::kBlockTokens == kCascadePageTokens, "FlashInfer's decode reads --paged-kv's blocks as its pages");
+    static_assert(PagedKv::kBlockTokens == kCascadePageTokens, "FlashInfer's decode reads paged KV's blocks as its pages");
     if (paged_) cascade_->use_paged_suffix(paged_->layout(), paged_->blocks() + (paged_->scratch_block() >= 0 ? 1 : 0));
   }
   const std::vector<float> inv = rope_inv_freq(c_);
@@ -120,7 +120,7 @@ void CudaEngine::scratch(int T) {
   gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
   fused_.resize(t * std::max(qd + 2 * kd, 2 * h) * 4);
-  // --split-attention: with B blocks per row (query heads, or KV heads for the tiled kernel),
+  // Split attention: with B blocks per row (query heads, or KV heads for the tiled kernel),
   // T' x B x splits(T') <= 2 sm_count + T' B (decode_attention_splits), so the chunk states,
   // T' x n_heads x splits(T'), number at most 2 sm_count x group + T' x n_heads, for every T' <= T.
   if (split_attention_) {
@@ -133,7 +133,7 @@ void CudaEngine::scratch(int T) {
       CUDA_CHECK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.size(), stream_));
     }
   }
-  // --small-m-linear, 9-64 rows: the tensor-core kernel's slice sums and counters, for the widest
+  // Small-M linear, 9-64 rows: the tensor-core kernel's slice sums and counters, for the widest
   // FP8 layer at min(T, 64) rows.
   if (small_m_mma_ && T > kSmallMMaxRows) {
     std::size_t floats = 0, groups = 0;
@@ -181,7 +181,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
   reserve_prefix_parts(shape.prompt_lengths);
   if (cascade_) cascade_->reserve(bucket, shape.longest_prompt);  // after the pool: its layout counts the pages
-  // --cuda-prefix-gemm: the prefix GEMMs' scratch for the bucket's rows over the longest prompt,
+  // Prefix-GEMM attention: the prefix GEMMs' scratch for the bucket's rows over the longest prompt,
   // where that fits in an eighth of the free memory (else its steps grow it, counted).
   if (prefix_gemm_) {
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -204,7 +204,7 @@ void CudaEngine::reserve(const RunShape& shape) {
 
 // A KV part per prompt of the run, each the prompt's length, shortest first within a quarter of the
 // device memory free now (a run with more allocates the rest at their prefill, counted); with
-// --cuda-prefix-gemm its F32 copy too; the cascade's page pool grown to hold them all. Parts of an
+// prefix-GEMM attention its F32 copy too; the cascade's page pool grown to hold them all. Parts of an
 // earlier run are dropped first.
 void CudaEngine::reserve_prefix_parts(const std::vector<int>& lengths) {
   prefix_parts_.clear();
@@ -264,7 +264,7 @@ void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   part.capacity = cap;
 }
 
-// --small-m-linear: each layer's fused plan for 1..8 rows, and why not where a layer runs unfused.
+// Small-M linear: each layer's fused plan for 1..8 rows, and why not where a layer runs unfused.
 void CudaEngine::plan_fused_layers(const CudaOptions& o) {
   if (o.small_m_blocks_per_sm < 0) throw Error("--small-m-blocks-per-sm: expected >= 0, got " + std::to_string(o.small_m_blocks_per_sm));
   small_m_blocks_ = sm_count_ * (o.small_m_blocks_per_sm > 0 ? o.small_m_blocks_per_sm : kSmallMBlocksPerSm);
@@ -339,7 +339,7 @@ void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   fp8_product(l, l.w.buf.get(), T, y);
 }
 
-// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): with --small-m-linear
+// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): with small-M linear
 // on an FP8 layer of 1..8 rows the kernel adds its result to x_ itself (the residual add fused, the
 // same rounded add); else the product into o_, then residual_add_cuda.
 void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
@@ -367,7 +367,7 @@ void CudaEngine::quantize_input(const DevLinear& l, const float* x, int T) {
 }
 
 // The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
-// --small-m-linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
+// Small-M linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
 void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate) {
   if (small_m_takes(l, T) && T > kSmallMMaxRows) {  // 9-64 rows: the tensor-core kernel
     const int slices = small_m_mma_slices(l.out, l.in, sm_count_);
@@ -405,7 +405,7 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
   // kv cache <- k, v; x += W_o attend(q, kv)
-  // --fused-qkv on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
+  // fused q/k/v on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
   const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
   timed("norm", [&] {
     if (fp8_qkv)
@@ -414,7 +414,7 @@ void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_row
     else
       rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
   });
-  if (L.wqkv.out > 0) {  // --fused-qkv: one GEMM, then its (T, q | k | v) columns apart
+  if (L.wqkv.out > 0) {  // Fused q/k/v: one GEMM, then its (T, q | k | v) columns apart
     if (fp8_qkv)
       linear_quantized(L.wqkv, T, fused_.get<float>());
     else
@@ -523,7 +523,7 @@ void CudaEngine::ffn(int l, int T) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const float eps = static_cast<float>(c_.rms_norm_eps);
   // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
-  // --fused-qkv on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
+  // fused q/k/v on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
   // straight from its output (the same codes as the separate kernels, no column copies).
   if (L.w_gate_up.out > 0 && L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8) {
     timed("norm", [&] {
@@ -555,7 +555,7 @@ void CudaEngine::logits_rows(int first, int T, float* out) {
   // logits = lm_head(rmsnorm(x))
   const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
   timer_.set_detail_prefix("lm_head.");
-  // --small-m-linear with an FP8 lm_head (--quantize-lm-head): the final norm and the quantization
+  // Small-M linear with an FP8 lm_head (lm_head quantization): the final norm and the quantization
   // in the kernel's prologue, one launch (the codes of the three launches below, bit for bit).
   if (fused_lm_head_ && small_m_linear_fits(T, lm_head_.out, lm_head_.in) && small_m_prologue_fits(T, c_.dim)) {
     SmallMFused f = small_m_args(lm_head_, T, out ? out : logits_.get<float>(), false);
@@ -621,7 +621,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   return prefixes_.put(std::move(p));
 }
 
-// A prefix that fails before it is registered gives its page run back (--cascade-attention).
+// A prefix that fails before it is registered gives its page run back (cascade attention).
 void CudaEngine::drop_cascade_pages(Prefix& p) {
   if (cascade_ && p.cascade_page >= 0) cascade_->release_prefix(p.cascade_page);
   p.cascade_page = -1;

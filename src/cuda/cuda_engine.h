@@ -33,7 +33,7 @@
 
 namespace bestofn::cuda {
 
-// --cuda-prefix-gemm: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
+// Prefix-GEMM attention: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
 constexpr int kMinPrefixGemmRows = 2;
 
 // K and V of one sequence part (a prefix, or a slot's suffix): cache rows in the engine's KvFormat
@@ -59,7 +59,7 @@ struct KvPart {
   std::uint16_t* row_at(std::size_t r) const { return reinterpret_cast<std::uint16_t*>(buf.get<std::uint8_t>() + r * row_bytes); }
 };
 
-// --cuda-prefix-gemm: a prompt's K/V widened to F32 for the prefix GEMMs, every layer in one
+// Prefix-GEMM attention: a prompt's K/V widened to F32 for the prefix GEMMs, every layer in one
 // allocation (layer l's `capacity` K rows of kv_dim floats, then its V rows), taken at prefill from
 // a pool that reserve() filled, as the KV parts are (no cudaMalloc inside a run).
 struct F32KvPart {
@@ -76,14 +76,14 @@ struct F32KvPart {
 struct Prefix {
   KvPart kv;
   int slots = 0;
-  F32KvPart wide;         // --cuda-prefix-gemm: the K/V widened to F32
-  int cascade_page = -1;  // --cascade-attention: the first page of its run in the page pool
+  F32KvPart wide;         // Prefix-GEMM attention: the K/V widened to F32
+  int cascade_page = -1;  // Cascade attention: the first page of its run in the page pool
 };
 
 struct Slot {
   int prefix = -1;
-  KvPart kv;        // contiguous KV: the suffix rows; --paged-kv: kv.len only (the rows are in blocks)
-  PagedSlot paged;  // --paged-kv: the block table and the promise
+  KvPart kv;        // contiguous KV: the suffix rows; paged KV: kv.len only (the rows are in blocks)
+  PagedSlot paged;  // Paged KV: the block table and the promise
 };
 
 // It is its own statistics view (bench, the GPU tests).
@@ -119,7 +119,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
     if (!free_suffix_parts_.empty()) s->kv = std::move(free_suffix_parts_.back()), s->kv.len = 0, free_suffix_parts_.pop_back();
     return slots_.put(std::move(s));
   }
-  // --paged-kv: admitted when the free blocks cover this slot's max_tokens positions on top of
+  // Paged KV: admitted when the free blocks cover this slot's max_tokens positions on top of
   // what the admitted slots may still take; without paging every slot fits.
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     if (!paged_) return add_slot(p);
@@ -144,9 +144,9 @@ class CudaEngine final : public Engine, public EngineStatistics {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
-  // --speculate: runs of positions per slot as consecutive rows of one step (StepRow::run), every
+  // Speculation: runs of positions per slot as consecutive rows of one step (StepRow::run), every
   // row's K/V written before any row attends, each attending to its slot up to its own position;
-  // not with --cascade-attention or --cuda-prefix-gemm, whose attention plans rows per prefix group.
+  // not with cascade attention or prefix-GEMM attention, whose attention plans rows per prefix group.
   EngineCapabilities capabilities() const override {
     const bool runs = !cascade_ && !prefix_gemm_;
     return {runs, runs ? std::string() : "the cuda engine does not verify drafted tokens with --cascade-attention or --cuda-prefix-gemm",
@@ -193,7 +193,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
     return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + r * kv_row_bytes());
   }
   void drop_cascade_pages(Prefix& p);
-  // --cascade-attention: a prompt's rows copied into the page pool; its first page.
+  // Cascade attention: a prompt's rows copied into the page pool; its first page.
   int add_cascade_prefix(const KvPart& part) {
     std::vector<const std::uint16_t*> k(static_cast<std::size_t>(c_.n_layers)), v(k.size());
     for (int l = 0; l < c_.n_layers; ++l) k[static_cast<std::size_t>(l)] = part.k(l), v[static_cast<std::size_t>(l)] = part.v(l);
@@ -205,13 +205,13 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
   void size_for_bucket(int T);
   void linear(const DevLinear& l, const float* x, int T, float* y);
-  // x_ += l(in), the residual add fused into --small-m-linear's kernel where it runs; in null: l's
+  // x_ += l(in), the residual add fused into small-M linear's kernel where it runs; in null: l's
   // input already quantized in act_q_ / act_s_.
   void residual_linear(const DevLinear& l, const float* in, int T);
   // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table);
   // accumulate (small_m_takes only): added to y.
   void fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate = false);
-  // --small-m-linear's kernel runs l for T rows (an FP8 layer of 1..8 rows).
+  // Small-M linear's kernel runs l for T rows (an FP8 layer of 1..8 rows).
   bool small_m_takes(const DevLinear& l, int T) const;
   void quantize_input(const DevLinear& l, const float* x, int T);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
@@ -220,29 +220,29 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // cache rows k_rows[t], v_rows[t] (device arrays); `attend` fills att_ from q_ and the caches.
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
              const std::function<void()>& attend);
-  // --small-m-linear's fused layer (src/cuda/layer_plan.h): plan's launches, one launcher call each.
+  // Small-M linear's fused layer (src/cuda/layer_plan.h): plan's launches, one launcher call each.
   void layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                    const std::function<void()>& attend);
-  // fused_plans_ and small_m_blocks_ from the options (--small-m-linear, --small-m-split,
-  // --small-m-blocks-per-sm), the layers' weights and the KV cache's format.
+  // fused_plans_ and small_m_blocks_ from the options (small-M linear, small-M split,
+  // the small-M grid cap), the layers' weights and the KV cache's format.
   void plan_fused_layers(const CudaOptions& o);
-  // The arguments of --small-m-linear's kernel for l over T rows, its epilogue Rows into y.
+  // The arguments of small-M linear's kernel for l over T rows, its epilogue Rows into y.
   SmallMFused small_m_args(const DevLinear& l, int T, float* y, bool accumulate) const;
   void ffn(int l, int T);
   // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
   // when null.
   void logits_rows(int first, int T, float* out = nullptr);
-  // What follows a prompt's forward, in prefill and prefill_many: its length, and (--cuda-prefix-gemm)
+  // What follows a prompt's forward, in prefill and prefill_many: its length, and (prefix-GEMM attention)
   // its K/V widened.
   void finish_prefix(Prefix& p, int len);
-  // --device-sampling: what decode_sample asks for.
+  // Device sampling: what decode_sample asks for.
   struct Draws {
     const SamplingParams& params;
     std::span<const std::uint64_t> prompt, candidate, step;
     std::span<Sample> out;
   };
   // A decode step prepared on the host (prepare_step): its batch, its index arrays uploaded into
-  // arena_ (device addresses below), and the attention path it takes. With --cuda-graphs the batch
+  // arena_ (device addresses below), and the attention path it takes. With CUDA graphs the batch
   // is padded to its bucket (step_plan.h): every launch runs T rows, the first `real` of them the
   // batch's, the rest padding rows that touch only the scratch rows of padding_.
   struct StepPlan {
@@ -253,25 +253,25 @@ class CudaEngine final : public Engine, public EngineStatistics {
     const int* tokens = nullptr;                 // (T)
     const int* pos = nullptr;                    // (T) each row's position
     const int* lens = nullptr;                   // (2 T) prefix lengths, then suffix lengths with this token
-    const std::uint64_t* draws = nullptr;        // (3 T) --device-sampling: prompt, candidate, step indexes
-    const int* map = nullptr;                    // (3 T) --cuda-prefix-gemm: the state-row map of `plan`
+    const std::uint64_t* draws = nullptr;        // (3 T) device sampling: prompt, candidate, step indexes
+    const int* map = nullptr;                    // (3 T) prefix-GEMM attention: the state-row map of `plan`
     const StepRowDesc* desc = nullptr;           // (T) each row's KV parts, expanded by forward into:
     std::uint16_t* const* rows = nullptr;        // (layers, 2, T) the cache rows this step writes: k, then v
     const std::uint16_t* const* ptrs = nullptr;  // (layers, 4, T) k_prefix, v_prefix, k_suffix, v_suffix
-    const int* starts = nullptr;                 // (T) --paged-kv: row t's block table at tables + starts[t]
-    const int* tables = nullptr;                 // --paged-kv: the block tables
-    int block = 0;                               // --paged-kv: positions per block
-    bool use_prefix = false;                     // --cuda-prefix-gemm, where a prefix has enough rows
+    const int* starts = nullptr;                 // (T) paged KV: row t's block table at tables + starts[t]
+    const int* tables = nullptr;                 // Paged KV: the block tables
+    int block = 0;                               // Paged KV: positions per block
+    bool use_prefix = false;                     // Prefix-GEMM attention, where a prefix has enough rows
     PrefixStateMap plan;
     std::vector<std::vector<PrefixAttention::Group>> groups;  // (layers, prefix groups): their F32 K/V
-    bool tiled = false;                          // --split-attention: the tiled kernel
-    int splits = 1;                              // --split-attention: chunks per row
+    bool tiled = false;                          // Split attention: the tiled kernel
+    int splits = 1;                              // Split attention: chunks per row
     float* partial = nullptr;                    // (splits > 1) the chunk states
-    std::optional<CascadeStepPlan> cascade;      // --cascade-attention: the step's groups and FlashInfer's schedule
+    std::optional<CascadeStepPlan> cascade;      // Cascade attention: the step's groups and FlashInfer's schedule
   };
   // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
   // from the speculation when it holds (patch_step), else in full (plan_step); then bind_step_arrays.
-  // runs (--speculate): each row's place in its slot's run (StepRow::run); empty: a plain step.
+  // runs (speculation): each row's place in its slot's run (StepRow::run); empty: a plain step.
   StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
                         std::span<const int> runs = {});
   void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
@@ -289,7 +289,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // and only the samples copied back.
   void decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
                    std::span<const int> runs = {});
-  // --cuda-graphs: everything host-side the launches of a step depend on (graph_cache.h).
+  // CUDA graphs: everything host-side the launches of a step depend on (graph_cache.h).
   GraphKey graph_key(const StepPlan& s, const Draws* draws) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
@@ -304,7 +304,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   int device_ = 0;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_owner_;  // destroyed on every path out
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<GemmAlgoCache> algo_cache_;  // --gemm-autotune (outlives gemm_)
+  std::unique_ptr<GemmAlgoCache> algo_cache_;  // GEMM autotuning (outlives gemm_)
   std::unique_ptr<Gemm> gemm_;
   DevTensor embed_, final_norm_;
   DevLinear lm_head_;
@@ -328,24 +328,24 @@ class CudaEngine final : public Engine, public EngineStatistics {
   DeviceBuffer act_q_;     // (T, widest input) E4M3 codes: an FP8 GEMM's input
   DeviceBuffer act_s_;     // (T) their scales
   DeviceBuffer act_bf16_;  // (T, widest input) BF16: a BF16 GEMM's input
-  DeviceBuffer fused_;     // --fused-qkv: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
-  DeviceBuffer attn_work_; // --split-attention: the chunk states
+  DeviceBuffer fused_;     // Fused q/k/v: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
+  DeviceBuffer attn_work_; // Split attention: the chunk states
   StepArena arena_;        // a step's index arrays, one upload
   DeviceBuffer step_ptrs_; // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
   std::unique_ptr<StepPlanner> planner_;
   std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
-  // Step t+1 prepared while step t runs (off with --cuda-prefix-gemm).
+  // Step t+1 prepared while step t runs (off with prefix-GEMM attention).
   std::unique_ptr<StepAhead> ahead_;
   std::vector<StepRow> spec_rows_, fresh_rows_;
   std::vector<Slot*> spec_batch_;  // the speculated rows' slots
-  std::optional<CascadeStepPlan> spec_cascade_;  // --cascade-attention: the speculated batch's plan
+  std::optional<CascadeStepPlan> spec_cascade_;  // Cascade attention: the speculated batch's plan
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
   std::vector<KvPart> free_suffix_parts_;
   // The prompts' KV parts made by reserve(), one per prompt of the run at its length, taken at
   // prefill by best fit and put back at release_prefix (src/cuda/best_fit_parts.h).
   BestFitParts<KvPart> prefix_parts_;
-  BestFitParts<F32KvPart> f32_prefix_parts_;  // --cuda-prefix-gemm: the F32 copies, filled alongside
+  BestFitParts<F32KvPart> f32_prefix_parts_;  // Prefix-GEMM attention: the F32 copies, filled alongside
   bool prefix_parts_on_ = false;
   KvPart take_prefix_part(int rows);
   F32KvPart take_f32_part(int rows);
@@ -353,35 +353,35 @@ class CudaEngine final : public Engine, public EngineStatistics {
   void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
   AheadStats ahead_stats_;
-  // --cuda-graphs: what the padding rows read and write, nothing else: a 1-position prefix of
-  // zeros (row 0; its F32 copy with --cuda-prefix-gemm) and a scratch suffix row (row 1; with
-  // --paged-kv the pool's scratch block instead).
+  // CUDA graphs: what the padding rows read and write, nothing else: a 1-position prefix of
+  // zeros (row 0; its F32 copy with prefix-GEMM attention) and a scratch suffix row (row 1; with
+  // paged KV the pool's scratch block instead).
   std::unique_ptr<Prefix> padding_;
   int sized_bucket_T_ = 0;  // size_for_bucket's bucket
-  KvFormat kv_ = KvFormat::BF16;  // --kv-cache
+  KvFormat kv_ = KvFormat::BF16;  // The KV cache's format
   int scratch_T_ = 0;
   int sm_count_ = 1;
   bool split_attention_ = false;
-  std::unique_ptr<GraphCache> graphs_;  // --cuda-graphs
+  std::unique_ptr<GraphCache> graphs_;  // CUDA graphs
   bool prefix_gemm_ = false;
-  bool small_m_ = false;  // --small-m-linear
-  int small_m_blocks_ = 0;  // the fused kernels' grid cap (sm_count_ x --small-m-blocks-per-sm)
-  bool small_m_pdl_ = false;  // --small-m-pdl
-  // --small-m-linear (not --small-m-split) with --split-attention: the chunk states merged in the
+  bool small_m_ = false;  // Small-M linear
+  int small_m_blocks_ = 0;  // the fused kernels' grid cap (sm_count_ x the small-M grid cap)
+  bool small_m_pdl_ = false;  // Small-M PDL
+  // Small-M linear (not small-M split) with split attention: the chunk states merged in the
   // attention launch by its last block per row (merge_counters_), not by a second launch.
   bool inline_merge_ = false;
   DeviceBuffer merge_counters_;
-  // --small-m-linear, 9-64 rows: the tensor-core kernel (a compute capability 8.9 device), its
+  // Small-M linear, 9-64 rows: the tensor-core kernel (a compute capability 8.9 device), its
   // slices' partial sums and their counters (0 between launches).
   bool small_m_mma_ = false;
   DeviceBuffer mma_work_, mma_counters_;
   // The fused layer's plan of layer l for T rows at [l * (kSmallMMaxRows + 1) + T] (n == 0: unfused).
   std::vector<FusedLayerPlan> fused_plans_;
-  bool fused_lm_head_ = false;  // an FP8 lm_head (--quantize-lm-head): the final norm in its prologue
+  bool fused_lm_head_ = false;  // an FP8 lm_head (lm_head quantization): the final norm in its prologue
   std::unique_ptr<PrefixAttention> prefix_attn_;
-  std::unique_ptr<PagedKv> paged_;  // --paged-kv
-  std::unique_ptr<CascadeAttention> cascade_;  // --cascade-attention
-  // --device-sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
+  std::unique_ptr<PagedKv> paged_;  // Paged KV
+  std::unique_ptr<CascadeAttention> cascade_;  // Cascade attention
+  // Device sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
   // they come back to.
   bool device_sampling_ = false;
   DeviceBuffer samples_;

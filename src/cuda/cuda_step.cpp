@@ -1,7 +1,7 @@
 // A decode step of the CUDA engine (the class: src/cuda/cuda_engine.h): prepare_step checks the
 // batch and uploads its index arrays at once; forward enqueues the device work as the CPU
 // engine's decode runs it (layer, attend_decode, ffn, logits), eagerly or captured into /
-// replayed from a CUDA graph with --cuda-graphs; step then copies the logits or the samples back.
+// replayed from a CUDA graph with CUDA graphs; step then copies the logits or the samples back.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -37,7 +37,7 @@ CudaEngine::StepPlan CudaEngine::prepare_step(std::span<const int> slots, std::s
     plan_step(s, slots, tokens, draws, runs);
     ahead_stats_.full++;
   }
-  // --cascade-attention: the plan made while the last step ran holds when the batch is the
+  // Cascade attention: the plan made while the last step ran holds when the batch is the
   // speculated one row for row and nothing has touched the page pool or planned since.
   if (cascade_) {
     const bool reuse = patched && ahead_->exact() && spec_cascade_ && cascade_->current(*spec_cascade_);
@@ -69,7 +69,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
   }
   planner_->check(rows);  // nothing below runs for a batch that fails its checks
   // Each row's suffix: the slot's own contiguous part, grown first, or the block pools with the
-  // blocks taken that this step's rows reach (--paged-kv). A run's last row reaches the furthest:
+  // blocks taken that this step's rows reach (paged KV). A run's last row reaches the furthest:
   // the blocks and the growth are its, and the rows' layouts are read after every part has grown.
   auto last_of_run = [&](std::size_t i) { return i + 1 == n_real || rows[i + 1].run == 0; };
   if (paged_) {
@@ -87,10 +87,10 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
   }
   const int Tn = s.T = planner_->padded(T);
   size_for_bucket(Tn);
-  // --device-sampling: the sampler's workspace for these rows and parameters, grown here (outside
+  // Device sampling: the sampler's workspace for these rows and parameters, grown here (outside
   // any capture) so that the sampler allocates nothing inside the step.
   if (draws) sample_ws_.resize(sample_token_workspace_bytes(Tn, c_.vocab_size, draws->params));
-  // --cuda-prefix-gemm: the batch rows of each prefix (the padding rows a group of their own,
+  // Prefix-GEMM attention: the batch rows of each prefix (the padding rows a group of their own,
   // over padding_'s one position). A step in which no prefix has kMinPrefixGemmRows rows (one
   // candidate left per prompt) gains nothing from matrix products and takes the decode kernel.
   std::vector<const Prefix*> group_prefix;
@@ -112,7 +112,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
   if (draws) d = StepDraws{draws->prompt, draws->candidate, draws->step};
   planner_->write(rows, lay, d ? &*d : nullptr, s.use_prefix ? std::span<const int>(s.plan.map) : std::span<const int>(), staged);
   arena_.upload(lay.bytes, stream_);
-  // The prefix groups' F32 K/V per layer (--cuda-prefix-gemm).
+  // The prefix groups' F32 K/V per layer (prefix-GEMM attention).
   const auto L = static_cast<std::size_t>(c_.n_layers);
   std::vector<std::vector<PrefixAttention::Group>>& groups = s.groups;
   groups.resize(s.use_prefix ? L : 0);
@@ -121,7 +121,7 @@ void CudaEngine::plan_step(StepPlan& s, std::span<const int> slots, std::span<co
   if (s.use_prefix) prefix_attn_->reserve(s.plan, groups[0], c_.n_kv_heads, c_.head_dim);
 }
 
-// --cascade-attention: the rows of `batch` (then padding rows up to T, grouped by padding_) by
+// Cascade attention: the rows of `batch` (then padding rows up to T, grouped by padding_) by
 // prompt, each row's suffix (its block table and length with this step's row; the padding rows
 // attend to no suffix) for FlashInfer's decode, and FlashInfer's schedules. A batch row's slot
 // length is read as it stands before the step (prepare_step), or after the step that speculated it
@@ -156,7 +156,7 @@ void CudaEngine::bind_step_arrays(StepPlan& s, const Draws* draws) {
   s.tables = paged_ ? arena_.at<int>(lay.tables) : nullptr;
   s.block = paged_ ? PagedKv::kBlockTokens : 0;
   if (cascade_ && !s.cascade) s.cascade = plan_cascade(s.batch, s.T);  // unless made ahead (prepare_step)
-  // --split-attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
+  // Split attention: the tiled kernel (blocks per KV head) where the shape allows it, else the
   // plain decode kernel split over positions; chunks when few rows leave the GPU idle.
   s.tiled = split_attention_ && decode_attention_tiled_supported(c_.n_heads, c_.n_kv_heads, c_.head_dim);
   s.splits = split_attention_ ? decode_attention_splits(s.T, s.tiled ? c_.n_kv_heads : c_.n_heads, sm_count_) : 1;
@@ -179,7 +179,7 @@ void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
     layer(l, T, s.pos, s.rows + 2 * li * n, s.rows + (2 * li + 1) * n, [&] { attend_decode(l, s); });
   }
   logits_rows(0, T);
-  if (draws) {  // --device-sampling: sample_token's draws, on the device
+  if (draws) {  // Device sampling: sample_token's draws, on the device
     int* d_out = samples_.get<int>();
     const auto d = timer_.detail("sample");
     SampleOptions so;
@@ -189,8 +189,8 @@ void CudaEngine::forward(const StepPlan& s, const Draws* draws) {
   }
 }
 
-// Decode attention of layer l: the prefix GEMMs and a merge (--cuda-prefix-gemm), the tiled kernel
-// (--split-attention), or one block per row and query head; att_ from q_ and the caches.
+// Decode attention of layer l: the prefix GEMMs and a merge (prefix-GEMM attention), the tiled kernel
+// (split attention), or one block per row and query head; att_ from q_ and the caches.
 void CudaEngine::attend_decode(int l, const StepPlan& s) {
   const int T = s.T;
   const auto n = static_cast<std::size_t>(T);
@@ -230,8 +230,8 @@ void CudaEngine::attend_decode(int l, const StepPlan& s) {
 // Allocation and synchronization inside a run: after reserve() (the scheduler's maximum batch,
 // longest prompt and max_new_tokens), a step allocates nothing and synchronizes once (the ids or
 // logits coming back); device_counts() counts both (tests/test_gpu_engine.cpp checks a run). What
-// may still allocate, counted: a slot fed past its reserved part (unpaged), --cuda-prefix-gemm's
-// scratch (its group sizes), --cascade-attention's own buffers, a prefill (each prompt's KV part,
+// may still allocate, counted: a slot fed past its reserved part (unpaged), prefix-GEMM attention's
+// scratch (its group sizes), cascade attention's own buffers, a prefill (each prompt's KV part,
 // and a pass longer than reserved), a graph's capture and instantiation.
 void CudaEngine::decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
                              std::span<const int> runs) {
@@ -254,7 +254,7 @@ void CudaEngine::decode_rows(std::span<const int> slots, std::span<const int> to
   }
   for (Slot* slot : s.batch) slot->kv.len++;  // a run's slot once per row
   total.reset();
-  // The step's one synchronization: the logits, or (--device-sampling) only the samples, back;
+  // The step's one synchronization: the logits, or (device sampling) only the samples, back;
   // step t+1 is speculated on the host in between, while the device runs this one.
   if (draws)
     CUDA_CHECK(cudaMemcpyAsync(pinned_.get(), samples_.get(), padded * 8, cudaMemcpyDeviceToHost, stream_));
@@ -270,7 +270,7 @@ void CudaEngine::decode_rows(std::span<const int> slots, std::span<const int> to
   timer_.end_step();
 }
 
-// --speculate's runs: slot i's counts[i] positions as consecutive rows of one step (prepare_step
+// Speculation's runs: slot i's counts[i] positions as consecutive rows of one step (prepare_step
 // checks them, StepRow::run). The rows write their K/V before any row attends (rope_kv_write_cuda
 // of the layer, then attend_decode), so each attends to its slot up to its own position.
 void CudaEngine::run_step(const DecodeStep& request) {
@@ -324,7 +324,7 @@ GraphKey CudaEngine::graph_key(const StepPlan& s, const Draws* draws) const {
   };
   // The padded T (the bucket), not the batch: a graph replays while candidates finish. The
   // arrays' offsets are fixed per bucket; the descriptors and tables are data the graph reads.
-  // --cuda-prefix-gemm's cuBLAS calls bake in each group's shape, so its key keeps the groups
+  // Prefix-GEMM attention's cuBLAS calls bake in each group's shape, so its key keeps the groups
   // (below): on that path a graph still replays only while no group changes.
   const StepLayout& lay = s.layout;
   GraphKey key{static_cast<std::uint64_t>(s.T), static_cast<std::uint64_t>(s.splits), s.use_prefix ? 1u : 0u, draws ? 1u : 0u,

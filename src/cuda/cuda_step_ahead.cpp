@@ -1,9 +1,9 @@
 // Step t+1 prepared while step t runs (src/cuda/step_ahead.h): speculate_next, between launching
 // step t and waiting for its ids, writes step t+1 as "every row again, one further" into the next
 // staging buffer; patch_step, once the scheduler's batch comes, keeps what held and writes the rest.
-// With --cascade-attention the step's cascade plan (the groups, FlashInfer's schedules, their
+// With cascade attention the step's cascade plan (the groups, FlashInfer's schedules, their
 // upload) is made for the speculated batch too, and used when the batch is exactly that one
-// (prepare_step). Off with --cuda-prefix-gemm, whose state-row map is in the step's arrays and
+// (prepare_step). Off with prefix-GEMM attention, whose state-row map is in the step's arrays and
 // depends on the prefix groups (a full plan each step there).
 #include <vector>
 
@@ -51,7 +51,7 @@ void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, c
     ahead_->drop();  // a speculation never fails a step: the next one plans in full
     return;
   }
-  // --cascade-attention: its uploads are ordered after this step's launches on the stream, so they
+  // Cascade attention: its uploads are ordered after this step's launches on the stream, so they
   // overwrite nothing this step still reads; a plan that would grow a buffer is not made here.
   if (!cascade_) return;
   try {

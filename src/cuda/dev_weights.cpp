@@ -29,7 +29,7 @@ void set_bias(DevLinear& d, const std::vector<float>& bias) {
   d.bias.upload(bias.data(), bias.size() * 4);
 }
 
-// --fused-qkv: the shards of a fused linear uploaded as one.
+// Fused q/k/v: the shards of a fused linear uploaded as one.
 DevLinear upload(const FusedLinear& f, const std::string& name) {
   DevLinear d;
   d.in = f.in;

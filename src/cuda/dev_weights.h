@@ -1,6 +1,6 @@
 #pragma once
 // The model's weights on the device, uploaded once: norms as F32/BF16 tensors, linear layers as
-// GEMM operands with their FP8 scales and biases (F32), and (--fused-qkv) q/k/v and gate/up as
+// GEMM operands with their FP8 scales and biases (F32), and (fused q/k/v) q/k/v and gate/up as
 // one operand each.
 #include <string>
 
@@ -31,7 +31,7 @@ struct DevLayer {
   DevTensor attn_norm, ffn_norm;
   DevTensor q_norm, k_norm;  // Qwen3: (head_dim), each query / key head's RMSNorm before RoPE; empty buf: none
   DevLinear wq, wk, wv, wo, w_gate, w_up, w_down;
-  // --fused-qkv (out 0: that group is not fused, its separate linears are uploaded instead)
+  // Fused q/k/v (out 0: that group is not fused, its separate linears are uploaded instead)
   DevLinear wqkv, w_gate_up;
 };
 

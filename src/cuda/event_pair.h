@@ -1,5 +1,5 @@
 #pragma once
-// Two CUDA events that bracket work on a stream (measure_ceilings, --gemm-autotune), destroyed on
+// Two CUDA events that bracket work on a stream (measure_ceilings, GEMM autotuning), destroyed on
 // every path out.
 #include <cuda_runtime.h>
 

@@ -21,7 +21,7 @@ enum class GemmInput { F32, BF16, FP8 };  // the element type of both W and x
 
 class Gemm {
  public:
-  // tune (--gemm-autotune): each shape's algorithm is measured at its first use (or taken from the
+  // tune (GEMM autotuning): each shape's algorithm is measured at its first use (or taken from the
   // cache, keyed by GPU, cuBLASLt version, shape and token-count bucket) instead of the
   // heuristic's first choice. Null: the heuristic's first choice, nothing measured.
   explicit Gemm(cudaStream_t stream, GemmAlgoCache* tune = nullptr);
@@ -42,7 +42,7 @@ class Gemm {
   };
   // Plans are made once per (type, out, in, T) from cuBLASLt's heuristic and cached.
   Plan& plan(GemmInput type, int out, int in, int T);
-  // --gemm-autotune: p.algo from the cache when it passes cublasLtMatmulAlgoCheck for this shape,
+  // GEMM autotuning: p.algo from the cache when it passes cublasLtMatmulAlgoCheck for this shape,
   // else the fastest of the heuristic's candidates, timed on this call's own operands (y is
   // overwritten; the caller's run follows), and cached. Synchronizes the stream.
   void tune(Plan& p, GemmInput type, const void* w, const void* x, float* y, int out, int in, int T);

@@ -1,5 +1,5 @@
 #pragma once
-// --gemm-autotune: the cuBLASLt algorithm of each GEMM shape, measured at its first use and kept
+// GEMM autotuning: the cuBLASLt algorithm of each GEMM shape, measured at its first use and kept
 // in a JSON file across runs (plain C++, in bestofn_core, so it is tested without a GPU).
 // Entries are keyed by GPU name, cuBLASLt version, input type, out, in and the token-count bucket;
 // the value is the algorithm's opaque cublasLtMatmulAlgo_t words (valid for that GPU and

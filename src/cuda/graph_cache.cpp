@@ -22,7 +22,7 @@ void GraphCache::run(const GraphKey& key, cudaStream_t stream, const std::functi
   if (seen_.size() >= kMaxSeen) seen_.clear();  // keys seen once and never again (batch makeups that passed)
   if (seen_.insert(key).second) return enqueue();  // first sight: eager
   if (graphs_.size() >= kMaxGraphs) clear();
-  // Thread-local capture: engines on other threads (eval --devices) are not affected.
+  // Thread-local capture: engines on other threads (one engine per device) are not affected.
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   std::string failed;
   try {

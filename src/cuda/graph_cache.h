@@ -1,5 +1,5 @@
 #pragma once
-// --cuda-graphs: a decode step's kernels and GEMMs captured once into a CUDA graph and replayed.
+// CUDA graphs: a decode step's kernels and GEMMs captured once into a CUDA graph and replayed.
 // A graph bakes in every launch argument, so it is keyed by everything host-side a step's launches
 // depend on: the batch size, the flags, the structure of the prefix groups, and the address of
 // every device buffer it touches (a buffer that grows moves, and then the key changes). A key is
@@ -39,7 +39,7 @@ class GraphCache {
   std::size_t size() const { return graphs_.size(); }
   long long launches() const { return launches_; }  // steps replayed from a graph
   // The nodes (kernels, copies) of the graph captured last: a step's launches, counted by CUDA
-  // (tests/test_gpu_engine.cpp checks --small-m-linear's fused layer with it).
+  // (tests/test_gpu_engine.cpp checks small-M linear's fused layer with it).
   std::size_t last_nodes() const { return last_nodes_; }
   void clear();
 

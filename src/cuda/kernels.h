@@ -51,7 +51,7 @@ void bf16_to_f32_cuda(const std::uint16_t* x, std::size_t n, float* out, cudaStr
 void scale_output_cuda(float* y, int T, int out, const float* sx, const float* sw, bool per_channel, cudaStream_t stream,
                        const float* bias = nullptr);
 
-// --small-m-linear: y (T, out) = the FP8 linear layer of 1..8 tokens in one launch, weights w
+// Small-M linear: y (T, out) = the FP8 linear layer of 1..8 tokens in one launch, weights w
 // (out, in) and activations a (T, in) E4M3 codes, sx (T), sw (out or 1), bias (out) or null, in
 // src/cuda/small_m_linear.h's order; accumulate: y += the result (x += W a, the residual add
 // fused). Twin: small_m_linear_twin (bit for bit); against cpu::linear, the additions' roundings
@@ -59,7 +59,7 @@ void scale_output_cuda(float* y, int T, int out, const float* sx, const float* s
 void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const float* sx, const float* sw, bool per_channel,
                              const float* bias, int T, int out, int in, float* y, cudaStream_t stream, bool accumulate = false);
 
-// --small-m-linear's fused forms (src/cuda/small_m_linear.h, SmallMFused): the same product with
+// Small-M linear's fused forms (src/cuda/small_m_linear.h, SmallMFused): the same product with
 // the activations' codes made in the kernel from F32 (Quant, or RMSNorm then Quant: the codes of
 // quantize_act_fp8_cuda / rmsnorm_quant_fp8_cuda bit for bit), and the output written as rows
 // (or added to them) or as q / k / v heads (rotated and written to BF16 cache rows with rope: the
@@ -67,7 +67,7 @@ void linear_fp8_small_m_cuda(const std::uint8_t* w, const std::uint8_t* a, const
 // small_m_linear_twin; with rope, the unfused kernels on the device (tests/test_gpu_ops.cpp).
 // Throws with small_m_fused_refusal's reason, for Heads without a prologue, or w / a unaligned.
 void linear_fp8_small_m_fused_cuda(const SmallMFused& f, cudaStream_t stream);
-// --small-m-linear from 9 to 64 rows: y (T, out) = the FP8 linear layer on tensor cores
+// Small-M linear from 9 to 64 rows: y (T, out) = the FP8 linear layer on tensor cores
 // (mma.sync m16n8k32 E4M3, the weights as the wide operand), the k range split over `slices` warps
 // per 16 rows (small_m_mma_slices), their sums added in slice order by the last to finish; the
 // scales, the bias and (accumulate) the residual add as linear_fp8_small_m_cuda's. slices > 1:
@@ -93,7 +93,7 @@ void bias_add_cuda(float* y, int T, int out, const float* bias, cudaStream_t str
 void swiglu_cuda(float* gate, const float* up, int T, int n, cudaStream_t stream);
 
 // silu(gate) * up, then FP8 quantization of each row as quantize_act_fp8_cuda (the down_proj input).
-// gate and up rows are ld floats apart (0: n; --fused-qkv reads them from the gate/up GEMM's output).
+// gate and up rows are ld floats apart (0: n; fused q/k/v reads them from the gate/up GEMM's output).
 void swiglu_quant_fp8_cuda(const float* gate, const float* up, int T, int n, float static_scale, std::uint8_t* q, float* scales,
                            cudaStream_t stream, int ld = 0);
 
@@ -136,7 +136,7 @@ inline bool rope_kv_fp8_fits(int n_kv, int hd) {
 }
 
 // FP8 cache rows widened to F32 (rows, kv_dim): out[r, e] = fp8(code) * scale[r, e / hd], the value
-// every attention kernel reads (--cuda-prefix-gemm's prefix K/V). Twin: the CPU engine's KV read.
+// every attention kernel reads (prefix-GEMM attention's prefix K/V). Twin: the CPU engine's KV read.
 void fp8_rows_to_f32_cuda(const std::uint16_t* rows_base, std::size_t rows, int n_kv, int hd, float* out, cudaStream_t stream);
 
 // RoPE (HF rotate_half layout, angle = float(pos[t]) * inv_freq[i] in fp32) on q (T, n_heads, hd)
@@ -153,7 +153,7 @@ void rope_kv_write_cuda(float* q, const float* k, const float* v, const int* pos
 // rows at k_suffix[t] / v_suffix[t]; rows are kv_dim = n_kv * hd values in format kv; GQA: query head h
 // reads KV head h / (n_heads / n_kv). Softmax(q.k / sqrt(hd)) over prefix and suffix separately,
 // merged by log-sum-exp. out (T, n_heads, hd) fp32. Twin: cpu::decode_attention.
-// --paged-kv: with suffix_table, k_suffix[t] / v_suffix[t] are the layer's block pools and suffix
+// Paged KV: with suffix_table, k_suffix[t] / v_suffix[t] are the layer's block pools and suffix
 // row j of row t is pool row b * block_tokens + j % block_tokens, b = (suffix_table +
 // suffix_table_start[t])[j / block_tokens].
 // splits > 1: each row's positions are split into `splits` chunks, one block each, merged by
@@ -176,9 +176,9 @@ std::size_t decode_attention_workspace_floats(int T, int n_heads, int hd, int sp
 // Merges the `splits` chunk states in partial (T, n_heads, splits, hd + 2) into out (T, n_heads, hd).
 void decode_merge_cuda(const float* partial, int T, int n_heads, int hd, int splits, float* out, cudaStream_t stream);
 
-// --split-attention (kernels/attention_tiled.cu): decode attention with one block per (row, KV head,
+// Split attention (kernels/attention_tiled.cu): decode attention with one block per (row, KV head,
 // chunk), all the query heads of the KV head together, positions in tiles; the same contract as
-// decode_attention_cuda. With prefix_m (--cuda-prefix-gemm) the prefix is given as the GEMMs'
+// decode_attention_cuda. With prefix_m (prefix-GEMM attention) the prefix is given as the GEMMs'
 // state (m, l, unnormalized O at state rows by prefix_map, as prefix_merge_cuda takes it) and
 // k_prefix / v_prefix / prefix_len are not read. Needs n_heads / n_kv <= kMaxTiledGroup.
 constexpr int kMaxTiledGroup = 8;
@@ -207,7 +207,7 @@ struct TiledAttentionArgs {
 bool decode_attention_tiled_supported(int n_heads, int n_kv, int hd);
 void decode_attention_tiled_cuda(const TiledAttentionArgs& args, cudaStream_t stream);
 
-// --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, --cuda-prefix-gemm) ---
+// --- shared-prefix attention around cuBLAS GEMMs (kernels/prefix_attention.cu, prefix-GEMM attention) ---
 // State rows: batch row t, query head h -> map[t] + (h / group) * map[T + t] + map[2T + t] * group
 // + h % group (group = n_heads / n_kv; map from prefix_state_map, src/cuda/prefix_attention.h).
 
@@ -226,12 +226,12 @@ void prefix_merge_cuda(const float* q, const int* map, const float* prefix_m, co
                        int n_heads, int n_kv, int hd, float* out, cudaStream_t stream, const int* suffix_table = nullptr,
                        const int* suffix_table_start = nullptr, int block_tokens = 0, KvFormat kv = KvFormat::BF16);
 
-// --- --cascade-attention (kernels/cascade_attention.cu: FlashInfer's paged batch prefill on tensor
+// --- cascade attention (kernels/cascade_attention.cu: FlashInfer's paged batch prefill on tensor
 //     cores and its paged batch decode; kernels/cascade_gather.cu; plans in src/cuda/cascade_plan.h) ---
 // Every prefix group's query rows (all heads of all its candidates) against the group's prompt K/V
 // in pages of kCascadePageTokens positions of a per-layer BF16 page pool (pages, 16, n_kv, hd),
 // one launch per layer; the prefix state (normalized BF16 output, base-2 LSE) then merges with
-// each candidate's suffix: with --paged-kv and BF16 KV, the suffixes by FlashInfer's paged decode
+// each candidate's suffix: with paged KV and BF16 KV, the suffixes by FlashInfer's paged decode
 // over the block pools (cascade_suffix_attention_cuda) and one merge pass for the batch
 // (cascade_state_merge_cuda); otherwise in cascade_merge_cuda, today's per-row kernel.
 constexpr int kCascadePageTokens = 16;
@@ -291,7 +291,7 @@ void cascade_merge_cuda(const float* q, const int* map, const float* prefix_lse2
 
 // The suffix side on FlashInfer's BatchDecodeWithPagedKVCacheKernel, the one instantiation
 // BatchDecodeWithPagedKVCacheDispatched picks for this shape (kernels/cascade_attention.cu says why
-// it is launched directly): F32 queries, BF16 pages of the --paged-kv block pools (page = block,
+// it is launched directly): F32 queries, BF16 pages of the paged KV block pools (page = block,
 // kCascadePageTokens positions, NHD), head_dim 128, 4 query heads per KV head (Llama 3 8B), F32
 // output. Other shapes and FP8 KV keep cascade_merge_cuda.
 bool cascade_suffix_supported(int n_heads, int n_kv, int hd, KvFormat kv);

@@ -1,5 +1,5 @@
 #pragma once
-// --small-m-linear's fused decoder layer: what one layer enqueues, launch by launch, on
+// Small-M linear's fused decoder layer: what one layer enqueues, launch by launch, on
 // a step of 1..8 rows. CudaEngine::layer runs exactly this list (one launcher call per entry,
 // src/cuda/cuda_engine.cpp), so the count asserted on the host (tests/test_layer_plan.cpp) is the
 // count the device runs; tests/test_gpu_engine.cpp counts the kernel nodes of a captured step.
@@ -40,9 +40,9 @@ const char* launch_name(LayerLaunch l);
 struct FusedLayerShape {
   int T = 0;  // rows of the step
   int dim = 0, hidden = 0, n_heads = 0, n_kv = 0, hd = 0;
-  bool small_m = false;       // --small-m-linear
-  bool split = false;         // --small-m-split: the unfused layer (A/B)
-  bool fused_fp8 = false;     // q/k/v and gate/up fused (--fused-qkv), and those, o and down all FP8
+  bool small_m = false;       // Small-M linear
+  bool split = false;         // Small-M split: the unfused layer (A/B)
+  bool fused_fp8 = false;     // q/k/v and gate/up fused (fused q/k/v), and those, o and down all FP8
   bool qk_norm = false;       // Qwen3
   bool kv_bf16 = false;       // the KV cache's rows are BF16 (else FP8)
 };

@@ -1,5 +1,5 @@
 #pragma once
-// --paged-kv: the suffix KV cache in blocks of kBlockTokens positions, one K pool and one V pool
+// Paged KV: the suffix KV cache in blocks of kBlockTokens positions, one K pool and one V pool
 // per layer, handed out by a KvBlockPool (src/cuda/plan.h: free list and admission budgets). A
 // slot's suffix row j lives at pool row blocks[j / kBlockTokens] * kBlockTokens + j % kBlockTokens,
 // the same row in every layer.

@@ -13,7 +13,7 @@
 
 namespace bestofn::cuda {
 
-// The shared-prefix GEMMs (--cuda-prefix-gemm) work on one matrix of queries per prefix group and
+// The shared-prefix GEMMs (prefix-GEMM attention) work on one matrix of queries per prefix group and
 // KV head. Group g (the batch rows of one prefix, in batch order) owns state rows
 // [base[g], base[g] + n_kv * R[g]), R[g] = its slots x (n_heads / n_kv); batch row t, query head
 // h sits at map[t] + (h / group) * map[T + t] + map[2T + t] * group + h % group, where map[t] is
@@ -49,7 +49,7 @@ struct PrefixGemms {
 };
 PrefixGemms prefix_gemms(int L, int R, int n_kv, int hd);
 
-// --paged-kv: the suffix KV cache in blocks of a fixed number of positions, from a free list.
+// Paged KV: the suffix KV cache in blocks of a fixed number of positions, from a free list.
 // Each slot holds a table of block ids (the same ids in every layer); a slot's suffix row j lives
 // in block table[j / block_tokens], at row j % block_tokens. Admission is by free blocks: a slot
 // may be given a budget (the most blocks it will ever hold), and a new slot is admitted only when
@@ -84,23 +84,23 @@ class KvBlockPool {
   long long promised_ = 0;  // budgeted blocks not yet taken, over all admitted slots
 };
 
-// A slot's blocks (--paged-kv): its table and what is left of its promise.
+// A slot's blocks (paged KV): its table and what is left of its promise.
 struct PagedSlot {
   std::vector<int> blocks;  // the block table
   int budget = 0;           // blocks promised at admission (0: admitted without a promise)
   int budget_left = 0;      // of those, not yet taken: max(budget - blocks held, 0)
 };
 // Blocks for each slot's rows up to and including row lens[i] (a step's row, or the last row of
-// its --speculate run): as many as the table lacks, from the slot's promise first. Throws a
+// its speculation run): as many as the table lacks, from the slot's promise first. Throws a
 // one-line bestofn::Error, with nothing taken, when the pool cannot give those outside the
 // promises.
 void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span<const int> lens);
 // Keeps the blocks of the slot's first `rows` rows and gives the rest back to the pool
-// (truncate_slot after --speculate's rejected positions); as many of them as its admitted budget
+// (truncate_slot after speculation's rejected positions); as many of them as its admitted budget
 // covers are promised to it again (never more than it was admitted with).
 void shrink_blocks(KvBlockPool& pool, PagedSlot& slot, int rows);
 
-// Several linear layers on the same input as one (--fused-qkv): weights concatenated along the
+// Several linear layers on the same input as one (fused q/k/v): weights concatenated along the
 // output dimension, scales per output channel (a per-tensor scale repeated over its shard's
 // rows), so the one GEMM's epilogue applies each shard's own scale.
 struct FusedLinear {

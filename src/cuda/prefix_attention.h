@@ -1,5 +1,5 @@
 #pragma once
-// Shared-prefix decode attention as matrix products (--cuda-prefix-gemm; Hydragen, arXiv
+// Shared-prefix decode attention as matrix products (prefix-GEMM attention; Hydragen, arXiv
 // 2402.05099): per prefix group and KV head, S = Q K^T over the prefix (cuBLAS strided-batched
 // GEMM, batch = KV heads), a row softmax with its statistics, O = P V (a second GEMM), then each
 // slot's suffix attention merged by log-sum-exp (kernels/prefix_attention.cu).
@@ -38,14 +38,14 @@ class PrefixAttention {
   // out (T, n_heads, hd) for q (T, n_heads, hd); plan from prefix_state_map with d_map its map on
   // the device; groups[g] pairs with plan.base[g] / plan.R[g]. Paged suffixes (suffix_table) as
   // decode_attention_cuda takes them. Asynchronous on the stream. tiled_splits > 0
-  // (--split-attention): the suffixes and the merge by the tiled kernel in that many chunks
+  // (split attention): the suffixes and the merge by the tiled kernel in that many chunks
   // (partial: its workspace when > 1), else by prefix_merge_cuda.
   void run(const float* q, const PrefixStateMap& plan, const int* d_map, const std::vector<Group>& groups,
            const std::uint16_t* const* k_suffix, const std::uint16_t* const* v_suffix, const int* suffix_len, int T,
            int n_heads, int n_kv, int hd, float* out, const int* suffix_table = nullptr, const int* suffix_table_start = nullptr,
            int block_tokens = 0, int tiled_splits = 0, float* partial = nullptr, KvFormat kv = KvFormat::BF16);
   // Sizes the scratch buffers for plan and groups (run does it too); then add_to_key appends
-  // their addresses (--cuda-graphs: a captured run must find them where they were).
+  // their addresses (CUDA graphs: a captured run must find them where they were).
   void reserve(const PrefixStateMap& plan, const std::vector<Group>& groups, int n_kv, int hd);
   // Before a run: room for any step of at most `state_rows` state rows (rows x n_heads) over
   // prefixes of at most `longest` positions (a group's scores are n_kv R_g x L_g <= state_rows x

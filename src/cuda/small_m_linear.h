@@ -1,5 +1,5 @@
 #pragma once
-// --small-m-linear: the FP8 linear layer for a few tokens as one weight-streaming
+// Small-M linear: the FP8 linear layer for a few tokens as one weight-streaming
 // kernel (kernels/linear_small_m.cu) in place of cuBLASLt's FP8 GEMM and the scale kernel: at
 // M = 1..8 tokens the step reads every weight once, and cuBLASLt's tiles, built for large M, read
 // them at half the copy bandwidth (benchmarks/results/2026-11-30-nvidia-h200/run1/gemm_fp8.json).
@@ -33,7 +33,7 @@ constexpr int kSmallMRowsPerBlock = 8; // output rows (warps) per block of 256 t
 // A prologue's codes and scales: within the 48 KB of shared memory a block gets without opting
 // in, beside the row helpers' static arrays.
 constexpr int kSmallMPrologueBytes = 47 * 1024;
-// The fused kernels' grid cap per SM by default (--small-m-blocks-per-sm): each block makes its
+// The fused kernels' grid cap per SM by default (the small-M grid cap): each block makes its
 // activation codes once, so fewer blocks read x fewer times; more keep more loads in flight.
 // Unmeasured: benchmarks/GPU_TODO.md's issue-34 section sweeps it.
 constexpr int kSmallMBlocksPerSm = 2;
@@ -92,7 +92,7 @@ struct SmallMFused {
   std::uint16_t* const* k_rows = nullptr;  // (T) BF16 cache rows
   std::uint16_t* const* v_rows = nullptr;
   int max_blocks = 0;  // the grid's cap with a prologue (each block makes the codes once); 0: none
-  // Programmatic dependent launch (--small-m-pdl): the block's first weight rows prefetched into
+  // Programmatic dependent launch (small-M PDL): the block's first weight rows prefetched into
   // L2 before it waits for the kernel before it; the numbers do not change.
   bool pdl = false;
 };

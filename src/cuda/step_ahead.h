@@ -53,7 +53,7 @@ class StepAhead {
   std::span<const int> source() const { return src_; }
   int fresh_rows() const { return fresh_; }
   // The last match found the speculated batch itself: the same rows in the same order, none fresh,
-  // none left out. Everything else derived from the speculated rows (--cascade-attention's groups
+  // none left out. Everything else derived from the speculated rows (cascade attention's groups
   // and FlashInfer's schedules, made while step t ran) then holds for the step as it is.
   bool exact() const { return exact_; }
 

@@ -2,7 +2,7 @@
 // One host-to-device copy per step: a step's index arrays (token ids, positions, lengths, the
 // rows' KV descriptors, block tables, draw indexes) written by the step planner straight into
 // pinned memory (src/cuda/step_plan.h lays them out) and copied with one cudaMemcpyAsync into one
-// device buffer. With CUDA graphs (--cuda-graphs) the arrays must sit at addresses that stay the
+// device buffer. With CUDA graphs (CUDA graphs) the arrays must sit at addresses that stay the
 // same from step to step: the device buffer is reserved ahead for the step's bucket and only grows.
 //
 // Double-buffered staging: two pinned buffers used alternately, each with an event recorded after

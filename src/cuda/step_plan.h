@@ -19,7 +19,7 @@
 
 namespace bestofn::cuda {
 
-// --cuda-graphs pads a step's batch up to its bucket so that a graph captured for the bucket
+// CUDA graphs pad a step's batch up to its bucket so that a graph captured for the bucket
 // replays while candidates finish: 1, 2, 4, 8, 16, 32, 64, then multiples of 64. Powers of two up
 // to 64 keep the number of small buckets (and graphs) at 7 where the step is bound by reading the
 // weights, so extra rows cost next to nothing; above 64 a multiple of 64 wastes at most 63 rows
@@ -44,7 +44,7 @@ struct KvLayout {
 };
 
 // One batch row as the device reads it: its prefix part and its suffix part (the slot's own rows,
-// or with --paged-kv the block pools), and the byte offset from the suffix part's layer base to the
+// or with paged KV the block pools), and the byte offset from the suffix part's layer base to the
 // cache row this step writes (the same in every layer). 56 bytes.
 struct StepRowDesc {
   std::uint64_t k_prefix = 0, v_prefix = 0, prefix_stride = 0;
@@ -63,7 +63,7 @@ void expand_step_pointers(std::span<const StepRowDesc> desc, int n_layers, std::
 // What the planner is told about one batch row.
 struct StepRow {
   int slot = 0;         // the slot handle (twice in one step only as a run, below)
-  int run = 0;          // --speculate: the row's place in its slot's run of consecutive positions
+  int run = 0;          // Speculation: the row's place in its slot's run of consecutive positions
                         // (Engine::decode_runs): run r > 0 follows run r - 1 of the same slot,
                         // one position further; each row attends to its slot up to its own position
   int prefix = 0;       // the prefix handle (rows of one prefix form a group)
@@ -71,8 +71,8 @@ struct StepRow {
   int suffix_len = 0;   // the slot's suffix rows before this step
   int token = 0;
   KvLayout prefix_kv;   // the prefix's layers
-  KvLayout suffix_kv;   // the slot's own part, or (--paged-kv) the block pools
-  std::span<const int> blocks;  // --paged-kv: the slot's block table, covering this step's row
+  KvLayout suffix_kv;   // the slot's own part, or (paged KV) the block pools
+  std::span<const int> blocks;  // Paged KV: the slot's block table, covering this step's row
 };
 
 // The batch's rows grouped by prefix, in order of first appearance; the padding rows, when there
@@ -99,11 +99,11 @@ struct StepLayout {
   std::size_t tokens = 0;   // (padded) int
   std::size_t pos = 0;      // (padded) int: each row's position
   std::size_t lens = 0;     // (2 padded) int: prefix lengths, then suffix lengths with this token
-  std::size_t draws = kAbsent;  // (3 padded) uint64: --device-sampling's prompt, candidate, step indexes
-  std::size_t map = kAbsent;    // (3 padded) int: --cuda-prefix-gemm's state-row map
+  std::size_t draws = kAbsent;  // (3 padded) uint64: device sampling's prompt, candidate, step indexes
+  std::size_t map = kAbsent;    // (3 padded) int: prefix-GEMM attention's state-row map
   std::size_t desc = 0;         // (padded) StepRowDesc
-  std::size_t starts = kAbsent; // (padded) int: --paged-kv, row t's table at tables + starts[t]
-  std::size_t tables = kAbsent; // --paged-kv: the block tables, flat (ints)
+  std::size_t starts = kAbsent; // (padded) int: paged KV, row t's table at tables + starts[t]
+  std::size_t tables = kAbsent; // Paged KV: the block tables, flat (ints)
   std::size_t bytes = 0;        // the bytes this step stages (the tables as they are now)
   std::size_t capacity = 0;     // the bytes for this bucket with the tables at their capacity
 };
@@ -113,9 +113,9 @@ struct StepPlanConfig {
   int vocab = 1;
   int max_positions = 1;
   std::size_t row_bytes = 0;  // one cache row of one layer (K or V)
-  int block_tokens = 0;       // --paged-kv: positions per block; 0: unpaged
-  std::size_t table_capacity = 0;  // --paged-kv: the most table entries a step can hold (the pool's blocks + 1)
-  bool pad = false;           // --cuda-graphs: pad to bucket_of(T)
+  int block_tokens = 0;       // Paged KV: positions per block; 0: unpaged
+  std::size_t table_capacity = 0;  // Paged KV: the most table entries a step can hold (the pool's blocks + 1)
+  bool pad = false;           // CUDA graphs: pad to bucket_of(T)
   // Where the padding rows read and write, nowhere else: a 1-position prefix (`padding_prefix`,
   // row 0 of its layers) and a scratch suffix row (`padding_suffix`: unpaged, row 0 of its layers;
   // paged, the block pools with the one-block table {scratch_block}). Each padding row writes its
@@ -125,7 +125,7 @@ struct StepPlanConfig {
   int scratch_block = -1;
 };
 
-// Draw indexes per real row (--device-sampling).
+// Draw indexes per real row (device sampling).
 struct StepDraws {
   std::span<const std::uint64_t> prompt, candidate, step;
 };
