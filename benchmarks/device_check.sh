@@ -67,7 +67,7 @@ SYNTH=/tmp/bestofn-synth-8b
 export OUT BIN SYNTH ROOT BUILD BUNDLE
 export BESTOFN_GEMM_CACHE=/tmp/bestofn-gemm-algos.json  # --gemm-autotune's choices, shared by the benches
 
-# The CUDA paths (include/bestofn/engine/cuda_paths.h), each written as its switches on top of
+# The CUDA paths (include/bestofn/backends/cuda_paths.h), each written as its switches on top of
 # `--cuda-path reference` (no switch: part 1), so every bench and generate line names its path's
 # flags and runs exactly them: without --cuda-path the engine would choose a path per run
 # (--cuda-path auto) and add the switches to it. benchmarks/device_summary.py matches a line's

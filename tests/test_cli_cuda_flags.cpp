@@ -1,8 +1,8 @@
-// The CUDA flags of generate, eval and bench: one declaration (bestofn/engine/cuda_paths.h's
+// The CUDA flags of generate, eval and bench: one declaration (bestofn/backends/cuda_paths.h's
 // switches, src/cli/model_flags.cpp's add_cuda_flags), so the same flags with the same help on all
 // three; --cuda-path's names; the usage errors (a bad name, any CUDA flag with --device cpu, a
 // knob without the path it changes); --version naming the device run the defaults come from.
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "test_cli_util.h"
 
 namespace {

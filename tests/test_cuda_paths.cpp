@@ -1,4 +1,4 @@
-// The CUDA engine's named paths and the defaults (bestofn/engine/cuda_paths.h), without a GPU: the
+// The CUDA engine's named paths and the defaults (bestofn/backends/cuda_paths.h), without a GPU: the
 // path chosen for each shape of the 2026-11-30 run (N = 1, 8, 64, 256 candidates on a prompt, the
 // HumanEval shape), and where the defaults step aside (weights, compute capability, --speculate,
 // --kv-cache fp8, switches the engine refuses together); run shapes from generate's requests.
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/generate/model_options.h"
 #include "bestofn/model/synthetic.h"
 #include "bestofn/model/weights.h"

@@ -10,7 +10,7 @@
 #include <map>
 
 #include "bestofn/backends/backends.h"
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/generate/model_options.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/model/synthetic.h"

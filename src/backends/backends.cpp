@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/util/error.h"
 
 #if BESTOFN_HAVE_CUDA

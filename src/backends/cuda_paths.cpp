@@ -1,6 +1,6 @@
 // The CUDA engine's named paths, its switches, and the default path of a run
-// (bestofn/engine/cuda_paths.h). Plain C++ in bestofn_core: the choice is tested without a GPU.
-#include "bestofn/engine/cuda_paths.h"
+// (bestofn/backends/cuda_paths.h). Plain C++ in bestofn_core: the choice is tested without a GPU.
+#include "bestofn/backends/cuda_paths.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "bestofn/backends/backends.h"
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/util/error.h"
 #include "bestofn/util/parallel.h"
 #include "bestofn/util/temp_paths.h"

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/eval/selection.h"
 #include "bestofn/generate/shard.h"
 #include "bestofn/util/error.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/engine/engine.h"
 
 namespace bestofn {

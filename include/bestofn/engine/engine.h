@@ -20,7 +20,7 @@ struct Weights;
 
 // The CUDA engine's paths and device; the CPU engine reads none of them (--device auto on the CPU
 // warns about those set, src/backends/backends.cpp). Named sets of them, and the one a run takes
-// by default: bestofn/engine/cuda_paths.h.
+// by default: bestofn/backends/cuda_paths.h.
 struct CudaOptions {
   // The device ordinal, as this process numbers them (within CUDA_VISIBLE_DEVICES). The engine
   // makes it current on every call, so several engines may run on several threads.
@@ -39,7 +39,7 @@ struct CudaOptions {
   bool small_m_split = false;     // with it: the layer's norms, quantizations and RoPE as their own launches (A/B; src/cuda/layer_plan.h)
   int small_m_blocks_per_sm = 0;  // with it: the fused kernels' grid cap per SM (0: kSmallMBlocksPerSm)
   bool small_m_pdl = false;       // with it: the fused kernels as programmatic dependent launches, their weights prefetched into L2
-  // Where these options came from (bestofn/engine/cuda_paths.h, choose_cuda_path), for the log
+  // Where these options came from (bestofn/backends/cuda_paths.h, choose_cuda_path), for the log
   // and bench: the path's name and the switches added ("graphs --paged-kv"), and why that path.
   // Empty: set field by field (tests). The engine reads neither.
   std::string path, why;

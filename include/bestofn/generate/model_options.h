@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bestofn/engine/cuda_paths.h"
+#include "bestofn/backends/cuda_paths.h"
 #include "bestofn/engine/engine.h"
 #include "bestofn/generate/scheduler.h"
 #include "bestofn/model/weights.h"
@@ -28,7 +28,7 @@ struct ModelOptions {
   bool chat = false;
   int device_index = 0;  // the CUDA engine's device (eval --devices: the first of them)
   bool quantize_lm_head = false;  // --quantize-lm-head
-  CudaFlags cuda;  // --cuda-path and the CUDA switches (bestofn/engine/cuda_paths.h)
+  CudaFlags cuda;  // --cuda-path and the CUDA switches (bestofn/backends/cuda_paths.h)
   std::string kv_cache = "auto";  // --kv-cache
 };
 
@@ -55,7 +55,7 @@ LoadedModel load_model_options(const ModelOptions& f);
 // The shape of a run whose prompt i gets candidates[i] candidates (its longest prompt in tokens,
 // 0 when not known), as each of `engines` engines sees it (generate_data_parallel deals each
 // prompt's candidates to them in turn), with --batch and --speculate from f: what the CUDA
-// defaults choose a path by (bestofn/engine/cuda_paths.h).
+// defaults choose a path by (bestofn/backends/cuda_paths.h).
 CudaShape cuda_shape(const std::vector<int>& candidates, int longest_prompt, const ModelOptions& f, int engines = 1);
 
 // Starts m.engine on f.device: on CUDA with the path f.cuda asks for (named, or the defaults'
