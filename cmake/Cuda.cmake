@@ -53,6 +53,8 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/cuda_engine.cpp
     src/cuda/cuda_step.cpp
     src/cuda/cuda_step_ahead.cpp
+    src/cuda/attention_paths.cpp
+    src/cuda/linear_paths.cpp
     src/cuda/prefix_attention.cpp
     src/cuda/cascade_attention.cpp
     src/cuda/ceilings.cpp

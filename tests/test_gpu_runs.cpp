@@ -124,7 +124,7 @@ TEST(GpuEngine, RunsRefuseBadInputAndThePathsWithoutThem) {
   o.cuda.prefix_gemm = true;
   auto pg = cuda::make_cuda_engine(w, o);
   EXPECT_FALSE(pg->capabilities().runs);
-  EXPECT_NE(pg->capabilities().why_no_runs.find("--cuda-prefix-gemm"), std::string::npos);
+  EXPECT_NE(pg->capabilities().why_no_runs.find("prefix-GEMM attention"), std::string::npos);
 }
 
 // generate() with --speculate on the CUDA engine: the candidates of plain decoding, token for

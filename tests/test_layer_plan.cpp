@@ -57,11 +57,11 @@ TEST(LayerPlan, UnfusedWithTheReason) {
   FusedLayerShape s = llama8b(9);  // cuBLASLt's GEMMs from 9 rows on
   EXPECT_NE(why(s).find("9 rows"), std::string::npos) << why(s);
   s = llama8b(1), s.split = true;
-  EXPECT_NE(why(s).find("--small-m-split"), std::string::npos);
+  EXPECT_NE(why(s).find("small-M split"), std::string::npos);
   s = llama8b(1), s.small_m = false;
-  EXPECT_NE(why(s).find("--small-m-linear"), std::string::npos);
+  EXPECT_NE(why(s).find("small-M linear is off"), std::string::npos);
   s = llama8b(1), s.fused_fp8 = false;
-  EXPECT_NE(why(s).find("--fused-qkv"), std::string::npos);
+  EXPECT_NE(why(s).find("fused q/k/v"), std::string::npos);
   s = llama8b(1), s.hd = 127, s.n_heads = 32;
   EXPECT_NE(why(s).find("not even"), std::string::npos);
   // The prologue's codes in shared memory: 8 rows of 8192 do not fit, 4 do.

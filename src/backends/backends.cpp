@@ -57,7 +57,14 @@ Backend backend_of(const std::string& device) {
 
 std::unique_ptr<Engine> cuda_engine(std::shared_ptr<const Weights> weights, const EngineOptions& options) {
 #if BESTOFN_HAVE_CUDA
-  return cuda::make_cuda_engine(std::move(weights), options);
+  // The engine speaks of its features (paged KV, cascade attention, ...); the command line's
+  // context goes in front of its refusals here, with the path that asked for them.
+  try {
+    return cuda::make_cuda_engine(std::move(weights), options);
+  } catch (const Error& e) {
+    const std::string& path = options.cuda.path;  // "graphs --paged-kv": the path and the switches added
+    throw Error("--device cuda" + (path.empty() || path == "reference" ? std::string() : ", --cuda-path " + path) + ": " + e.what());
+  }
 #else
   (void)weights, (void)options;
   throw Error("--device cuda: this build has no CUDA backend");  // backend_of never says Cuda here

@@ -13,9 +13,9 @@ namespace bestofn::cuda {
 CascadeAttention::CascadeAttention(cudaStream_t stream, int n_layers, int n_heads, int n_kv, int hd, KvFormat kv)
     : stream_(stream), n_layers_(n_layers), n_heads_(n_heads), n_kv_(n_kv), hd_(hd), kv_(kv) {
   if (!cascade_attention_built())
-    throw Error("--cascade-attention: this build has no FlashInfer headers (scripts/fetch_flashinfer.sh stages them; then reconfigure)");
+    throw Error("cascade attention: this build has no FlashInfer headers (scripts/fetch_flashinfer.sh stages them; then reconfigure)");
   if (!cascade_attention_supported(n_heads, n_kv, hd))
-    throw Error("--cascade-attention: supports head_dim 128 with n_heads a multiple of n_kv_heads (the one FlashInfer instantiation), got head_dim " +
+    throw Error("cascade attention: supports head_dim 128 with n_heads a multiple of n_kv_heads (the one FlashInfer instantiation), got head_dim " +
                 std::to_string(hd) + ", heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv));
   k_pages_.resize(static_cast<std::size_t>(n_layers));
   v_pages_.resize(static_cast<std::size_t>(n_layers));
@@ -110,18 +110,18 @@ bool CascadeAttention::use_paged_suffix(const KvLayout& pools, int blocks) {
 
 template <class Plan>
 auto CascadeAttention::plan_into(DeviceBuffer& f, DeviceBuffer& i, PinnedBuffer& pinned, bool ahead, Plan&& plan) {
-  if (pinned.size() < i.size() && ahead) throw Error("--cascade-attention", "a plan made ahead would grow its staging");
+  if (pinned.size() < i.size() && ahead) throw Error("cascade attention", "a plan made ahead would grow its staging");
   pinned.resize(i.size());  // the other staging may have grown since this one was used
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto s = plan(CascadeWorkspace{f.get(), f.size(), i.get(), pinned.get(), i.size()});
     if (s.planned) return s;
-    if (ahead) throw Error("--cascade-attention", "a plan made ahead would grow FlashInfer's workspace");
+    if (ahead) throw Error("cascade attention", "a plan made ahead would grow FlashInfer's workspace");
     // Grow to what it asks (at least 1 MB of ints, 16 MB of floats), once: a larger step than any before.
     f.resize(std::max<std::size_t>(s.float_bytes, std::size_t{16} << 20));
     i.resize(std::max<std::size_t>(s.int_bytes, std::size_t{1} << 20));
     pinned.resize(i.size());
   }
-  throw Error("--cascade-attention", "FlashInfer's plan did not fit the workspace it asked for");
+  throw Error("cascade attention", "FlashInfer's plan did not fit the workspace it asked for");
 }
 
 CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid, bool ahead) {
@@ -142,7 +142,7 @@ CascadeStepPlan CascadeAttention::plan(std::span<const CascadeRow> rows, std::sp
   // then plans in full.
   const std::size_t bytes = s.layout.size * sizeof(int);
   if (ahead && (T > scratch_T_ || bytes > ints_.size() || bytes > staging_[side_ ^ 1].ints.size()))
-    throw Error("--cascade-attention", "a plan made ahead would grow its buffers");
+    throw Error("cascade attention", "a plan made ahead would grow its buffers");
   grow_scratch(T);
   // The other staging: its copies (the plan before last's) must have left for the device before it
   // is written again; they have, after the last step's synchronization.

@@ -23,18 +23,18 @@ namespace bestofn::cuda {
 
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
     : w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
-  if (opt.kv == EngineOptions::Kv::F32) throw Error("--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8");
+  if (opt.kv == EngineOptions::Kv::F32) throw Error("an F32 KV cache: the CUDA engine keeps its KV cache in BF16 or FP8");
   if (opt.kv == EngineOptions::Kv::FP8) {
     // Every path reads FP8 rows: the decode kernels (plain, split, tiled), prefill, paged KV's
     // blocks, and the prefix GEMMs (their K/V widened to F32 from the FP8 rows).
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
-      throw Error("--kv-cache fp8: needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
+      throw Error("an FP8 KV cache needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
                   std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));
     kv_ = KvFormat::FP8;
   }
   std::string why;
   const std::size_t visible = list_devices(&why).size();
-  if (visible == 0) throw Error("--device cuda: no CUDA device is visible (" + why + ")");
+  if (visible == 0) throw Error("no CUDA device is visible (" + why + ")");
   if (opt.cuda.device_index < 0 || static_cast<std::size_t>(opt.cuda.device_index) >= visible)
     throw Error("CUDA device " + std::to_string(opt.cuda.device_index) + " is not visible: this process sees " + std::to_string(visible) +
                 " device(s), numbered from 0 within CUDA_VISIBLE_DEVICES");
@@ -45,14 +45,10 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   if (opt.cuda.gemm_autotune) algo_cache_ = std::make_unique<GemmAlgoCache>(GemmAlgoCache::default_file());
   gemm_ = std::make_unique<Gemm>(stream_, algo_cache_.get());
   timer_.set_stream(stream_);
-  prefix_gemm_ = opt.cuda.prefix_gemm;
-  small_m_ = opt.cuda.small_m_linear;
-  if (prefix_gemm_) prefix_attn_ = std::make_unique<PrefixAttention>(stream_);
   device_sampling_ = opt.cuda.device_sampling;
-  split_attention_ = opt.cuda.split_attention;
   if (opt.cuda.graphs) graphs_ = std::make_unique<GraphCache>();
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  if (opt.cuda.paged_kv && opt.cuda.kv_blocks < 0) throw Error("--kv-blocks: expected >= 0, got " + std::to_string(opt.cuda.kv_blocks));
+  if (opt.cuda.paged_kv && opt.cuda.kv_blocks < 0) throw Error("paged KV's pool: expected >= 0 blocks, got " + std::to_string(opt.cuda.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
@@ -64,18 +60,29 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     lm_head_.type = embed_.dtype == DType::BF16 ? GemmInput::BF16 : GemmInput::F32;
   }
   for (const LayerWeights& L : w_->layers) layers_.push_back(upload(L, opt.cuda.fused_qkv));
-  plan_fused_layers(opt.cuda);
+  LinearSetup linear;
+  linear.stream = stream_, linear.gemm = gemm_.get(), linear.timer = &timer_, linear.sm_count = sm_count_;
+  linear.layers = layers_, linear.lm_head = &lm_head_;
+  linear.dim = c_.dim, linear.hidden = c_.hidden_dim, linear.n_heads = c_.n_heads, linear.n_kv = c_.n_kv_heads, linear.hd = c_.head_dim;
+  linear.kv = kv_;
+  linear_ = make_linear_path(opt.cuda, linear);
   // CUDA graphs pad batches to their bucket: the paged pool keeps one block aside for the
   // padding rows' writes (on top of the blocks asked for).
   if (opt.cuda.paged_kv) paged_ = std::make_unique<PagedKv>(c_.n_layers, kv_row_bytes(), opt.cuda.kv_blocks, opt.cuda.graphs);
-  if (opt.cuda.cascade_attention) {
-    if (prefix_gemm_) throw Error("--cascade-attention and --cuda-prefix-gemm: two paths for the same shared-prefix attention, pick one");
-    cascade_ = std::make_unique<CascadeAttention>(stream_, c_.n_layers, c_.n_heads, c_.n_kv_heads, c_.head_dim, kv_);
-    // Paged KV: the suffixes by FlashInfer's paged decode over the block pools where it applies
-    // (BF16 KV, 4 query heads per KV head), else by cascade_merge_cuda (cascade_attention.h).
-    static_assert(PagedKv::kBlockTokens == kCascadePageTokens, "FlashInfer's decode reads paged KV's blocks as its pages");
-    if (paged_) cascade_->use_paged_suffix(paged_->layout(), paged_->blocks() + (paged_->scratch_block() >= 0 ? 1 : 0));
-  }
+  AttentionSetup attention;
+  attention.stream = stream_;
+  attention.n_layers = c_.n_layers, attention.n_heads = c_.n_heads, attention.n_kv = c_.n_kv_heads, attention.hd = c_.head_dim;
+  attention.kv = kv_, attention.sm_count = sm_count_;
+  // With small-M linear's fused layer the split attention's chunk states are merged in the
+  // attention launch by its last block per row, not by a second launch.
+  attention.split = opt.cuda.split_attention, attention.merge_inline = opt.cuda.small_m_linear && !opt.cuda.small_m_split;
+  attention.graphs = graphs_ != nullptr;
+  attention.paged = paged_.get();
+  attention.prefix_of = [this](int p) -> const Prefix& { return p == kPaddingPrefix ? *padding_ : prefix_at(p); };
+  attention_ = make_attention_path(opt.cuda, attention);
+  capabilities_.runs = attention_->can().runs;
+  if (!capabilities_.runs) capabilities_.why_no_runs = std::string("the cuda engine does not verify drafted tokens with ") + attention_->name();
+  capabilities_.device_sampling = device_sampling_;
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -88,8 +95,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     reserve(padding_->kv, 2);
     CUDA_CHECK(cudaMemsetAsync(padding_->kv.buf.get(), 0, padding_->kv.buf.size(), stream_));
     padding_->kv.len = 1;
-    if (prefix_gemm_) widen_prefix(*padding_);
-    if (cascade_) padding_->cascade_page = add_cascade_prefix(padding_->kv);
+    attention_->add_prefix(*padding_);
     plan.pad = true;
     plan.padding_prefix = padding_->kv.layout();
     const KvLayout one_row = {plan.padding_prefix.k + plan.row_bytes, plan.padding_prefix.v + plan.row_bytes, plan.padding_prefix.layer_stride};
@@ -98,8 +104,8 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     sync_stream(stream_);
   }
   planner_ = std::make_unique<StepPlanner>(plan);
-  // Step t+1 prepared while step t runs, where the plan does not hang on the prefix groups.
-  if (!prefix_gemm_) ahead_ = std::make_unique<StepAhead>(*planner_);
+  // Step t+1 prepared while step t runs, where the attention's plan does not hang on the prompts' groups.
+  if (attention_->can().ahead) ahead_ = std::make_unique<StepAhead>(*planner_);
 }
 
 EngineDescription CudaEngine::describe() const {
@@ -120,37 +126,8 @@ void CudaEngine::scratch(int T) {
   gate_.resize(t * h * 4), up_.resize(t * h * 4);
   act_q_.resize(t * widest), act_s_.resize(t * 4), act_bf16_.resize(t * widest * 2);
   fused_.resize(t * std::max(qd + 2 * kd, 2 * h) * 4);
-  // Split attention: with B blocks per row (query heads, or KV heads for the tiled kernel),
-  // T' x B x splits(T') <= 2 sm_count + T' B (decode_attention_splits), so the chunk states,
-  // T' x n_heads x splits(T'), number at most 2 sm_count x group + T' x n_heads, for every T' <= T.
-  if (split_attention_) {
-    const std::size_t group = static_cast<std::size_t>(c_.n_heads / c_.n_kv_heads);
-    attn_work_.resize((2 * static_cast<std::size_t>(sm_count_) * group + t * static_cast<std::size_t>(c_.n_heads)) *
-                      (static_cast<std::size_t>(c_.head_dim) + 2) * 4);
-    // The in-kernel merge's counters (one per row and query head at most), 0 between launches.
-    if (inline_merge_) {
-      merge_counters_.resize(t * static_cast<std::size_t>(c_.n_heads) * 4);
-      CUDA_CHECK(cudaMemsetAsync(merge_counters_.get(), 0, merge_counters_.size(), stream_));
-    }
-  }
-  // Small-M linear, 9-64 rows: the tensor-core kernel's slice sums and counters, for the widest
-  // FP8 layer at min(T, 64) rows.
-  if (small_m_mma_ && T > kSmallMMaxRows) {
-    std::size_t floats = 0, groups = 0;
-    auto need = [&](const DevLinear& l) {
-      if (l.type != GemmInput::FP8 || !small_m_mma_fits(kMmaMinRows, l.out, l.in)) return;
-      floats = std::max(floats, small_m_mma_workspace_floats(std::min(T, kMmaMaxRows), l.out, small_m_mma_slices(l.out, l.in, sm_count_)));
-      groups = std::max(groups, static_cast<std::size_t>(l.out / kMmaRowsPerWarp));
-    };
-    for (const DevLayer& L : layers_)
-      for (const DevLinear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wqkv, &L.w_gate_up}) need(*l);
-    need(lm_head_);
-    mma_work_.resize(std::max<std::size_t>(floats, 1) * 4);
-    if (groups * 4 > mma_counters_.size()) {
-      mma_counters_.resize(groups * 4);
-      CUDA_CHECK(cudaMemsetAsync(mma_counters_.get(), 0, mma_counters_.size(), stream_));
-    }
-  }
+  attention_->size_rows(T);
+  linear_->size_rows(T);
   scratch_T_ = T;
 }
 
@@ -162,7 +139,7 @@ void CudaEngine::size_for_bucket(int T) {
   logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
   if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
   step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
-  arena_.reserve(planner_->layout(n, device_sampling_, prefix_gemm_, 0).capacity);
+  arena_.reserve(planner_->layout(n, device_sampling_, attention_->can().grouped, 0).capacity);
   sized_bucket_T_ = n;
 }
 
@@ -170,7 +147,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
-  arena_.reserve_staging(planner_->layout(bucket, device_sampling_, prefix_gemm_, 0).capacity);
+  arena_.reserve_staging(planner_->layout(bucket, device_sampling_, attention_->can().grouped, 0).capacity);
   if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
   // prefill_arena_bytes) in the prefill staging buffer.
@@ -180,16 +157,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   prefill_logits_.resize(static_cast<std::size_t>(std::max(shape.prefill_prompts, 1)) * static_cast<std::size_t>(c_.vocab_size) * 4);
   arena_.reserve_prefill(prefill_arena_bytes(std::max(shape.prefill_rows, shape.longest_prompt), shape.prefill_prompts, pass, c_.n_layers));
   reserve_prefix_parts(shape.prompt_lengths);
-  if (cascade_) cascade_->reserve(bucket, shape.longest_prompt);  // after the pool: its layout counts the pages
-  // Prefix-GEMM attention: the prefix GEMMs' scratch for the bucket's rows over the longest prompt,
-  // where that fits in an eighth of the free memory (else its steps grow it, counted).
-  if (prefix_gemm_) {
-    std::size_t free_bytes = 0, total_bytes = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const std::size_t rows = static_cast<std::size_t>(bucket) * static_cast<std::size_t>(c_.n_heads);
-    const auto longest = static_cast<std::size_t>(std::max(shape.longest_prompt, 1));
-    if (PrefixAttention::reserve_bytes(rows, longest, c_.head_dim) <= free_bytes / 8) prefix_attn_->reserve_for(rows, longest, c_.head_dim);
-  }
+  attention_->reserve(bucket, shape.longest_prompt);  // after the prompts' parts (cascade attention's layout counts its pages)
   // Unpaged: a part of max_new_tokens rows (what a candidate feeds, and one for the speculation)
   // for each slot of the largest batch.
   if (!paged_) {
@@ -203,38 +171,23 @@ void CudaEngine::reserve(const RunShape& shape) {
 }
 
 // A KV part per prompt of the run, each the prompt's length, shortest first within a quarter of the
-// device memory free now (a run with more allocates the rest at their prefill, counted); with
-// prefix-GEMM attention its F32 copy too; the cascade's page pool grown to hold them all. Parts of an
-// earlier run are dropped first.
+// device memory free now (a run with more allocates the rest at their prefill, counted); and what
+// the attention path keeps ready for them (prefix-GEMM attention's F32 copies, cascade attention's
+// pages). Parts of an earlier run are dropped first.
 void CudaEngine::reserve_prefix_parts(const std::vector<int>& lengths) {
   prefix_parts_.clear();
-  f32_prefix_parts_.clear();
+  attention_->reserve_prefixes({});
   std::size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::size_t wide_row = prefix_gemm_ ? static_cast<std::size_t>(c_.kv_dim()) * 4 : 0;
-  const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * (kv_row_bytes() + wide_row);
-  int pages = 0;
-  for (const int len : reserved_part_lengths(lengths, static_cast<long long>(free_bytes / 4 / row))) {
+  const std::size_t row = 2 * static_cast<std::size_t>(c_.n_layers) * kv_row_bytes() + attention_->prefix_bytes_per_position();
+  const std::vector<int> reserved = reserved_part_lengths(lengths, static_cast<long long>(free_bytes / 4 / row));
+  for (const int len : reserved) {
     KvPart part;
     reserve(part, len, true);
     prefix_parts_.put(len, std::move(part));
-    if (prefix_gemm_) f32_prefix_parts_.put(len, make_f32_part(len));
-    pages += pages_for(len, kCascadePageTokens);
   }
+  attention_->reserve_prefixes(reserved);
   prefix_parts_on_ = true;
-  if (cascade_) cascade_->reserve_pages(pages);
-}
-
-F32KvPart CudaEngine::make_f32_part(int rows) const {
-  F32KvPart part;
-  part.kv_dim = static_cast<std::size_t>(c_.kv_dim()), part.capacity = rows;
-  part.buf.resize(2 * static_cast<std::size_t>(c_.n_layers) * static_cast<std::size_t>(rows) * part.kv_dim * 4);
-  return part;
-}
-
-F32KvPart CudaEngine::take_f32_part(int rows) {
-  if (auto part = f32_prefix_parts_.take(rows)) return std::move(*part);
-  return make_f32_part(rows);
 }
 
 KvPart CudaEngine::take_prefix_part(int rows) {
@@ -264,54 +217,6 @@ void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   part.capacity = cap;
 }
 
-// Small-M linear: each layer's fused plan for 1..8 rows, and why not where a layer runs unfused.
-void CudaEngine::plan_fused_layers(const CudaOptions& o) {
-  if (o.small_m_blocks_per_sm < 0) throw Error("--small-m-blocks-per-sm: expected >= 0, got " + std::to_string(o.small_m_blocks_per_sm));
-  small_m_blocks_ = sm_count_ * (o.small_m_blocks_per_sm > 0 ? o.small_m_blocks_per_sm : kSmallMBlocksPerSm);
-  small_m_pdl_ = o.small_m_pdl;
-  if (small_m_pdl_ && !small_m_pdl_supported())
-    throw Error("--small-m-pdl: programmatic dependent launch needs a compute capability 9.0 device (and bestofn built for sm_90)");
-  inline_merge_ = small_m_ && !o.small_m_split;
-  small_m_mma_ = small_m_ && small_m_mma_supported();
-  if (small_m_ && !small_m_mma_)
-    spdlog::info("--small-m-linear: steps of 9-64 rows stay on cuBLASLt (FP8 tensor-core products need compute capability 8.9)");
-  const int per_layer = kSmallMMaxRows + 1;
-  fused_plans_.assign(layers_.size() * static_cast<std::size_t>(per_layer), FusedLayerPlan{});
-  if (!small_m_) return;
-  fused_lm_head_ = !o.small_m_split && lm_head_.type == GemmInput::FP8 && lm_head_.w.buf.size() > 0;
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    const DevLayer& L = layers_[l];
-    auto fp8 = [](const DevLinear& d) { return d.out > 0 && d.type == GemmInput::FP8; };
-    FusedLayerShape shape;
-    shape.dim = c_.dim, shape.hidden = c_.hidden_dim, shape.n_heads = c_.n_heads, shape.n_kv = c_.n_kv_heads, shape.hd = c_.head_dim;
-    shape.small_m = true, shape.split = o.small_m_split;
-    shape.fused_fp8 = fp8(L.wqkv) && fp8(L.w_gate_up) && fp8(L.wo) && fp8(L.w_down);
-    shape.qk_norm = L.q_norm.buf.size() > 0;
-    shape.kv_bf16 = kv_ == KvFormat::BF16;
-    for (int T = 1; T < per_layer; ++T) {
-      shape.T = T;
-      FusedLayerPlan& p = fused_plans_[l * static_cast<std::size_t>(per_layer) + static_cast<std::size_t>(T)];
-      p = plan_fused_layer(shape);
-      if (l == 0 && T == 1) {
-        if (p.n > 0)
-          spdlog::info("--small-m-linear: a layer of 1-{} rows in {} launches", kSmallMMaxRows, p.n);
-        else
-          spdlog::info("--small-m-linear: the layers run unfused ({})", p.why);
-      }
-    }
-  }
-}
-
-SmallMFused CudaEngine::small_m_args(const DevLinear& l, int T, float* y, bool accumulate) const {
-  SmallMFused f;
-  f.w = static_cast<const std::uint8_t*>(l.w.buf.get()), f.sw = l.scale.get<float>(), f.per_channel = l.per_channel, f.bias = l.bias_or_null();
-  f.T = T, f.out = l.out, f.in = l.in, f.static_scale = l.input_scale;
-  f.y = y, f.accumulate = accumulate;
-  f.max_blocks = small_m_blocks_;
-  f.pdl = small_m_pdl_;
-  return f;
-}
-
 // y (T, out) = x (T, in) W^T (+ b): FP8 quantizes x per its scheme and scales (and adds the bias)
 // in the epilogue; BF16 and F32 add a bias after the GEMM.
 void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
@@ -339,11 +244,11 @@ void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
   fp8_product(l, l.w.buf.get(), T, y);
 }
 
-// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): with small-M linear
-// on an FP8 layer of 1..8 rows the kernel adds its result to x_ itself (the residual add fused, the
-// same rounded add); else the product into o_, then residual_add_cuda.
+// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): where the linear
+// path's kernel adds its result to x_ itself (small-M linear: the residual add fused, the same
+// rounded add), that; else the product into o_, then residual_add_cuda.
 void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
-  if (small_m_takes(l, T)) {
+  if (linear_->adds(l, T)) {
     const auto phase = timer_.scope(PhaseTimer::Gemm);
     if (in) quantize_input(l, in, T);
     fp8_product(l, l.w.buf.get(), T, x_.get<float>(), /*accumulate=*/true);
@@ -357,49 +262,22 @@ void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
   timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
 }
 
-bool CudaEngine::small_m_takes(const DevLinear& l, int T) const {
-  return small_m_ && l.type == GemmInput::FP8 && (small_m_linear_fits(T, l.out, l.in) || (small_m_mma_ && small_m_mma_fits(T, l.out, l.in)));
-}
-
 // x (T, l.in) quantized per l's scheme into act_q_ / act_s_ (an FP8 layer's input).
 void CudaEngine::quantize_input(const DevLinear& l, const float* x, int T) {
   timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
 }
 
-// The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y:
-// Small-M linear's one kernel for 1..8 rows, else cuBLASLt's GEMM and the scale kernel.
+// The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y, by
+// the linear path (cuBLASLt's GEMM and the scale kernel, or small-M linear's kernels).
 void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate) {
-  if (small_m_takes(l, T) && T > kSmallMMaxRows) {  // 9-64 rows: the tensor-core kernel
-    const int slices = small_m_mma_slices(l.out, l.in, sm_count_);
-    timed("gemm", [&] {
-      linear_fp8_mma_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),
-                          l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_, accumulate, slices, mma_work_.get<float>(),
-                          mma_counters_.get<int>());
-    });
-    return;
-  }
-  if (small_m_takes(l, T)) {
-    timed("gemm", [&] {
-      linear_fp8_small_m_cuda(static_cast<const std::uint8_t*>(w), act_q_.get<std::uint8_t>(), act_s_.get<float>(), l.scale.get<float>(),
-                              l.per_channel, l.bias_or_null(), T, l.out, l.in, y, stream_, accumulate);
-    });
-    return;
-  }
-  if (accumulate) throw Error("fp8_product: only --small-m-linear's kernel adds to its output");
-  timed("gemm", [&] { gemm_->run(GemmInput::FP8, w, act_q_.get(), y, l.out, l.in, T); });
-  timed("scale", [&] {
-    scale_output_cuda(y, T, l.out, act_s_.get<float>(), l.scale.get<float>(), l.per_channel, stream_, l.bias_or_null());
-  });
+  linear_->fp8_product(l, w, act_q_.get<std::uint8_t>(), act_s_.get<float>(), T, y, accumulate);
 }
 
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                        const std::function<void()>& attend) {
-  if (T >= 1 && T <= kSmallMMaxRows) {
-    const FusedLayerPlan& plan = fused_plans_[static_cast<std::size_t>(l) * (kSmallMMaxRows + 1) + static_cast<std::size_t>(T)];
-    if (plan.n > 0) {
-      layer_fused(plan, l, T, pos, k_rows, v_rows, attend);
-      return;
-    }
+  if (const FusedLayerPlan* plan = linear_->fused_layer(l, T)) {
+    layer_fused(*plan, l, T, pos, k_rows, v_rows, attend);
+    return;
   }
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -460,7 +338,7 @@ void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int
     switch (op) {
       case LayerLaunch::QkvNormRope:
       case LayerLaunch::QkvNorm: {
-        SmallMFused f = small_m_args(L.wqkv, T, nullptr, false);
+        SmallMFused f = linear_->fused_args(L.wqkv, T, nullptr, false);
         normed(f, L.attn_norm);
         f.epilogue = SmallMEpilogue::Heads, f.n_heads = c_.n_heads, f.n_kv = c_.n_kv_heads, f.hd = c_.head_dim, f.q = q_.get<float>();
         if (op == LayerLaunch::QkvNormRope)
@@ -492,13 +370,13 @@ void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int
         break;
       }
       case LayerLaunch::OutResidual: {
-        SmallMFused f = small_m_args(L.wo, T, x_.get<float>(), true);
+        SmallMFused f = linear_->fused_args(L.wo, T, x_.get<float>(), true);
         f.prologue = SmallMPrologue::Quant, f.x = att_.get<float>();
         product("o", f);
         break;
       }
       case LayerLaunch::GateUpNorm: {
-        SmallMFused f = small_m_args(L.w_gate_up, T, fused_.get<float>(), false);
+        SmallMFused f = linear_->fused_args(L.w_gate_up, T, fused_.get<float>(), false);
         normed(f, L.ffn_norm);
         product("gate_up", f);
         break;
@@ -510,7 +388,7 @@ void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int
         });
         break;
       case LayerLaunch::DownResidual: {
-        SmallMFused f = small_m_args(L.w_down, T, x_.get<float>(), true);
+        SmallMFused f = linear_->fused_args(L.w_down, T, x_.get<float>(), true);
         f.a = act_q_.get<std::uint8_t>(), f.sx = act_s_.get<float>();
         product("down", f);
         break;
@@ -557,8 +435,8 @@ void CudaEngine::logits_rows(int first, int T, float* out) {
   timer_.set_detail_prefix("lm_head.");
   // Small-M linear with an FP8 lm_head (lm_head quantization): the final norm and the quantization
   // in the kernel's prologue, one launch (the codes of the three launches below, bit for bit).
-  if (fused_lm_head_ && small_m_linear_fits(T, lm_head_.out, lm_head_.in) && small_m_prologue_fits(T, c_.dim)) {
-    SmallMFused f = small_m_args(lm_head_, T, out ? out : logits_.get<float>(), false);
+  if (linear_->fuses_lm_head(T)) {
+    SmallMFused f = linear_->fused_args(lm_head_, T, out ? out : logits_.get<float>(), false);
     f.prologue = SmallMPrologue::NormQuant, f.x = x, f.norm = final_norm_.buf.get(), f.norm_bf16 = final_norm_.dtype == DType::BF16;
     f.eps = static_cast<float>(c_.rms_norm_eps);
     const auto phase = timer_.scope(PhaseTimer::Gemm);
@@ -615,22 +493,15 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
     CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
     sync_stream(stream_);
   } catch (...) {
-    drop_cascade_pages(*p);
+    attention_->release_prefix(*p, false);
     throw;
   }
   return prefixes_.put(std::move(p));
 }
 
-// A prefix that fails before it is registered gives its page run back (cascade attention).
-void CudaEngine::drop_cascade_pages(Prefix& p) {
-  if (cascade_ && p.cascade_page >= 0) cascade_->release_prefix(p.cascade_page);
-  p.cascade_page = -1;
-}
-
 void CudaEngine::finish_prefix(Prefix& p, int len) {
   p.kv.len = len;
-  if (prefix_gemm_) widen_prefix(p);
-  if (cascade_) p.cascade_page = add_cascade_prefix(p.kv);
+  attention_->add_prefix(p);
 }
 
 // Batched, chunked prefill. Each pass's rows are laid out with the last rows of the prompts that
@@ -717,28 +588,12 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
     CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), prefill_logits_.get(), last_logits.size() * 4, cudaMemcpyDeviceToHost, stream_));
     sync_stream(stream_);
   } catch (...) {
-    for (auto& p : made) drop_cascade_pages(*p);
+    for (auto& p : made) attention_->release_prefix(*p, false);  // a prompt dropped before it was registered
     throw;
   }
   std::vector<int> ids;
   for (auto& p : made) ids.push_back(prefixes_.put(std::move(p)));
   return ids;
-}
-
-// The cache rows of a prompt widened to F32 once, for the prefix GEMMs (BF16: exact; FP8: the
-// values the kernels read, code times scale), into a part from the pool.
-void CudaEngine::widen_prefix(Prefix& p) {
-  const auto rows = static_cast<std::size_t>(p.kv.len);
-  p.wide = take_f32_part(p.kv.len);
-  for (int l = 0; l < c_.n_layers; ++l) {
-    if (kv_ == KvFormat::FP8) {
-      fp8_rows_to_f32_cuda(p.kv.k(l), rows, c_.n_kv_heads, c_.head_dim, p.wide.k(l), stream_);
-      fp8_rows_to_f32_cuda(p.kv.v(l), rows, c_.n_kv_heads, c_.head_dim, p.wide.v(l), stream_);
-    } else {
-      bf16_to_f32_cuda(p.kv.k(l), rows * p.wide.kv_dim, p.wide.k(l), stream_);
-      bf16_to_f32_cuda(p.kv.v(l), rows * p.wide.kv_dim, p.wide.v(l), stream_);
-    }
-  }
 }
 
 void CudaEngine::split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts) {

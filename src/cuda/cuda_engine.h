@@ -14,7 +14,7 @@
 #include "bestofn/util/error.h"
 #include "bestofn/model/weights.h"
 #include "util/handle_table.h"
-#include "cuda/cascade_attention.h"
+#include "cuda/attention_paths.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dev_weights.h"
 #include "cuda/device_buffer.h"
@@ -22,69 +22,19 @@
 #include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
 #include "cuda/layer_plan.h"
+#include "cuda/linear_paths.h"
 #include "cuda/paged_kv.h"
 #include "cuda/best_fit_parts.h"
 #include "cuda/phase_timer.h"
 #include "cuda/plan.h"
-#include "cuda/prefix_attention.h"
 #include "cuda/step_arena.h"
+#include "cuda/step_buffers.h"
 #include "cuda/step_ahead.h"
+#include "cuda/kv_parts.h"
 #include "cuda/step_plan.h"
+#include "cuda/step_program.h"
 
 namespace bestofn::cuda {
-
-// Prefix-GEMM attention: the fewest rows of one prefix in a step for the prefix GEMMs to be used.
-constexpr int kMinPrefixGemmRows = 2;
-
-// K and V of one sequence part (a prefix, or a slot's suffix): cache rows in the engine's KvFormat
-// (row_bytes each), every layer in one allocation: layer l's `capacity` K rows, then its V rows, so
-// layer l sits at base + l x (2 capacity row_bytes) (layout(): what a step's row descriptor carries,
-// and expand_step_pointers_cuda turns into the per-layer pointers on the device). One allocation
-// rather than 2 x layers: a slot's part is one cudaMalloc (64 per slot before, at 32 layers) and
-// its growth one 2-D copy, and nothing needs uploading when it moves; separate buffers would need
-// a per-layer base table on the device, uploaded again on every growth.
-struct KvPart {
-  DeviceBuffer buf;
-  std::size_t row_bytes = 0;
-  int len = 0, capacity = 0;
-  std::uint16_t* k(int l) const { return row_at(2 * static_cast<std::size_t>(l) * static_cast<std::size_t>(capacity)); }
-  std::uint16_t* v(int l) const { return row_at((2 * static_cast<std::size_t>(l) + 1) * static_cast<std::size_t>(capacity)); }
-  KvLayout layout() const {
-    const auto base = reinterpret_cast<std::uintptr_t>(buf.get());
-    const std::uint64_t half = static_cast<std::uint64_t>(capacity) * row_bytes;
-    return {base, base + half, 2 * half};
-  }
-
- private:
-  std::uint16_t* row_at(std::size_t r) const { return reinterpret_cast<std::uint16_t*>(buf.get<std::uint8_t>() + r * row_bytes); }
-};
-
-// Prefix-GEMM attention: a prompt's K/V widened to F32 for the prefix GEMMs, every layer in one
-// allocation (layer l's `capacity` K rows of kv_dim floats, then its V rows), taken at prefill from
-// a pool that reserve() filled, as the KV parts are (no cudaMalloc inside a run).
-struct F32KvPart {
-  DeviceBuffer buf;
-  std::size_t kv_dim = 0;
-  int capacity = 0;
-  float* k(int l) const { return buf.get<float>() + 2 * static_cast<std::size_t>(l) * rows(); }
-  float* v(int l) const { return buf.get<float>() + (2 * static_cast<std::size_t>(l) + 1) * rows(); }
-
- private:
-  std::size_t rows() const { return static_cast<std::size_t>(capacity) * kv_dim; }
-};
-
-struct Prefix {
-  KvPart kv;
-  int slots = 0;
-  F32KvPart wide;         // Prefix-GEMM attention: the K/V widened to F32
-  int cascade_page = -1;  // Cascade attention: the first page of its run in the page pool
-};
-
-struct Slot {
-  int prefix = -1;
-  KvPart kv;        // contiguous KV: the suffix rows; paged KV: kv.len only (the rows are in blocks)
-  PagedSlot paged;  // Paged KV: the block table and the promise
-};
 
 // It is its own statistics view (bench, the GPU tests).
 class CudaEngine final : public Engine, public EngineStatistics {
@@ -107,9 +57,8 @@ class CudaEngine final : public Engine, public EngineStatistics {
     use_device();
     Prefix& pre = prefix_at(p);
     if (pre.slots > 0) throw Error("release_prefix: prefix " + std::to_string(p) + " still has slots");
-    if (cascade_ && pre.cascade_page >= 0) cascade_->release_prefix(pre.cascade_page);
+    attention_->release_prefix(pre, prefix_parts_on_);
     if (prefix_parts_on_ && pre.kv.capacity > 0) prefix_parts_.put(pre.kv.capacity, std::move(pre.kv));
-    if (prefix_parts_on_ && pre.wide.capacity > 0) f32_prefix_parts_.put(pre.wide.capacity, std::move(pre.wide));
     prefixes_.erase(p);
   }
   int add_slot(int p) override {
@@ -146,12 +95,9 @@ class CudaEngine final : public Engine, public EngineStatistics {
   }
   // Speculation: runs of positions per slot as consecutive rows of one step (StepRow::run), every
   // row's K/V written before any row attends, each attending to its slot up to its own position;
-  // not with cascade attention or prefix-GEMM attention, whose attention plans rows per prefix group.
-  EngineCapabilities capabilities() const override {
-    const bool runs = !cascade_ && !prefix_gemm_;
-    return {runs, runs ? std::string() : "the cuda engine does not verify drafted tokens with --cascade-attention or --cuda-prefix-gemm",
-            device_sampling_};
-  }
+  // where the attention path takes them (not cascade attention or prefix-GEMM attention, whose
+  // plans group rows per prompt). Fixed when the engine is made.
+  EngineCapabilities capabilities() const override { return capabilities_; }
   EngineStatistics& statistics() override { return *this; }
   void truncate_slot(int s, int length) override;
   void reserve(const RunShape& shape) override;
@@ -165,7 +111,12 @@ class CudaEngine final : public Engine, public EngineStatistics {
     timer_.enable(on);
   }
   Ceilings measure_ceilings() override;
-  AheadStats ahead_stats() const override { return ahead_stats_; }
+  AheadStats ahead_stats() const override {
+    AheadStats a = ahead_stats_;
+    const AttentionPath::Counts c = attention_->counts();
+    a.cascade_ahead = c.ahead, a.cascade_planned = c.planned;
+    return a;
+  }
   GraphStats graph_stats() const override {
     return graphs_ ? GraphStats{graphs_->launches(), graphs_->disabled_reason(), static_cast<long long>(graphs_->last_nodes())} : GraphStats{};
   }
@@ -192,13 +143,6 @@ class CudaEngine final : public Engine, public EngineStatistics {
   std::uint16_t* kv_row_at(std::uint16_t* layer, std::size_t r) const {
     return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + r * kv_row_bytes());
   }
-  void drop_cascade_pages(Prefix& p);
-  // Cascade attention: a prompt's rows copied into the page pool; its first page.
-  int add_cascade_prefix(const KvPart& part) {
-    std::vector<const std::uint16_t*> k(static_cast<std::size_t>(c_.n_layers)), v(k.size());
-    for (int l = 0; l < c_.n_layers; ++l) k[static_cast<std::size_t>(l)] = part.k(l), v[static_cast<std::size_t>(l)] = part.v(l);
-    return cascade_->add_prefix(k, v, part.len);
-  }
   void reserve(KvPart& part, int rows, bool exact = false);
   void scratch(int T);
   // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
@@ -209,10 +153,8 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // input already quantized in act_q_ / act_s_.
   void residual_linear(const DevLinear& l, const float* in, int T);
   // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table);
-  // accumulate (small_m_takes only): added to y.
+  // accumulate (where the linear path adds): added to y.
   void fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate = false);
-  // Small-M linear's kernel runs l for T rows (an FP8 layer of 1..8 rows).
-  bool small_m_takes(const DevLinear& l, int T) const;
   void quantize_input(const DevLinear& l, const float* x, int T);
   // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
   void linear_quantized(const DevLinear& l, int T, float* y);
@@ -223,17 +165,12 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // Small-M linear's fused layer (src/cuda/layer_plan.h): plan's launches, one launcher call each.
   void layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                    const std::function<void()>& attend);
-  // fused_plans_ and small_m_blocks_ from the options (small-M linear, small-M split,
-  // the small-M grid cap), the layers' weights and the KV cache's format.
-  void plan_fused_layers(const CudaOptions& o);
-  // The arguments of small-M linear's kernel for l over T rows, its epilogue Rows into y.
-  SmallMFused small_m_args(const DevLinear& l, int T, float* y, bool accumulate) const;
   void ffn(int l, int T);
   // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
   // when null.
   void logits_rows(int first, int T, float* out = nullptr);
-  // What follows a prompt's forward, in prefill and prefill_many: its length, and (prefix-GEMM attention)
-  // its K/V widened.
+  // What follows a prompt's forward, in prefill and prefill_many: its length, and what the
+  // attention path keeps of it.
   void finish_prefix(Prefix& p, int len);
   // Device sampling: what decode_sample asks for.
   struct Draws {
@@ -241,59 +178,28 @@ class CudaEngine final : public Engine, public EngineStatistics {
     std::span<const std::uint64_t> prompt, candidate, step;
     std::span<Sample> out;
   };
-  // A decode step prepared on the host (prepare_step): its batch, its index arrays uploaded into
-  // arena_ (device addresses below), and the attention path it takes. With CUDA graphs the batch
-  // is padded to its bucket (step_plan.h): every launch runs T rows, the first `real` of them the
-  // batch's, the rest padding rows that touch only the scratch rows of padding_.
-  struct StepPlan {
-    int T = 0;                                   // rows of every launch (padded)
-    int real = 0;                                // the batch's rows, first
-    std::vector<Slot*> batch;
-    StepLayout layout;                           // the arrays' offsets in arena_ (fixed per bucket)
-    const int* tokens = nullptr;                 // (T)
-    const int* pos = nullptr;                    // (T) each row's position
-    const int* lens = nullptr;                   // (2 T) prefix lengths, then suffix lengths with this token
-    const std::uint64_t* draws = nullptr;        // (3 T) device sampling: prompt, candidate, step indexes
-    const int* map = nullptr;                    // (3 T) prefix-GEMM attention: the state-row map of `plan`
-    const StepRowDesc* desc = nullptr;           // (T) each row's KV parts, expanded by forward into:
-    std::uint16_t* const* rows = nullptr;        // (layers, 2, T) the cache rows this step writes: k, then v
-    const std::uint16_t* const* ptrs = nullptr;  // (layers, 4, T) k_prefix, v_prefix, k_suffix, v_suffix
-    const int* starts = nullptr;                 // (T) paged KV: row t's block table at tables + starts[t]
-    const int* tables = nullptr;                 // Paged KV: the block tables
-    int block = 0;                               // Paged KV: positions per block
-    bool use_prefix = false;                     // Prefix-GEMM attention, where a prefix has enough rows
-    PrefixStateMap plan;
-    std::vector<std::vector<PrefixAttention::Group>> groups;  // (layers, prefix groups): their F32 K/V
-    bool tiled = false;                          // Split attention: the tiled kernel
-    int splits = 1;                              // Split attention: chunks per row
-    float* partial = nullptr;                    // (splits > 1) the chunk states
-    std::optional<CascadeStepPlan> cascade;      // Cascade attention: the step's groups and FlashInfer's schedule
-  };
   // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
   // from the speculation when it holds (patch_step), else in full (plan_step); then bind_step_arrays.
   // runs (speculation): each row's place in its slot's run (StepRow::run); empty: a plain step.
-  StepPlan prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+  StepProgram prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
                         std::span<const int> runs = {});
-  void plan_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
+  void plan_step(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
                  std::span<const int> runs = {});
-  bool patch_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
-  void bind_step_arrays(StepPlan& s, const Draws* draws);
+  bool patch_step(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
+  void bind_step_arrays(StepProgram& s, const Draws* draws);
   // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
-  void speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws);
-  CascadeStepPlan plan_cascade(std::span<Slot* const> batch, int T, bool ahead = false);
+  void speculate_next(std::span<const int> slots, const StepProgram& s, const Draws* draws);
   // The step's device work (what a CUDA graph may capture): the forward, then the logits in
   // logits_ or (draws) the samples in samples_.
-  void forward(const StepPlan& s, const Draws* draws);
-  void attend_decode(int l, const StepPlan& s);
+  void forward(const StepProgram& s, const Draws* draws);
   // One decode step of these rows; the logits to host_logits, or (draws) sampled on the device
   // and only the samples copied back.
   void decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
                    std::span<const int> runs = {});
   // CUDA graphs: everything host-side the launches of a step depend on (graph_cache.h).
-  GraphKey graph_key(const StepPlan& s, const Draws* draws) const;
+  GraphKey graph_key(const StepProgram& s, const Draws* draws) const;
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
-  void widen_prefix(Prefix& p);
 
   struct StreamDeleter {
     void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
@@ -313,79 +219,65 @@ class CudaEngine final : public Engine, public EngineStatistics {
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};
 
+  // Every device buffer a decode step's launches touch, registered where declared (StepBuffer):
+  // the CUDA graph key holds their addresses (graph_key). The paths' own buffers are in their
+  // parts of the key.
+  StepBuffers step_buffers_;
   // Activations for T tokens (device), fp32 unless said otherwise.
-  DeviceBuffer x_;         // (T, dim) the residual stream
-  DeviceBuffer xn_;        // (T, dim) normed
-  DeviceBuffer q_;         // (T, n_heads * head_dim)
-  DeviceBuffer k_;         // (T, n_kv_heads * head_dim)
-  DeviceBuffer v_;         // (T, n_kv_heads * head_dim)
-  DeviceBuffer att_;       // (T, n_heads * head_dim)
-  DeviceBuffer o_;         // (T, dim)
-  DeviceBuffer gate_;      // (T, hidden_dim)
-  DeviceBuffer up_;        // (T, hidden_dim)
-  DeviceBuffer logits_;    // (T, vocab_size)
-  DeviceBuffer prefill_logits_;  // (prompts, vocab_size): prefill_many's last-row logits, copied back once
-  DeviceBuffer act_q_;     // (T, widest input) E4M3 codes: an FP8 GEMM's input
-  DeviceBuffer act_s_;     // (T) their scales
-  DeviceBuffer act_bf16_;  // (T, widest input) BF16: a BF16 GEMM's input
-  DeviceBuffer fused_;     // Fused q/k/v: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
-  DeviceBuffer attn_work_; // Split attention: the chunk states
+  StepBuffer x_{step_buffers_};          // (T, dim) the residual stream
+  StepBuffer xn_{step_buffers_};         // (T, dim) normed
+  StepBuffer q_{step_buffers_};          // (T, n_heads * head_dim)
+  StepBuffer k_{step_buffers_};          // (T, n_kv_heads * head_dim)
+  StepBuffer v_{step_buffers_};          // (T, n_kv_heads * head_dim)
+  StepBuffer att_{step_buffers_};        // (T, n_heads * head_dim)
+  StepBuffer o_{step_buffers_};          // (T, dim)
+  StepBuffer gate_{step_buffers_};       // (T, hidden_dim)
+  StepBuffer up_{step_buffers_};         // (T, hidden_dim)
+  StepBuffer logits_{step_buffers_};     // (T, vocab_size)
+  DeviceBuffer prefill_logits_;          // (prompts, vocab_size): prefill_many's last-row logits, copied back once
+  StepBuffer act_q_{step_buffers_};      // (T, widest input) E4M3 codes: an FP8 GEMM's input
+  StepBuffer act_s_{step_buffers_};      // (T) their scales
+  StepBuffer act_bf16_{step_buffers_};   // (T, widest input) BF16: a BF16 GEMM's input
+  StepBuffer fused_{step_buffers_};      // Fused q/k/v: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
   StepArena arena_;        // a step's index arrays, one upload
-  DeviceBuffer step_ptrs_; // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
+  StepBuffer step_ptrs_{step_buffers_};  // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
   std::unique_ptr<StepPlanner> planner_;
   std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
   // Step t+1 prepared while step t runs (off with prefix-GEMM attention).
   std::unique_ptr<StepAhead> ahead_;
   std::vector<StepRow> spec_rows_, fresh_rows_;
   std::vector<Slot*> spec_batch_;  // the speculated rows' slots
-  std::optional<CascadeStepPlan> spec_cascade_;  // Cascade attention: the speculated batch's plan
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
   std::vector<KvPart> free_suffix_parts_;
   // The prompts' KV parts made by reserve(), one per prompt of the run at its length, taken at
   // prefill by best fit and put back at release_prefix (src/cuda/best_fit_parts.h).
   BestFitParts<KvPart> prefix_parts_;
-  BestFitParts<F32KvPart> f32_prefix_parts_;  // Prefix-GEMM attention: the F32 copies, filled alongside
   bool prefix_parts_on_ = false;
   KvPart take_prefix_part(int rows);
-  F32KvPart take_f32_part(int rows);
-  F32KvPart make_f32_part(int rows) const;
   void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
   AheadStats ahead_stats_;
   // CUDA graphs: what the padding rows read and write, nothing else: a 1-position prefix of
-  // zeros (row 0; its F32 copy with prefix-GEMM attention) and a scratch suffix row (row 1; with
+  // zeros (row 0; what the attention path keeps of it) and a scratch suffix row (row 1; with
   // paged KV the pool's scratch block instead).
   std::unique_ptr<Prefix> padding_;
   int sized_bucket_T_ = 0;  // size_for_bucket's bucket
   KvFormat kv_ = KvFormat::BF16;  // The KV cache's format
   int scratch_T_ = 0;
   int sm_count_ = 1;
-  bool split_attention_ = false;
   std::unique_ptr<GraphCache> graphs_;  // CUDA graphs
-  bool prefix_gemm_ = false;
-  bool small_m_ = false;  // Small-M linear
-  int small_m_blocks_ = 0;  // the fused kernels' grid cap (sm_count_ x the small-M grid cap)
-  bool small_m_pdl_ = false;  // Small-M PDL
-  // Small-M linear (not small-M split) with split attention: the chunk states merged in the
-  // attention launch by its last block per row (merge_counters_), not by a second launch.
-  bool inline_merge_ = false;
-  DeviceBuffer merge_counters_;
-  // Small-M linear, 9-64 rows: the tensor-core kernel (a compute capability 8.9 device), its
-  // slices' partial sums and their counters (0 between launches).
-  bool small_m_mma_ = false;
-  DeviceBuffer mma_work_, mma_counters_;
-  // The fused layer's plan of layer l for T rows at [l * (kSmallMMaxRows + 1) + T] (n == 0: unfused).
-  std::vector<FusedLayerPlan> fused_plans_;
-  bool fused_lm_head_ = false;  // an FP8 lm_head (lm_head quantization): the final norm in its prologue
-  std::unique_ptr<PrefixAttention> prefix_attn_;
+  // The FP8 linear layers: cuBLASLt's, or small-M linear's kernels (linear_paths.h).
+  std::unique_ptr<LinearPath> linear_;
   std::unique_ptr<PagedKv> paged_;  // Paged KV
-  std::unique_ptr<CascadeAttention> cascade_;  // Cascade attention
+  // Decode attention: the decode kernel, prefix-GEMM or cascade attention (attention_paths.h).
+  std::unique_ptr<AttentionPath> attention_;
+  EngineCapabilities capabilities_;
   // Device sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
   // they come back to.
   bool device_sampling_ = false;
-  DeviceBuffer samples_;
-  DeviceBuffer sample_ws_;  // the sampler's passes (sample_token_workspace_bytes), grown before a step, never inside one
+  StepBuffer samples_{step_buffers_};
+  StepBuffer sample_ws_{step_buffers_};  // the sampler's passes (sample_token_workspace_bytes), grown before a step, never inside one
   PinnedBuffer pinned_;
   PhaseTimer timer_;
 };

@@ -1,10 +1,10 @@
 // Step t+1 prepared while step t runs (src/cuda/step_ahead.h): speculate_next, between launching
 // step t and waiting for its ids, writes step t+1 as "every row again, one further" into the next
 // staging buffer; patch_step, once the scheduler's batch comes, keeps what held and writes the rest.
-// With cascade attention the step's cascade plan (the groups, FlashInfer's schedules, their
-// upload) is made for the speculated batch too, and used when the batch is exactly that one
-// (prepare_step). Off with prefix-GEMM attention, whose state-row map is in the step's arrays and
-// depends on the prefix groups (a full plan each step there).
+// The attention path plans the speculated batch too (cascade attention: its groups, FlashInfer's
+// schedules, their upload), used when the batch is exactly that one (prepare_step). Off where the
+// attention's plan hangs on the prompts' groups (prefix-GEMM attention: its state-row map is in the
+// step's arrays; a full plan each step there).
 #include <vector>
 
 #include "bestofn/util/error.h"
@@ -13,9 +13,8 @@
 
 namespace bestofn::cuda {
 
-void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, const Draws* draws) {
+void CudaEngine::speculate_next(std::span<const int> slots, const StepProgram& s, const Draws* draws) {
   if (!ahead_) return;
-  spec_cascade_.reset();
   try {
     spec_rows_.clear(), spec_batch_.clear();
     std::vector<PagedSlot*> need;
@@ -51,17 +50,10 @@ void CudaEngine::speculate_next(std::span<const int> slots, const StepPlan& s, c
     ahead_->drop();  // a speculation never fails a step: the next one plans in full
     return;
   }
-  // Cascade attention: its uploads are ordered after this step's launches on the stream, so they
-  // overwrite nothing this step still reads; a plan that would grow a buffer is not made here.
-  if (!cascade_) return;
-  try {
-    spec_cascade_ = plan_cascade(spec_batch_, planner_->padded(static_cast<int>(spec_batch_.size())), true);
-  } catch (const Error&) {
-    spec_cascade_.reset();  // planned in full at the next step
-  }
+  attention_->speculate(spec_batch_, planner_->padded(static_cast<int>(spec_batch_.size())));
 }
 
-bool CudaEngine::patch_step(StepPlan& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
+bool CudaEngine::patch_step(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws) {
   if (!ahead_->match(slots, tokens)) return false;
   const std::span<const int> src = ahead_->source();
   const auto T = slots.size();

@@ -29,9 +29,9 @@ FusedLayerPlan plan_fused_layer(const FusedLayerShape& s) {
     p.why = std::move(why);
     return p;
   };
-  if (!s.small_m) return refuse("--small-m-linear is off");
-  if (s.split) return refuse("--small-m-split asks for the unfused layer");
-  if (!s.fused_fp8) return refuse("the fused layer needs an FP8 model with --fused-qkv (q/k/v and gate/up fused)");
+  if (!s.small_m) return refuse("small-M linear is off");
+  if (s.split) return refuse("small-M split asks for the unfused layer");
+  if (!s.fused_fp8) return refuse("the fused layer needs an FP8 model with fused q/k/v (q/k/v and gate/up fused)");
   if (s.hd <= 0 || s.hd % 2 != 0) return refuse("head_dim " + std::to_string(s.hd) + " is not even");
   struct Product {
     const char* name;

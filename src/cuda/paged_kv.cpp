@@ -16,7 +16,7 @@ int blocks_for_memory(int blocks, std::size_t per_block) {
   std::size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   blocks = static_cast<int>(std::min<std::size_t>(free_b / 2 / per_block, std::size_t{1} << 30));
-  if (blocks < 1) throw Error("--paged-kv: no device memory left for one KV block (" + std::to_string(per_block) + " bytes)");
+  if (blocks < 1) throw Error("paged KV: no device memory left for one KV block (" + std::to_string(per_block) + " bytes)");
   return blocks;
 }
 

@@ -92,13 +92,13 @@ void take_blocks(KvBlockPool& pool, std::span<PagedSlot* const> slots, std::span
   long long outside = 0;  // blocks this step takes outside every promise
   for (std::size_t i = 0; i < slots.size(); ++i) outside += std::max(lacking(i) - slots[i]->budget_left, 0);
   if (outside > pool.free_blocks() - pool.promised())
-    throw Error("--paged-kv: out of KV blocks (" + std::to_string(pool.free_blocks()) + " free, " + std::to_string(pool.promised()) +
+    throw Error("paged KV: out of KV blocks (" + std::to_string(pool.free_blocks()) + " free, " + std::to_string(pool.promised()) +
                 " promised to admitted candidates, " + std::to_string(outside) + " needed); admit candidates with try_add_slot");
   for (std::size_t i = 0; i < slots.size(); ++i) {
     PagedSlot& s = *slots[i];
     for (int n = lacking(i); n > 0; --n) {
       const int b = pool.take();
-      if (b < 0) throw Error("--paged-kv: the block pool ran dry inside a promise (a bug)");
+      if (b < 0) throw Error("paged KV: the block pool ran dry inside a promise (a bug)");
       pool.taken(s.budget_left);
       s.budget_left = std::max(s.budget_left - 1, 0);
       s.blocks.push_back(b);
