@@ -43,12 +43,10 @@ using Clock = std::chrono::steady_clock;
 class TraceEngine final : public bestofn::Engine {
  public:
   TraceEngine(bestofn::ModelConfig c, int token, int kv_blocks, std::ostream& out)
-      : c_(std::move(c)), token_(token), out_(out) {
+      : Engine("trace", c_), c_(std::move(c)), token_(token), out_(out) {
+    capabilities_ = {false, "batch_trace's stand-in engine takes no runs", true};
     if (kv_blocks > 0) pool_ = std::make_unique<bestofn::cuda::KvBlockPool>(kv_blocks, kBlock);
   }
-  const bestofn::ModelConfig& config() const override { return c_; }
-  std::string name() const override { return "trace"; }
-  bestofn::EngineOptions::Kv kv_cache() const override { return bestofn::EngineOptions::Kv::BF16; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override {
     std::fill(last_logits.begin(), last_logits.end(), 0.0f);
     const int id = next_prefix_++;
@@ -83,7 +81,6 @@ class TraceEngine final : public bestofn::Engine {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix) + slot.len;
   }
-  bestofn::EngineCapabilities capabilities() const override { return {false, "batch_trace's stand-in engine takes no runs", true}; }
   void run_step(const bestofn::DecodeStep& step) override {
     if (!step.draws) throw bestofn::Error("batch_trace: the stand-in engine samples on its side (decode_sample)");
     const std::span<const int> slots = step.slots, tokens = step.tokens;

@@ -2,7 +2,7 @@
 // 164, the HumanEval batch of issue 32), 32 layers, unpaged and paged (16-position blocks), every
 // slot decoding every step with its suffix growing (a slot past 200 tokens starts over, as a new
 // candidate would). Two ways, timed step by step in the same run:
-//   "planner":   what CudaEngine::prepare_step does on the host now (src/cuda/step_plan.h): each
+//   "planner":   what StepProgrammer::prepare does on the host now (src/cuda/step_plan.h): each
 //                row's descriptors gathered, the batch checked (stamps), grouped by prefix (flat),
 //                the arrays written straight into the staging buffer;
 //   "reference": a copy of the loop prepare_step ran before (c6ba6a2): duplicates by std::find,
@@ -117,7 +117,7 @@ struct World {
   }
 };
 
-// The planner's way, as prepare_step runs it (the engine's handle lookups, reserve and take included).
+// The planner's way, as StepProgrammer::prepare runs it (the engine's handle lookups, reserve and take included).
 std::size_t planner_step(World& w, bestofn::cuda::StepPlanner& planner, std::vector<bestofn::cuda::StepRow>& rows,
                          const std::vector<int>& slot_ids, const std::vector<int>& tokens, std::vector<char>& staging,
                          bool group = true) {

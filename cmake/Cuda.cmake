@@ -52,7 +52,8 @@ if(BESTOFN_HAVE_CUDA)
     src/cuda/gemm.cpp
     src/cuda/cuda_engine.cpp
     src/cuda/cuda_step.cpp
-    src/cuda/cuda_step_ahead.cpp
+    src/cuda/step_program.cpp
+    src/cuda/cuda_forward.cpp
     src/cuda/attention_paths.cpp
     src/cuda/linear_paths.cpp
     src/cuda/prefix_attention.cpp

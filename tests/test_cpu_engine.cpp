@@ -733,8 +733,7 @@ namespace {
 // the `fail_at`-th call.
 class OnePromptEngine final : public test::ForwardingEngine {
  public:
-  OnePromptEngine(std::unique_ptr<Engine> e, int fail_at) : ForwardingEngine(std::move(e)), fail_at_(fail_at) {}
-  std::string name() const override { return "one-prompt"; }
+  OnePromptEngine(std::unique_ptr<Engine> e, int fail_at) : ForwardingEngine("one-prompt", std::move(e)), fail_at_(fail_at) {}
   int prefill(std::span<const int> t, std::span<float> l) override {
     if (++calls_ == fail_at_) throw Error("prefill: fails on purpose");
     const int p = e_->prefill(t, l);

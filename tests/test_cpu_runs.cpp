@@ -86,8 +86,7 @@ namespace {
 // An engine with the default capabilities (no runs, no device sampling) that steps a CPU engine.
 class NoRunsEngine final : public test::ForwardingEngine {
  public:
-  using ForwardingEngine::ForwardingEngine;
-  std::string name() const override { return "no-runs"; }
+  explicit NoRunsEngine(std::unique_ptr<Engine> e) : ForwardingEngine("no-runs", std::move(e)) {}
   void run_step(const DecodeStep& s) override {
     EXPECT_TRUE(s.counts.empty()) << "runs reached an engine that takes none";
     EXPECT_FALSE(s.draws) << "draws reached an engine that does not sample";

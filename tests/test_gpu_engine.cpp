@@ -987,10 +987,10 @@ class CountingEngine final : public Engine {
     return r;
   }
  public:
-  explicit CountingEngine(std::unique_ptr<Engine> e) : e_(std::move(e)) {}
-  const ModelConfig& config() const override { return e_->config(); }
-  std::string name() const override { return "counting"; }
-  EngineOptions::Kv kv_cache() const override { return e_->kv_cache(); }
+  // The wrapped engine's model, KV cache, capabilities and statistics.
+  explicit CountingEngine(std::unique_ptr<Engine> e) : Engine("counting", e->config()), e_(std::move(e)) {
+    kv_cache_ = e_->kv_cache(), capabilities_ = e_->capabilities(), statistics_ = &e_->statistics();
+  }
   void reserve(const RunShape& s) override { e_->reserve(s), reserved = true; }
   int prefill(std::span<const int> t, std::span<float> l) override { return e_->prefill(t, l); }
   std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
@@ -1004,14 +1004,12 @@ class CountingEngine final : public Engine {
     return ids;
   }
   void release_prefix(int p) override { e_->release_prefix(p); }
-  EngineStatistics& statistics() override { return e_->statistics(); }
   int add_slot(int p) override { return counted([&] { return e_->add_slot(p); }, [](int) { return 0; }); }
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     return counted([&] { return e_->try_add_slot(p, max_tokens); }, [](const std::optional<int>&) { return 0; });
   }
   void release_slot(int s) override { counted([&] { return (e_->release_slot(s), 0); }, [](int) { return 0; }); }
   int slot_length(int s) const override { return e_->slot_length(s); }
-  EngineCapabilities capabilities() const override { return e_->capabilities(); }
   void run_step(const DecodeStep& s) override {
     counted([&] { return (e_->step(s), 0); }, [](int) { return 1; });
     steps = ++steps_;

@@ -161,8 +161,7 @@ namespace {
 // try_add_slot refuses beyond it; everything else is the CPU engine's.
 class RoomLimitedEngine final : public test::ForwardingEngine {
  public:
-  RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : ForwardingEngine(std::move(e)), room_(room) {}
-  std::string name() const override { return "limited"; }
+  RoomLimitedEngine(std::unique_ptr<Engine> e, int room) : ForwardingEngine("limited", std::move(e)), room_(room) {}
   std::optional<int> try_add_slot(int p, int max_tokens) override {
     EXPECT_GT(max_tokens, 0);
     if (live_ >= room_) return std::nullopt;
@@ -247,9 +246,9 @@ namespace {
 // candidate, step) gives other candidates than the host path.
 class SelfSamplingEngine final : public test::ForwardingEngine {
  public:
-  using ForwardingEngine::ForwardingEngine;
-  std::string name() const override { return "self-sampling"; }
-  EngineCapabilities capabilities() const override { return {false, "self-sampling takes no runs", true}; }
+  explicit SelfSamplingEngine(std::unique_ptr<Engine> e) : ForwardingEngine("self-sampling", std::move(e)) {
+    capabilities_ = {false, "self-sampling takes no runs", true};
+  }
   void run_step(const DecodeStep& s) override {
     if (!s.draws) {
       ADD_FAILURE() << "the scheduler asked for logits from an engine that samples";
@@ -347,8 +346,7 @@ namespace {
 // its budget, and every release of a prefix.
 class PrefillRecordingEngine final : public test::ForwardingEngine {
  public:
-  using ForwardingEngine::ForwardingEngine;
-  std::string name() const override { return "recording"; }
+  explicit PrefillRecordingEngine(std::unique_ptr<Engine> e) : ForwardingEngine("recording", std::move(e)) {}
   int prefill(std::span<const int> t, std::span<float> l) override {
     ADD_FAILURE() << "the scheduler prefilled one prompt alone, not through prefill_many";
     return e_->prefill(t, l);
@@ -461,8 +459,7 @@ namespace {
 // Records what a run asks of the engine against what generate told reserve() at its start.
 class ShapeRecordingEngine final : public test::ForwardingEngine {
  public:
-  using ForwardingEngine::ForwardingEngine;
-  std::string name() const override { return "shape-recording"; }
+  explicit ShapeRecordingEngine(std::unique_ptr<Engine> e) : ForwardingEngine("shape-recording", std::move(e)) {}
   void reserve(const RunShape& s) override { shape = s, reserved++; }
   std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> l, int max_pass) override {
     int rows = 0;

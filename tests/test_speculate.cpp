@@ -92,8 +92,7 @@ TEST(Speculate, CandidatesAreThoseOfPlainDecoding) {
 TEST(Speculate, RefusedByAnEngineThatDoesNotVerify) {
   // An engine that keeps the default Engine::capabilities(): a one-line error, before any work.
   struct Plain : test::ForwardingEngine {
-    Plain() : ForwardingEngine(make_cpu_engine(model().w, {})) {}
-    std::string name() const override { return "plain"; }
+    Plain() : ForwardingEngine("plain", make_cpu_engine(model().w, {})) {}
   } plain;
   GenerationOptions o;
   o.speculate = 2;

@@ -37,7 +37,7 @@ namespace bestofn {
 namespace cpu {
 
 CpuEngine::CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
-    : w_(std::move(w)), c_(w_->config), pool_(engine_threads(opt.threads)),
+    : Engine("cpu", w->config), w_(std::move(w)), c_(w_->config), pool_(engine_threads(opt.threads)),
       inv_freq_(rope_inv_freq(c_)) {
   if (const int asked = opt.threads > 0 ? opt.threads : default_threads(); asked > pool_.size())
     spdlog::warn("{} CPU threads asked for, and this process may use {} CPUs: using {} (more workers than CPUs wait on each "
@@ -46,6 +46,9 @@ CpuEngine::CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
   const bool f32 = w_->token_embedding.dtype == DType::F32;
   kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
   if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
+  kv_cache_ = kv_;
+  capabilities_ = {true, "", false};  // runs of drafted tokens; sampling stays on the host
+  statistics_ = this;                 // it times its own phases
   // Every layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h, gemm_wide.h):
   // as many bytes as the checkpoint's, which the engine then no longer reads (a tied lm_head is
   // copied; the embedding lookups still read the checkpoint's table). One arena in 2 MB pages

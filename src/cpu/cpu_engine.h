@@ -39,12 +39,9 @@ class CpuEngine final : public Engine, public EngineStatistics {
  public:
   CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt);
 
-  const ModelConfig& config() const override { return c_; }
-  std::string name() const override { return "cpu"; }
   EngineDescription describe() const override {
     return {"cpu", "cpu", EngineDescription::CpuKernels{cpu::fp8_kernel_name(), cpu::wide_kernel_name()}, std::nullopt};
   }
-  EngineOptions::Kv kv_cache() const override { return kv_; }
 
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   std::vector<int> prefill_many(std::span<const std::span<const int>> prompts, std::span<float> last_logits,
@@ -67,8 +64,6 @@ class CpuEngine final : public Engine, public EngineStatistics {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).len + static_cast<int>(slot.kv.k[0].rows());
   }
-  EngineCapabilities capabilities() const override { return {true, "", false}; }
-  EngineStatistics& statistics() override { return *this; }
   void truncate_slot(int s, int length) override;
   PhaseTimes take_phase_times() override { return std::exchange(times_, PhaseTimes{}); }
 

@@ -284,7 +284,7 @@ class CascadeAttentionPath final : public AttentionPath {
 }  // namespace
 
 std::unique_ptr<AttentionPath> make_attention_path(const CudaOptions& o, const AttentionSetup& setup) {
-  if (o.cascade_attention && o.prefix_gemm) throw Error("cascade attention and prefix-GEMM attention: two paths for the same shared-prefix attention, pick one");
+  // Both at once: refused before the engine is made (cuda_refusal, bestofn/engine/cuda_run.h).
   if (o.cascade_attention) return std::make_unique<CascadeAttentionPath>(setup);
   if (o.prefix_gemm) return std::make_unique<PrefixGemmAttention>(setup);
   return std::make_unique<DecodeKernelAttention>(setup);

@@ -97,7 +97,8 @@ class AttentionPath {
   Can can_;
 };
 
-// The path of these options: cascade attention, prefix-GEMM attention, or the decode kernel.
+// The path of these options: cascade attention, prefix-GEMM attention, or the decode kernel (the
+// options checked by cuda_refusal first).
 std::unique_ptr<AttentionPath> make_attention_path(const CudaOptions& o, const AttentionSetup& setup);
 
 }  // namespace bestofn::cuda

@@ -48,7 +48,7 @@
 namespace bestofn::cuda {
 
 // A step's cascade: the host plan (cascade_plan.h) and FlashInfer's schedules, made in
-// prepare_step; the step's ints go up in one copy from their own pinned buffer at the layout's
+// the step's program; the step's ints go up in one copy from their own pinned buffer at the layout's
 // offsets (their own upload: the page tables' sizes vary, and FlashInfer's schedules are made
 // after them from the same host arrays), and `dev` is where they landed.
 struct CascadeStepPlan {
@@ -106,7 +106,7 @@ class CascadeAttention {
   // suffix_decode() the suffixes' page table from each row's block table and length (else none),
   // FlashInfer's schedules (uploaded on the stream) and the scratch sized for T rows. fixed_grid
   // with CUDA graphs (grids, offsets and splits that depend on T alone).
-  // ahead: made while a step runs (speculate_next): throws bestofn::Error, nothing grown, where it
+  // ahead: made while a step runs (StepProgrammer::speculate): throws bestofn::Error, nothing grown, where it
   // would grow a buffer (the step may be reading it).
   CascadeStepPlan plan(std::span<const CascadeRow> rows, std::span<const SuffixRow> suffix, bool fixed_grid, bool ahead = false);
   // Layer l's attention: att (T, n_heads, hd) from q (T, n_heads, hd) F32, the prefix pages and

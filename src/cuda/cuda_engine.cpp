@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bestofn/model/rope.h"
+#include "bestofn/engine/cuda_run.h"
 #include "cuda/ceilings.h"
 #include "cuda/cuda_api.h"
 #include "cuda/kernels.h"
@@ -22,8 +23,18 @@
 namespace bestofn::cuda {
 
 CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
-    : w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
-  if (opt.kv == EngineOptions::Kv::F32) throw Error("an F32 KV cache: the CUDA engine keeps its KV cache in BF16 or FP8");
+    : Engine("cuda", w->config), w_(std::move(w)), c_(w_->config), options_(opt.cuda) {
+  statistics_ = this;
+  std::string why;
+  const std::size_t visible = list_devices(&why).size();
+  if (visible == 0) throw Error("no CUDA device is visible (" + why + ")");
+  if (opt.cuda.device_index < 0 || static_cast<std::size_t>(opt.cuda.device_index) >= visible)
+    throw Error("CUDA device " + std::to_string(opt.cuda.device_index) + " is not visible: this process sees " + std::to_string(visible) +
+                " device(s), numbered from 0 within CUDA_VISIBLE_DEVICES");
+  // A combination of options that cannot run: refused in one place (bestofn/engine/cuda_run.h),
+  // which the path policy also asks.
+  const CudaRun run = cuda_run(*w_, opt.kv, {}, device_capability(opt.cuda.device_index), cascade_built());
+  if (const std::string no = cuda_refusal(opt.cuda, run); !no.empty()) throw Error(no);
   if (opt.kv == EngineOptions::Kv::FP8) {
     // Every path reads FP8 rows: the decode kernels (plain, split, tiled), prefill, paged KV's
     // blocks, and the prefix GEMMs (their K/V widened to F32 from the FP8 rows).
@@ -31,13 +42,8 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
       throw Error("an FP8 KV cache needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
                   std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));
     kv_ = KvFormat::FP8;
+    kv_cache_ = EngineOptions::Kv::FP8;
   }
-  std::string why;
-  const std::size_t visible = list_devices(&why).size();
-  if (visible == 0) throw Error("no CUDA device is visible (" + why + ")");
-  if (opt.cuda.device_index < 0 || static_cast<std::size_t>(opt.cuda.device_index) >= visible)
-    throw Error("CUDA device " + std::to_string(opt.cuda.device_index) + " is not visible: this process sees " + std::to_string(visible) +
-                " device(s), numbered from 0 within CUDA_VISIBLE_DEVICES");
   device_ = opt.cuda.device_index;
   use_device();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -48,7 +54,6 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   device_sampling_ = opt.cuda.device_sampling;
   if (opt.cuda.graphs) graphs_ = std::make_unique<GraphCache>();
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  if (opt.cuda.paged_kv && opt.cuda.kv_blocks < 0) throw Error("paged KV's pool: expected >= 0 blocks, got " + std::to_string(opt.cuda.kv_blocks));
   // Upload every weight once.
   embed_ = upload(w_->token_embedding);
   final_norm_ = upload(w_->final_norm);
@@ -80,8 +85,12 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   attention.paged = paged_.get();
   attention.prefix_of = [this](int p) -> const Prefix& { return p == kPaddingPrefix ? *padding_ : prefix_at(p); };
   attention_ = make_attention_path(opt.cuda, attention);
+  // Speculation: runs of positions per slot as consecutive rows of one step (StepRow::run), every
+  // row's K/V written before any row attends, each attending to its slot up to its own position;
+  // where the attention path takes them (not cascade or prefix-GEMM attention, whose plans group
+  // rows per prompt).
   capabilities_.runs = attention_->can().runs;
-  if (!capabilities_.runs) capabilities_.why_no_runs = std::string("the cuda engine does not verify drafted tokens with ") + attention_->name();
+  capabilities_.why_no_runs = capabilities_.runs ? "" : std::string("the cuda engine does not verify drafted tokens with ") + attention_->name();
   capabilities_.device_sampling = device_sampling_;
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
@@ -103,9 +112,17 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     plan.scratch_block = paged_ ? paged_->scratch_block() : -1;
     sync_stream(stream_);
   }
-  planner_ = std::make_unique<StepPlanner>(plan);
-  // Step t+1 prepared while step t runs, where the attention's plan does not hang on the prompts' groups.
-  if (attention_->can().ahead) ahead_ = std::make_unique<StepAhead>(*planner_);
+  StepProgramSetup program;
+  program.plan = plan, program.stream = stream_, program.arena = &arena_, program.pointers = &step_ptrs_;
+  program.paged = paged_.get(), program.attention = attention_.get(), program.slots = &slots_, program.prefixes = &prefixes_;
+  program.grow_suffix = [this](KvPart& part, int rows) { reserve(part, rows); };
+  program.size_for = [this](int T, const SamplingParams* sampling) {
+    size_for_bucket(T);
+    // Device sampling: the sampler's workspace for these rows and parameters, grown here (outside
+    // any capture) so that the sampler allocates nothing inside the step.
+    if (sampling) sample_ws_.resize(sample_token_workspace_bytes(T, c_.vocab_size, *sampling));
+  };
+  program_ = std::make_unique<StepProgrammer>(program);
 }
 
 EngineDescription CudaEngine::describe() const {
@@ -139,7 +156,7 @@ void CudaEngine::size_for_bucket(int T) {
   logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
   if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
   step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
-  arena_.reserve(planner_->layout(n, device_sampling_, attention_->can().grouped, 0).capacity);
+  arena_.reserve(n, program_->capacity(n, device_sampling_));
   sized_bucket_T_ = n;
 }
 
@@ -147,7 +164,9 @@ void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
-  arena_.reserve_staging(planner_->layout(bucket, device_sampling_, attention_->can().grouped, 0).capacity);
+  arena_.reserve_staging(program_->capacity(bucket, device_sampling_));
+  // Every bucket's step arena up to the run's: a step that shrinks as candidates finish allocates nothing.
+  for (int b = 1; b <= bucket; b = bucket_of(b + 1)) arena_.reserve(b, program_->capacity(b, device_sampling_));
   if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
   // prefill_arena_bytes) in the prefill staging buffer.
@@ -217,240 +236,6 @@ void CudaEngine::reserve(KvPart& part, int rows, bool exact) {
   part.capacity = cap;
 }
 
-// y (T, out) = x (T, in) W^T (+ b): FP8 quantizes x per its scheme and scales (and adds the bias)
-// in the epilogue; BF16 and F32 add a bias after the GEMM.
-void CudaEngine::linear(const DevLinear& l, const float* x, int T, float* y) {
-  const auto phase = timer_.scope(PhaseTimer::Gemm);
-  const void* w = l.w.buf.size() > 0 ? l.w.buf.get() : embed_.buf.get();  // empty: the tied lm_head
-  switch (l.type) {
-    case GemmInput::FP8:
-      quantize_input(l, x, T);
-      fp8_product(l, w, T, y);
-      return;  // the bias, if any, added in the epilogue
-    case GemmInput::BF16:
-      timed("act_quant", [&] {
-        f32_to_bf16_cuda(x, static_cast<std::size_t>(T) * static_cast<std::size_t>(l.in), act_bf16_.get<std::uint16_t>(), stream_);
-      });
-      timed("gemm", [&] { gemm_->run(GemmInput::BF16, w, act_bf16_.get(), y, l.out, l.in, T); });
-      break;
-    default:
-      timed("gemm", [&] { gemm_->run(GemmInput::F32, w, x, y, l.out, l.in, T); });
-  }
-  if (const float* b = l.bias_or_null()) timed("bias", [&] { bias_add_cuda(y, T, l.out, b, stream_); });
-}
-
-void CudaEngine::linear_quantized(const DevLinear& l, int T, float* y) {
-  const auto phase = timer_.scope(PhaseTimer::Gemm);
-  fp8_product(l, l.w.buf.get(), T, y);
-}
-
-// x_ += l(in) (in null: l's input is already quantized in act_q_ / act_s_): where the linear
-// path's kernel adds its result to x_ itself (small-M linear: the residual add fused, the same
-// rounded add), that; else the product into o_, then residual_add_cuda.
-void CudaEngine::residual_linear(const DevLinear& l, const float* in, int T) {
-  if (linear_->adds(l, T)) {
-    const auto phase = timer_.scope(PhaseTimer::Gemm);
-    if (in) quantize_input(l, in, T);
-    fp8_product(l, l.w.buf.get(), T, x_.get<float>(), /*accumulate=*/true);
-    return;
-  }
-  if (in)
-    linear(l, in, T, o_.get<float>());
-  else
-    linear_quantized(l, T, o_.get<float>());
-  const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(c_.dim);
-  timed("residual", [&] { residual_add_cuda(x_.get<float>(), o_.get<float>(), n, stream_); });
-}
-
-// x (T, l.in) quantized per l's scheme into act_q_ / act_s_ (an FP8 layer's input).
-void CudaEngine::quantize_input(const DevLinear& l, const float* x, int T) {
-  timed("act_quant", [&] { quantize_act_fp8_cuda(x, T, l.in, l.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_); });
-}
-
-// The FP8 product of act_q_ / act_s_ (T rows) and l's weights w, scaled (and biased) into y, by
-// the linear path (cuBLASLt's GEMM and the scale kernel, or small-M linear's kernels).
-void CudaEngine::fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate) {
-  linear_->fp8_product(l, w, act_q_.get<std::uint8_t>(), act_s_.get<float>(), T, y, accumulate);
-}
-
-void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
-                       const std::function<void()>& attend) {
-  if (const FusedLayerPlan* plan = linear_->fused_layer(l, T)) {
-    layer_fused(*plan, l, T, pos, k_rows, v_rows, attend);
-    return;
-  }
-  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
-  // kv cache <- k, v; x += W_o attend(q, kv)
-  // fused q/k/v on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
-  const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
-  timed("norm", [&] {
-    if (fp8_qkv)
-      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, L.wqkv.input_scale,
-                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-    else
-      rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
-  });
-  if (L.wqkv.out > 0) {  // Fused q/k/v: one GEMM, then its (T, q | k | v) columns apart
-    if (fp8_qkv)
-      linear_quantized(L.wqkv, T, fused_.get<float>());
-    else
-      linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
-    split_columns(fused_.get<float>(), T, {{q_.get<float>(), c_.q_dim()}, {k_.get<float>(), c_.kv_dim()}, {v_.get<float>(), c_.kv_dim()}});
-  } else {
-    linear(L.wq, xn_.get<float>(), T, q_.get<float>());
-    linear(L.wk, xn_.get<float>(), T, k_.get<float>());
-    linear(L.wv, xn_.get<float>(), T, v_.get<float>());
-  }
-  if (L.q_norm.buf.size() > 0) {  // Qwen3: each head of q and k normalized in place, before RoPE
-    timed("qk_norm", [&] {
-      rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
-      rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
-    });
-  }
-  timed("rope_kv", [&] {
-    rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
-                       c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
-  });
-  {
-    const auto phase = timer_.scope(PhaseTimer::Attention);
-    timed("attention", attend);
-  }
-  residual_linear(L.wo, att_.get<float>(), T);
-  ffn(l, T);
-}
-
-// The fused layer: the launches of src/cuda/layer_plan.h in order, each one launcher call.
-void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows,
-                             std::uint16_t* const* v_rows, const std::function<void()>& attend) {
-  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  auto normed = [&](SmallMFused& f, const DevTensor& norm) {
-    f.prologue = SmallMPrologue::NormQuant, f.x = x_.get<float>(), f.norm = norm.buf.get(), f.norm_bf16 = norm.dtype == DType::BF16;
-    f.eps = eps;
-  };
-  auto product = [&](const char* name, const SmallMFused& f) {
-    const auto phase = timer_.scope(PhaseTimer::Gemm);
-    timed(name, [&] { linear_fp8_small_m_fused_cuda(f, stream_); });
-  };
-  for (const LayerLaunch op : plan) {
-    switch (op) {
-      case LayerLaunch::QkvNormRope:
-      case LayerLaunch::QkvNorm: {
-        SmallMFused f = linear_->fused_args(L.wqkv, T, nullptr, false);
-        normed(f, L.attn_norm);
-        f.epilogue = SmallMEpilogue::Heads, f.n_heads = c_.n_heads, f.n_kv = c_.n_kv_heads, f.hd = c_.head_dim, f.q = q_.get<float>();
-        if (op == LayerLaunch::QkvNormRope)
-          f.rope = true, f.pos = pos, f.inv_freq = inv_freq_.get<float>(), f.k_rows = k_rows, f.v_rows = v_rows;
-        else
-          f.k = k_.get<float>(), f.v = v_.get<float>();
-        product("qkv", f);
-        break;
-      }
-      case LayerLaunch::QNorm:
-        timed("qk_norm", [&] {
-          rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
-        });
-        break;
-      case LayerLaunch::KNorm:
-        timed("qk_norm", [&] {
-          rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
-        });
-        break;
-      case LayerLaunch::RopeKv:
-        timed("rope_kv", [&] {
-          rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads, c_.n_kv_heads,
-                             c_.head_dim, k_rows, v_rows, stream_, kv_);
-        });
-        break;
-      case LayerLaunch::Attention: {
-        const auto phase = timer_.scope(PhaseTimer::Attention);
-        timed("attention", attend);
-        break;
-      }
-      case LayerLaunch::OutResidual: {
-        SmallMFused f = linear_->fused_args(L.wo, T, x_.get<float>(), true);
-        f.prologue = SmallMPrologue::Quant, f.x = att_.get<float>();
-        product("o", f);
-        break;
-      }
-      case LayerLaunch::GateUpNorm: {
-        SmallMFused f = linear_->fused_args(L.w_gate_up, T, fused_.get<float>(), false);
-        normed(f, L.ffn_norm);
-        product("gate_up", f);
-        break;
-      }
-      case LayerLaunch::SwigluQuant:
-        timed("swiglu", [&] {
-          swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
-                                act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
-        });
-        break;
-      case LayerLaunch::DownResidual: {
-        SmallMFused f = linear_->fused_args(L.w_down, T, x_.get<float>(), true);
-        f.a = act_q_.get<std::uint8_t>(), f.sx = act_s_.get<float>();
-        product("down", f);
-        break;
-      }
-    }
-  }
-}
-
-void CudaEngine::ffn(int l, int T) {
-  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
-  // fused q/k/v on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
-  // straight from its output (the same codes as the separate kernels, no column copies).
-  if (L.w_gate_up.out > 0 && L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8) {
-    timed("norm", [&] {
-      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, L.w_gate_up.input_scale,
-                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-    });
-    linear_quantized(L.w_gate_up, T, fused_.get<float>());
-    timed("swiglu", [&] {
-      swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
-                            act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
-    });
-    residual_linear(L.w_down, nullptr, T);
-    return;
-  }
-  timed("norm", [&] { rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_); });
-  if (L.w_gate_up.out > 0) {
-    linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
-    split_columns(fused_.get<float>(), T, {{gate_.get<float>(), c_.hidden_dim}, {up_.get<float>(), c_.hidden_dim}});
-  } else {
-    linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
-    linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
-  }
-  timed("swiglu", [&] { swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_); });
-  residual_linear(L.w_down, gate_.get<float>(), T);
-}
-
-// Rows [first, first + T), left in out, or logits_ (sized by the caller).
-void CudaEngine::logits_rows(int first, int T, float* out) {
-  // logits = lm_head(rmsnorm(x))
-  const float* x = x_.get<float>() + static_cast<std::size_t>(first) * static_cast<std::size_t>(c_.dim);
-  timer_.set_detail_prefix("lm_head.");
-  // Small-M linear with an FP8 lm_head (lm_head quantization): the final norm and the quantization
-  // in the kernel's prologue, one launch (the codes of the three launches below, bit for bit).
-  if (linear_->fuses_lm_head(T)) {
-    SmallMFused f = linear_->fused_args(lm_head_, T, out ? out : logits_.get<float>(), false);
-    f.prologue = SmallMPrologue::NormQuant, f.x = x, f.norm = final_norm_.buf.get(), f.norm_bf16 = final_norm_.dtype == DType::BF16;
-    f.eps = static_cast<float>(c_.rms_norm_eps);
-    const auto phase = timer_.scope(PhaseTimer::Gemm);
-    timed("gemm", [&] { linear_fp8_small_m_fused_cuda(f, stream_); });
-    timer_.set_detail_prefix("");
-    return;
-  }
-  timed("norm", [&] {
-    rmsnorm_cuda(x, final_norm_.buf.get(), final_norm_.dtype, T, c_.dim, static_cast<float>(c_.rms_norm_eps), xn_.get<float>(), stream_);
-  });
-  linear(lm_head_, xn_.get<float>(), T, out ? out : logits_.get<float>());
-  timer_.set_detail_prefix("");
-}
-
 int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logits) {
   use_device();
   const int T = static_cast<int>(tokens.size());
@@ -477,9 +262,9 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
   arena_.clear();
   const std::size_t o_tokens = arena_.add(tokens.data(), n), o_pos = arena_.add(pos), o_rows = arena_.add(rows);
   arena_.upload(stream_);
-  const int* d_pos = arena_.at<int>(o_pos);
-  std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(o_rows);
-  embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.at<int>(o_tokens), T, c_.dim, x_.get<float>(), stream_);
+  const int* d_pos = arena_.prefill_at<int>(o_pos);
+  std::uint16_t* const* d_rows = arena_.prefill_at<std::uint16_t*>(o_rows);
+  embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.prefill_at<int>(o_tokens), T, c_.dim, x_.get<float>(), stream_);
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
     layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&] {
@@ -569,11 +354,11 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
   prefill_logits_.resize(prompts.size() * V * 4);
   for (const Pass& pass : passes) {
     const auto T = static_cast<std::size_t>(pass.T), S = static_cast<std::size_t>(pass.S);
-    const int* d_pos = arena_.at<int>(pass.pos);
-    const int* d_seg = arena_.at<int>(pass.seg);
-    std::uint16_t* const* d_rows = arena_.at<std::uint16_t*>(pass.rows);
-    const std::uint16_t* const* d_bases = arena_.at<const std::uint16_t*>(pass.bases);
-    embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.at<int>(pass.tokens), pass.T, c_.dim, x_.get<float>(), stream_);
+    const int* d_pos = arena_.prefill_at<int>(pass.pos);
+    const int* d_seg = arena_.prefill_at<int>(pass.seg);
+    std::uint16_t* const* d_rows = arena_.prefill_at<std::uint16_t*>(pass.rows);
+    const std::uint16_t* const* d_bases = arena_.prefill_at<const std::uint16_t*>(pass.bases);
+    embedding_cuda(embed_.buf.get(), embed_.dtype, arena_.prefill_at<int>(pass.tokens), pass.T, c_.dim, x_.get<float>(), stream_);
     for (int l = 0; l < c_.n_layers; ++l) {
       const auto li = static_cast<std::size_t>(l);
       layer(l, pass.T, d_pos, d_rows + 2 * li * T, d_rows + (2 * li + 1) * T, [&] {
@@ -594,18 +379,6 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
   std::vector<int> ids;
   for (auto& p : made) ids.push_back(prefixes_.put(std::move(p)));
   return ids;
-}
-
-void CudaEngine::split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts) {
-  const auto d = timer_.detail("split_columns");
-  std::size_t width = 0;
-  for (const auto& part : parts) width += static_cast<std::size_t>(part.second);
-  std::size_t col = 0;
-  for (const auto& [dst, w] : parts) {
-    const std::size_t wb = static_cast<std::size_t>(w) * 4;
-    CUDA_CHECK(cudaMemcpy2DAsync(dst, wb, y + col, width * 4, wb, static_cast<std::size_t>(T), cudaMemcpyDeviceToDevice, stream_));
-    col += static_cast<std::size_t>(w);
-  }
 }
 
 EngineStatistics::Ceilings CudaEngine::measure_ceilings() {

@@ -1,7 +1,9 @@
 #pragma once
-// The CUDA engine's class (src/cuda/cuda_engine.cpp: set-up, the forward's layers, prefill;
-// src/cuda/cuda_step.cpp: a decode step, its index arrays and its CUDA graph key). Internal to
-// bestofn_cuda: the rest of the program reaches it through make_cuda_engine (cuda_api.h).
+// The CUDA engine's class: src/cuda/cuda_engine.cpp (set-up, sizing, prefill), cuda_step.cpp (a
+// decode step and its CUDA graph key), cuda_forward.cpp (the forward, as the CPU engine's), with
+// its step programs from step_program.h and its two paths from attention_paths.h and
+// linear_paths.h. Internal to bestofn_cuda: the rest of the program reaches it through
+// make_cuda_engine (cuda_api.h).
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -11,26 +13,25 @@
 #include <vector>
 
 #include "bestofn/engine/engine.h"
-#include "bestofn/util/error.h"
 #include "bestofn/model/weights.h"
+#include "bestofn/util/error.h"
 #include "util/handle_table.h"
 #include "cuda/attention_paths.h"
+#include "cuda/best_fit_parts.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dev_weights.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_algo_cache.h"
 #include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
+#include "cuda/kv_parts.h"
 #include "cuda/layer_plan.h"
 #include "cuda/linear_paths.h"
 #include "cuda/paged_kv.h"
-#include "cuda/best_fit_parts.h"
 #include "cuda/phase_timer.h"
-#include "cuda/plan.h"
 #include "cuda/step_arena.h"
 #include "cuda/step_buffers.h"
-#include "cuda/step_ahead.h"
-#include "cuda/kv_parts.h"
 #include "cuda/step_plan.h"
 #include "cuda/step_program.h"
 
@@ -44,10 +45,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
     cudaSetDevice(device_);  // the buffers below are freed on the device they live on
     cudaStreamSynchronize(stream_);
   }
-  const ModelConfig& config() const override { return c_; }
-  std::string name() const override { return "cuda"; }
   EngineDescription describe() const override;
-  EngineOptions::Kv kv_cache() const override { return kv_ == KvFormat::FP8 ? EngineOptions::Kv::FP8 : EngineOptions::Kv::BF16; }
   int prefill(std::span<const int> tokens, std::span<float> last_logits) override;
   // One forward per pass of plan_prefill_passes (the GEMMs over all its rows), one attention
   // launch per layer for all its segments, every prompt's last-row logits copied back once.
@@ -83,7 +81,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   void release_slot(int s) override {
     use_device();
     Slot& slot = slot_at(s);
-    if (ahead_) ahead_->forget(s);  // the handle may come back as another slot
+    program_->forget(s);  // the handle may come back as another slot
     if (paged_) paged_->release(slot.paged);
     if (!paged_ && reserved_rows_ > 0 && slot.kv.capacity >= reserved_rows_) free_suffix_parts_.push_back(std::move(slot.kv));
     prefix_at(slot.prefix).slots--;
@@ -93,12 +91,6 @@ class CudaEngine final : public Engine, public EngineStatistics {
     const Slot& slot = slots_.at(s);
     return prefixes_.at(slot.prefix).kv.len + slot.kv.len;
   }
-  // Speculation: runs of positions per slot as consecutive rows of one step (StepRow::run), every
-  // row's K/V written before any row attends, each attending to its slot up to its own position;
-  // where the attention path takes them (not cascade attention or prefix-GEMM attention, whose
-  // plans group rows per prompt). Fixed when the engine is made.
-  EngineCapabilities capabilities() const override { return capabilities_; }
-  EngineStatistics& statistics() override { return *this; }
   void truncate_slot(int s, int length) override;
   void reserve(const RunShape& shape) override;
   DeviceCounts device_counts() const override {
@@ -112,7 +104,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   }
   Ceilings measure_ceilings() override;
   AheadStats ahead_stats() const override {
-    AheadStats a = ahead_stats_;
+    AheadStats a = program_->stats();
     const AttentionPath::Counts c = attention_->counts();
     a.cascade_ahead = c.ahead, a.cascade_planned = c.planned;
     return a;
@@ -143,21 +135,29 @@ class CudaEngine final : public Engine, public EngineStatistics {
   std::uint16_t* kv_row_at(std::uint16_t* layer, std::size_t r) const {
     return reinterpret_cast<std::uint16_t*>(reinterpret_cast<std::uint8_t*>(layer) + r * kv_row_bytes());
   }
+  // Set-up, sizing and prompts (cuda_engine.cpp).
+  // Grows a KV part to hold `rows` rows (exact: no more), keeping its rows.
   void reserve(KvPart& part, int rows, bool exact = false);
   void scratch(int T);
   // Every buffer a decode step of up to T rows uses, sized for bucket_of(T) at once (activations,
   // logits, samples, the pointer arrays, the arena): a step inside the bucket allocates nothing.
   void size_for_bucket(int T);
-  void linear(const DevLinear& l, const float* x, int T, float* y);
-  // x_ += l(in), the residual add fused into small-M linear's kernel where it runs; in null: l's
-  // input already quantized in act_q_ / act_s_.
-  void residual_linear(const DevLinear& l, const float* in, int T);
-  // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table);
-  // accumulate (where the linear path adds): added to y.
-  void fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate = false);
-  void quantize_input(const DevLinear& l, const float* x, int T);
-  // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
-  void linear_quantized(const DevLinear& l, int T, float* y);
+  KvPart take_prefix_part(int rows);
+  void reserve_prefix_parts(const std::vector<int>& lengths);
+  // What follows a prompt's forward, in prefill and prefill_many: its length, and what the
+  // attention path keeps of it.
+  void finish_prefix(Prefix& p, int len);
+
+  // A decode step (cuda_step.cpp): its program made (program_), the forward enqueued, eagerly or
+  // from a CUDA graph, the logits to host_logits or (draws) only the samples copied back.
+  void decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const DeviceDraws* draws,
+                   std::span<const int> runs = {});
+  // CUDA graphs: everything host-side the launches of a step depend on (graph_cache.h).
+  GraphKey graph_key(const StepProgram& s, const DeviceDraws* draws) const;
+
+  // The forward (cuda_forward.cpp), as the CPU engine's. The step's device work (what a CUDA
+  // graph may capture): the forward, then the logits in logits_ or (draws) the samples in samples_.
+  void forward(const StepProgram& s, const DeviceDraws* draws);
   // One transformer layer over T rows; row t sits at position pos[t] and its K and V go to the
   // cache rows k_rows[t], v_rows[t] (device arrays); `attend` fills att_ from q_ and the caches.
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
@@ -169,35 +169,16 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
   // when null.
   void logits_rows(int first, int T, float* out = nullptr);
-  // What follows a prompt's forward, in prefill and prefill_many: its length, and what the
-  // attention path keeps of it.
-  void finish_prefix(Prefix& p, int len);
-  // Device sampling: what decode_sample asks for.
-  struct Draws {
-    const SamplingParams& params;
-    std::span<const std::uint64_t> prompt, candidate, step;
-    std::span<Sample> out;
-  };
-  // The host's part of a step: the batch checked, the index arrays laid out and uploaded; patched
-  // from the speculation when it holds (patch_step), else in full (plan_step); then bind_step_arrays.
-  // runs (speculation): each row's place in its slot's run (StepRow::run); empty: a plain step.
-  StepProgram prepare_step(std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
-                        std::span<const int> runs = {});
-  void plan_step(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws,
-                 std::span<const int> runs = {});
-  bool patch_step(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const Draws* draws);
-  void bind_step_arrays(StepProgram& s, const Draws* draws);
-  // While step s runs: step t+1 speculated into the next staging buffer (src/cuda/cuda_step_ahead.cpp).
-  void speculate_next(std::span<const int> slots, const StepProgram& s, const Draws* draws);
-  // The step's device work (what a CUDA graph may capture): the forward, then the logits in
-  // logits_ or (draws) the samples in samples_.
-  void forward(const StepProgram& s, const Draws* draws);
-  // One decode step of these rows; the logits to host_logits, or (draws) sampled on the device
-  // and only the samples copied back.
-  void decode_rows(std::span<const int> slots, std::span<const int> tokens, float* host_logits, const Draws* draws,
-                   std::span<const int> runs = {});
-  // CUDA graphs: everything host-side the launches of a step depend on (graph_cache.h).
-  GraphKey graph_key(const StepProgram& s, const Draws* draws) const;
+  void linear(const DevLinear& l, const float* x, int T, float* y);
+  // x_ += l(in), the residual add fused into the linear path's kernel where it adds; in null: l's
+  // input already quantized in act_q_ / act_s_.
+  void residual_linear(const DevLinear& l, const float* in, int T);
+  // The FP8 product of the activations in act_q_ / act_s_ and weights w (l's, or the tied table);
+  // accumulate (where the linear path adds): added to y.
+  void fp8_product(const DevLinear& l, const void* w, int T, float* y, bool accumulate = false);
+  void quantize_input(const DevLinear& l, const float* x, int T);
+  // An FP8 linear on activations already quantized into act_q_ / act_s_ (by a fused kernel).
+  void linear_quantized(const DevLinear& l, int T, float* y);
   // Copies the column blocks of y (T, sum of widths) row-major into their own (T, width) arrays.
   void split_columns(const float* y, int T, std::initializer_list<std::pair<float*, int>> parts);
 
@@ -241,12 +222,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   StepBuffer fused_{step_buffers_};      // Fused q/k/v: (T, q + 2 kv) or (T, 2 hidden_dim), a fused GEMM's output
   StepArena arena_;        // a step's index arrays, one upload
   StepBuffer step_ptrs_{step_buffers_};  // (layers, 6, T) a step's cache row and attention pointers, expanded on the device
-  std::unique_ptr<StepPlanner> planner_;
-  std::vector<StepRow> step_rows_;  // the batch's descriptors, reused from step to step
-  // Step t+1 prepared while step t runs (off with prefix-GEMM attention).
-  std::unique_ptr<StepAhead> ahead_;
-  std::vector<StepRow> spec_rows_, fresh_rows_;
-  std::vector<Slot*> spec_batch_;  // the speculated rows' slots
+  std::unique_ptr<StepProgrammer> program_;  // each step's program, and the next one's made during it
   // Unpaged: slot parts of reserved_rows_ rows made by reserve(), handed to new slots and taken
   // back from released ones (no allocation at admission).
   std::vector<KvPart> free_suffix_parts_;
@@ -254,10 +230,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // prefill by best fit and put back at release_prefix (src/cuda/best_fit_parts.h).
   BestFitParts<KvPart> prefix_parts_;
   bool prefix_parts_on_ = false;
-  KvPart take_prefix_part(int rows);
-  void reserve_prefix_parts(const std::vector<int>& lengths);
   int reserved_rows_ = 0;
-  AheadStats ahead_stats_;
   // CUDA graphs: what the padding rows read and write, nothing else: a 1-position prefix of
   // zeros (row 0; what the attention path keeps of it) and a scratch suffix row (row 1; with
   // paged KV the pool's scratch block instead).
@@ -272,7 +245,6 @@ class CudaEngine final : public Engine, public EngineStatistics {
   std::unique_ptr<PagedKv> paged_;  // Paged KV
   // Decode attention: the decode kernel, prefix-GEMM or cascade attention (attention_paths.h).
   std::unique_ptr<AttentionPath> attention_;
-  EngineCapabilities capabilities_;
   // Device sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
   // they come back to.
   bool device_sampling_ = false;

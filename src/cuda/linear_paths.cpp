@@ -156,7 +156,6 @@ class SmallMLinear final : public CublasLinear {
 }  // namespace
 
 std::unique_ptr<LinearPath> make_linear_path(const CudaOptions& o, const LinearSetup& setup) {
-  if (o.small_m_blocks_per_sm < 0) throw Error("small-M linear's grid cap: expected >= 0 blocks per SM, got " + std::to_string(o.small_m_blocks_per_sm));
   if (o.small_m_pdl && !small_m_pdl_supported())
     throw Error("small-M linear's programmatic dependent launch needs a compute capability 9.0 device (and bestofn built for sm_90)");
   if (o.small_m_linear) return std::make_unique<SmallMLinear>(setup, o);

@@ -63,8 +63,9 @@ class LinearPath {
   virtual SmallMFused fused_args(const DevLinear& l, int T, float* y, bool accumulate) const;
 };
 
-// Small-M linear when o.small_m_linear, else cuBLASLt's. Throws bestofn::Error for a grid cap
-// below 0, or programmatic dependent launch where the device or the build lacks it.
+// Small-M linear when o.small_m_linear, else cuBLASLt's (the options checked by cuda_refusal
+// first). Throws bestofn::Error for programmatic dependent launch where the device or the build
+// lacks it.
 std::unique_ptr<LinearPath> make_linear_path(const CudaOptions& o, const LinearSetup& setup);
 
 }  // namespace bestofn::cuda

@@ -1,9 +1,10 @@
 // Engine's step (its checks against capabilities(), in one place, and its three uses), and the
-// defaults for engines that do not verify drafts (truncate_slot), sample on no device and measure
-// nothing (capabilities, statistics).
+// defaults: an engine that does not verify drafts (its capabilities, truncate_slot), samples on no
+// device and measures nothing (statistics).
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bestofn/engine/engine.h"
@@ -11,18 +12,15 @@
 
 namespace bestofn {
 
-EngineCapabilities Engine::capabilities() const {
-  return {false, "the " + name() + " engine does not verify drafted tokens yet (several positions per slot in one step)", false};
-}
+EngineStatistics Engine::no_statistics_;
 
-EngineStatistics& Engine::statistics() {
-  static EngineStatistics none;  // stateless: every method returns its empty default
-  return none;
+Engine::Engine(std::string name, const ModelConfig& config) : name_(std::move(name)), config_(&config) {
+  capabilities_ = {false, "the " + name_ + " engine does not verify drafted tokens yet (several positions per slot in one step)", false};
 }
 
 void Engine::step(const DecodeStep& s) {
   if (!s.draws && s.counts.empty()) return run_step(s);  // a plain step: nothing to check it against
-  const EngineCapabilities can = capabilities();
+  const EngineCapabilities& can = capabilities();
   if (s.draws && !can.device_sampling) throw Error("the " + name() + " engine does not sample on its device");
   if (!s.counts.empty() && !can.runs) {
     // Runs of one token each are a plain step; anything longer is refused in one line.

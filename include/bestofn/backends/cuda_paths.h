@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bestofn/engine/cuda_run.h"
 #include "bestofn/engine/engine.h"
 
 namespace bestofn {
@@ -46,40 +47,6 @@ struct CudaFlags {
 // The switches on in `on`, as typed and in cuda_switches()'s order, joined by `separator`
 // ("--paged-kv --kv-blocks 100 --cuda-graphs"; "" when none).
 std::string cuda_switches_text(const CudaOptions& on, const char* separator);
-
-// The shape of a run as one engine sees it (cuda_shape in bestofn/generate/model_options.h makes
-// it from generate's requests; bench from --n).
-struct CudaShape {
-  int candidates_per_prompt = 1;  // candidates of one prompt decoding together (at most --batch)
-  int prompts_per_step = 1;       // prompts decoding together
-  int prompts = 1;                // prompts of the run
-  int longest_prompt = 0;         // tokens (0: not known); logged, not a dimension of the table
-  int speculate = 0;              // --speculate K
-};
-
-// What the choice reads: the run's shape, the device and the model.
-struct CudaRun {
-  CudaShape shape;
-  int capability = 0;  // the device's compute capability, major * 10 + minor (90: 9.0)
-  // The linear layers' weights as the engine computes them: "fp8", "bf16" or "f32" (F16 weights
-  // are widened to F32 at upload, src/cuda/dev_weights.cpp).
-  std::string weights = "fp8";
-  EngineOptions::Kv kv = EngineOptions::Kv::Auto;  // Auto: BF16 on CUDA
-  // --cascade-attention's needs: a build with FlashInfer's headers, head_dim 128, n_heads a
-  // multiple of n_kv_heads (src/cuda/cascade_attention.cpp).
-  bool cascade_built = false;
-  int head_dim = 0, n_heads = 0, n_kv_heads = 0;
-};
-
-// The run of `w` on a device of that compute capability: the shape, the weights' kind and head
-// shape from w, the KV cache asked for.
-CudaRun cuda_run(const Weights& w, EngineOptions::Kv kv, const CudaShape& shape, int capability, bool cascade_built);
-
-// Why the engine would refuse `options` on `run`, in one line naming the flag; empty when it
-// would not. The refusals known before the engine starts: --cascade-attention with
-// --cuda-prefix-gemm, without FlashInfer or on another head shape; --speculate with either;
-// --small-m-pdl below compute capability 9.0.
-std::string cuda_refusal(const CudaOptions& options, const CudaRun& run);
 
 struct CudaChoice {
   std::string path;   // the path's name

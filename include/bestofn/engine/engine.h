@@ -173,8 +173,17 @@ struct DecodeStep {
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual const ModelConfig& config() const = 0;
-  virtual std::string name() const = 0;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // What the engine is, fixed when it is made (the protected members below): its model, its name
+  // ("cpu", "cuda"; a test's wrapper names itself), its KV cache's precision as resolved from
+  // EngineOptions::kv (never Auto), what it can do (EngineCapabilities above) and what it measures
+  // of itself (EngineStatistics above; an engine that measures nothing answers empty defaults).
+  const ModelConfig& config() const { return *config_; }
+  const std::string& name() const { return name_; }
+  EngineOptions::Kv kv_cache() const { return kv_cache_; }
+  const EngineCapabilities& capabilities() const { return capabilities_; }
+  EngineStatistics& statistics() { return statistics_ ? *statistics_ : no_statistics_; }
   // The CPU and CUDA engines describe themselves; an engine that wraps or fakes one (tests) is
   // described by its name alone.
   virtual EngineDescription describe() const { return {name(), name(), std::nullopt, std::nullopt}; }
@@ -224,21 +233,28 @@ class Engine {
   // Drops the slot's positions from `length` on (its prefix's length <= length <= slot_length):
   // its next token goes at `length`. The default only accepts length == slot_length.
   virtual void truncate_slot(int slot, int length);
-  // What it can do (above); the default: runs of one token, no device sampling.
-  virtual EngineCapabilities capabilities() const;
-  // What it measures of itself (above); the default measures nothing.
-  virtual EngineStatistics& statistics();
   // Sizes every buffer a run of this shape needs, at its start (the CUDA engine: activations,
   // logits, staging, the sampler's workspace, the slots' parts; the CPU engine needs nothing).
   // A run that asks for more later still works: the buffer grows then (counted below).
   virtual void reserve(const RunShape& shape) { (void)shape; }
-  // The KV cache's precision as resolved from EngineOptions::kv (never Auto).
-  virtual EngineOptions::Kv kv_cache() const = 0;
 
  protected:
+  // An engine of this name on this model (the reference must outlive the engine). Its
+  // capabilities start as the default: runs of one token only (why_no_runs says so, naming the
+  // engine), no device sampling; its statistics as none; its KV cache as BF16. The derived
+  // constructor sets what differs, before the engine is used.
+  Engine(std::string name, const ModelConfig& config);
   // The step, once step() has checked it: counts hold runs longer than one token only where
   // capabilities().runs (else they are empty), draws only where capabilities().device_sampling.
   virtual void run_step(const DecodeStep& s) = 0;
+  EngineOptions::Kv kv_cache_ = EngineOptions::Kv::BF16;
+  EngineCapabilities capabilities_;
+  EngineStatistics* statistics_ = nullptr;  // nullptr: none (the empty defaults)
+
+ private:
+  std::string name_;
+  const ModelConfig* config_;
+  static EngineStatistics no_statistics_;  // stateless: every method returns its empty default
 };
 
 // Bytes of K and V one position takes in every layer, for a resolved cache kind (not Auto): F32 4
