@@ -8,7 +8,9 @@
 # fetches it). Each line: the command's name, the SHA-256 of what it wrote, and the command. What is
 # hashed: generate's JSONL (text, tokens, log-probabilities, finish reasons), eval's samples.jsonl
 # and results.jsonl, sorted (the candidates and their verdicts; summary.json holds times and is left out),
-# bench's JSON lines without its timings. A run takes about a minute on 2 cores.
+# bench's JSON lines without its timings nor the CPU kernels the machine picked (the CPU engine's
+# kernels give the same bits on every instruction set; the kernels are the first line, a comment,
+# so that runs on two machines compare line for line). A run takes about a minute on 2 cores.
 set -euo pipefail
 bestofn=${1:-build/bestofn}
 model=${2:-.models/smollm2-135m-instruct}
@@ -23,6 +25,10 @@ line() {  # name, file to hash, the command that wrote it
   shift 2
   printf '%s %s %s\n' "$name" "$(sha256sum <"$file" | cut -d' ' -f1)" "$*"
 }
+
+kernels=$("$bestofn" bench --synthetic tiny --n 1 --steps 1 --prompt-len 8 --threads 1 --json 2>/dev/null |
+  python3 -c 'import json, sys; print(json.dumps(json.loads(sys.stdin.readline()).get("cpu_kernels"), sort_keys=True))')
+echo "# cpu kernels on this machine: $kernels"
 
 prompts=data/prompts/functions.jsonl
 run_generate() {  # name, extra flags
@@ -56,7 +62,7 @@ run_bench() {  # name, flags
   local cmd=("$bestofn" bench --synthetic tiny --n 1,4 --steps 2 --prompt-len 32 --threads 2 --json "$@")
   "${cmd[@]}" 2>/dev/null | python3 -c '
 import json, sys
-drop = ("commit", "command", "model", "machine")
+drop = ("commit", "command", "model", "machine", "cpu_kernels")
 for l in sys.stdin:
     r = json.loads(l)
     print(json.dumps({k: v for k, v in r.items() if k not in drop and not any(w in k for w in ("ms", "per_s", "_ns", "gb_", "tflop"))}, sort_keys=True))
