@@ -43,7 +43,7 @@ using Clock = std::chrono::steady_clock;
 class TraceEngine final : public bestofn::Engine {
  public:
   TraceEngine(bestofn::ModelConfig c, int token, int kv_blocks, std::ostream& out)
-      : Engine("trace", c_), c_(std::move(c)), token_(token), out_(out) {
+      : Engine("trace", c_), c_(std::move(c)), token_(token), out_(out) {  // Engine keeps c_'s address, read after construction
     capabilities_ = {false, "batch_trace's stand-in engine takes no runs", true};
     if (kv_blocks > 0) pool_ = std::make_unique<bestofn::cuda::KvBlockPool>(kv_blocks, kBlock);
   }

@@ -156,7 +156,9 @@ void CudaEngine::size_for_bucket(int T) {
   logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
   if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
   step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
-  arena_.reserve(n, program_->capacity(n, device_sampling_));
+  // Every bucket's step arena up to this one: a step that shrinks as candidates finish (or after a
+  // wider step of drafted runs) allocates nothing.
+  for (int b = 1; b <= n; b = bucket_of(b + 1)) arena_.reserve(b, program_->capacity(b, device_sampling_));
   sized_bucket_T_ = n;
 }
 
@@ -165,8 +167,6 @@ void CudaEngine::reserve(const RunShape& shape) {
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
   arena_.reserve_staging(program_->capacity(bucket, device_sampling_));
-  // Every bucket's step arena up to the run's: a step that shrinks as candidates finish allocates nothing.
-  for (int b = 1; b <= bucket; b = bucket_of(b + 1)) arena_.reserve(b, program_->capacity(b, device_sampling_));
   if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
   // prefill_arena_bytes) in the prefill staging buffer.

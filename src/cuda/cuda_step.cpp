@@ -69,7 +69,7 @@ void CudaEngine::decode_rows(std::span<const int> slots, std::span<const int> to
 
 // Speculation's runs: slot i's counts[i] positions as consecutive rows of one step (StepProgrammer
 // checks them, StepRow::run). The rows write their K/V before any row attends (rope_kv_write_cuda
-// of the layer, then attend_decode), so each attends to its slot up to its own position.
+// of the layer, then the attention path's attend), so each attends to its slot up to its own position.
 void CudaEngine::run_step(const DecodeStep& request) {
   const std::span<const int> slots = request.slots, tokens = request.tokens, counts = request.counts;
   const std::span<float> logits = request.logits;

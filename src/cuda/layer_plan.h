@@ -1,7 +1,7 @@
 #pragma once
 // Small-M linear's fused decoder layer: what one layer enqueues, launch by launch, on
-// a step of 1..8 rows. CudaEngine::layer runs exactly this list (one launcher call per entry,
-// src/cuda/cuda_engine.cpp), so the count asserted on the host (tests/test_layer_plan.cpp) is the
+// a step of 1..8 rows. CudaEngine::layer_fused runs exactly this list (one launcher call per entry,
+// src/cuda/cuda_forward.cpp), so the count asserted on the host (tests/test_layer_plan.cpp) is the
 // count the device runs; tests/test_gpu_engine.cpp counts the kernel nodes of a captured step.
 //
 // The six launches of a Llama layer with a BF16 KV cache:

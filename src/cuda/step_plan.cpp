@@ -142,7 +142,15 @@ StepLayout StepPlanner::layout(int T, bool with_draws, bool with_map, std::size_
   if (paged) s.starts = take(n * 4);
   s.tables = paged ? at : StepLayout::kAbsent;
   s.bytes = std::max<std::size_t>(paged ? at + table_entries * 4 : at, 16);
-  s.capacity = std::max<std::size_t>(paged ? at + std::max(c_.table_capacity, table_entries) * 4 : at, 16);
+  // The tables at their most for this many rows: each row's the blocks of a whole context (and one
+  // for the padding rows' scratch table), and no more than the pool's blocks, unless the rows of
+  // a run repeat their slot's table: then what this step holds.
+  std::size_t most = 0;
+  if (paged) {
+    const auto per_row = static_cast<std::size_t>((c_.max_positions + c_.block_tokens - 1) / c_.block_tokens + 1);
+    most = std::max(std::min(c_.table_capacity, n * per_row + 1), table_entries);
+  }
+  s.capacity = std::max<std::size_t>(paged ? at + most * 4 : at, 16);
   return s;
 }
 

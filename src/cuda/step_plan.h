@@ -105,7 +105,7 @@ struct StepLayout {
   std::size_t starts = kAbsent; // (padded) int: paged KV, row t's table at tables + starts[t]
   std::size_t tables = kAbsent; // Paged KV: the block tables, flat (ints)
   std::size_t bytes = 0;        // the bytes this step stages (the tables as they are now)
-  std::size_t capacity = 0;     // the bytes for this bucket with the tables at their capacity
+  std::size_t capacity = 0;     // the bytes for this bucket with the tables at their most (layout())
 };
 
 struct StepPlanConfig {

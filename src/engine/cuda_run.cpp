@@ -36,8 +36,9 @@ std::string cuda_refusal(const CudaOptions& o, const CudaRun& run) {
   if (run.kv == EngineOptions::Kv::F32) return "--kv-cache f32: the CUDA engine keeps its KV cache in BF16 or FP8";
   if (o.kv_blocks < 0) return "--kv-blocks: expected >= 0, got " + std::to_string(o.kv_blocks);
   if (o.small_m_blocks_per_sm < 0) return "--small-m-blocks-per-sm: expected >= 0, got " + std::to_string(o.small_m_blocks_per_sm);
-  if (o.small_m_pdl && run.capability != 90)
-    return "--small-m-pdl: programmatic dependent launch needs a compute capability 9.0 device, this one is " + capability_text(run.capability);
+  if (o.small_m_pdl && run.capability < 90)
+    return "--small-m-pdl: programmatic dependent launch needs a compute capability 9.0 or later device, this one is " +
+           capability_text(run.capability);
   return "";
 }
 
