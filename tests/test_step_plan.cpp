@@ -391,7 +391,10 @@ TEST(StepPlan, PaddingRowsTouchOnlyTheScratchRows) {
 TEST(StepPlan, OffsetsAreFixedPerBucket) {
   for (const bool paged : {false, true}) {
     StepPlanner planner(config(paged, true));
-    auto offsets = [](const StepLayout& l) { return std::vector<std::size_t>{l.tokens, l.pos, l.lens, l.draws, l.map, l.desc, l.starts, l.tables}; };
+    auto offsets = [](const StepLayout& l) {
+      const auto o = l.offsets();
+      return std::vector<std::size_t>(o.begin(), o.end());
+    };
     for (const int bucket : {1, 2, 4, 8, 16, 32, 64, 128, 192, 2048}) {
       const StepLayout top = planner.layout(bucket, true, true, 0);
       EXPECT_EQ(top.padded, bucket);

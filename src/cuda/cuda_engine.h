@@ -162,10 +162,11 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // cache rows k_rows[t], v_rows[t] (device arrays); `attend` fills att_ from q_ and the caches.
   void layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
              const std::function<void()>& attend);
-  // Small-M linear's fused layer (src/cuda/layer_plan.h): plan's launches, one launcher call each.
-  void layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
-                   const std::function<void()>& attend);
-  void ffn(int l, int T);
+  // The FFN half of layer l's plan.
+  void ffn(const LayerPlan& plan, int l, int T);
+  // One entry of a layer's plan (src/cuda/layer_plan.h).
+  void launch(LayerLaunch op, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
+              const std::function<void()>& attend);
   // out (T, vocab) = lm_head(rmsnorm(x rows [first, first + T))), on the device; out: logits_
   // when null.
   void logits_rows(int first, int T, float* out = nullptr);

@@ -1,6 +1,7 @@
 // The CUDA engine's forward over a step's rows, as src/cpu/cpu_engine.cpp's: forward (the
-// embedding, each layer, the logits, the sampler), layer (or the linear path's launch list,
-// layer_fused) with the attention path's attend, ffn, logits_rows; then the linear layers' helpers.
+// embedding, each layer, the logits, the sampler), layer (the attention half of its launch list,
+// src/cuda/layer_plan.h, with the attention path's attend), ffn (the rest), launch (one entry of
+// the list), logits_rows; then the linear layers' helpers.
 // The class is in cuda_engine.h; the step around the forward is in cuda_step.cpp, its arrays in
 // step_program.cpp.
 #include <cstdint>
@@ -41,159 +42,133 @@ void CudaEngine::forward(const StepProgram& s, const DeviceDraws* draws) {
   }
 }
 
+// One layer: its plan's attention half, then ffn. The plan (src/cuda/layer_plan.h) is small-M
+// linear's fused layer where it takes the step, else the layer of its weights' shape.
 void CudaEngine::layer(int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
                        const std::function<void()>& attend) {
-  if (const FusedLayerPlan* plan = linear_->fused_layer(l, T)) {
-    layer_fused(*plan, l, T, pos, k_rows, v_rows, attend);
-    return;
-  }
-  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const float eps = static_cast<float>(c_.rms_norm_eps);
   // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
   // kv cache <- k, v; x += W_o attend(q, kv)
-  // fused q/k/v on FP8: rmsnorm and the activation quantization in one kernel (the same codes).
-  const bool fp8_qkv = L.wqkv.out > 0 && L.wqkv.type == GemmInput::FP8;
-  timed("norm", [&] {
-    if (fp8_qkv)
-      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, L.wqkv.input_scale,
-                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-    else
-      rmsnorm_cuda(x_.get<float>(), L.attn_norm.buf.get(), L.attn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_);
-  });
-  if (L.wqkv.out > 0) {  // Fused q/k/v: one GEMM, then its (T, q | k | v) columns apart
-    if (fp8_qkv)
-      linear_quantized(L.wqkv, T, fused_.get<float>());
-    else
-      linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
-    split_columns(fused_.get<float>(), T, {{q_.get<float>(), c_.q_dim()}, {k_.get<float>(), c_.kv_dim()}, {v_.get<float>(), c_.kv_dim()}});
-  } else {
-    linear(L.wq, xn_.get<float>(), T, q_.get<float>());
-    linear(L.wk, xn_.get<float>(), T, k_.get<float>());
-    linear(L.wv, xn_.get<float>(), T, v_.get<float>());
-  }
-  if (L.q_norm.buf.size() > 0) {  // Qwen3: each head of q and k normalized in place, before RoPE
-    timed("qk_norm", [&] {
-      rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
-      rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
-    });
-  }
-  timed("rope_kv", [&] {
-    rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads,
-                       c_.n_kv_heads, c_.head_dim, k_rows, v_rows, stream_, kv_);
-  });
-  {
-    const auto phase = timer_.scope(PhaseTimer::Attention);
-    timed("attention", attend);
-  }
-  residual_linear(L.wo, att_.get<float>(), T);
-  ffn(l, T);
+  const LayerPlan& plan = linear_->layer_plan(l, T);
+  for (int i = 0; i < plan.ffn; ++i) launch(plan.launch[static_cast<std::size_t>(i)], l, T, pos, k_rows, v_rows, attend);
+  ffn(plan, l, T);
 }
 
-// The fused layer: the launches of src/cuda/layer_plan.h in order, each one launcher call.
-void CudaEngine::layer_fused(const FusedLayerPlan& plan, int l, int T, const int* pos, std::uint16_t* const* k_rows,
-                             std::uint16_t* const* v_rows, const std::function<void()>& attend) {
+void CudaEngine::ffn(const LayerPlan& plan, int l, int T) {
+  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
+  for (int i = plan.ffn; i < plan.n; ++i) launch(plan.launch[static_cast<std::size_t>(i)], l, T, nullptr, nullptr, nullptr, {});
+}
+
+// One entry of a layer's plan: one launcher call (the fused forms: small-M linear's fused kernel),
+// or a linear through the linear path.
+void CudaEngine::launch(LayerLaunch op, int l, int T, const int* pos, std::uint16_t* const* k_rows, std::uint16_t* const* v_rows,
+                        const std::function<void()>& attend) {
   const DevLayer& L = layers_[static_cast<std::size_t>(l)];
   const float eps = static_cast<float>(c_.rms_norm_eps);
+  float* const x = x_.get<float>();
   auto normed = [&](SmallMFused& f, const DevTensor& norm) {
-    f.prologue = SmallMPrologue::NormQuant, f.x = x_.get<float>(), f.norm = norm.buf.get(), f.norm_bf16 = norm.dtype == DType::BF16;
+    f.prologue = SmallMPrologue::NormQuant, f.x = x, f.norm = norm.buf.get(), f.norm_bf16 = norm.dtype == DType::BF16;
     f.eps = eps;
   };
   auto product = [&](const char* name, const SmallMFused& f) {
     const auto phase = timer_.scope(PhaseTimer::Gemm);
     timed(name, [&] { linear_fp8_small_m_fused_cuda(f, stream_); });
   };
-  for (const LayerLaunch op : plan) {
-    switch (op) {
-      case LayerLaunch::QkvNormRope:
-      case LayerLaunch::QkvNorm: {
-        SmallMFused f = linear_->fused_args(L.wqkv, T, nullptr, false);
-        normed(f, L.attn_norm);
-        f.epilogue = SmallMEpilogue::Heads, f.n_heads = c_.n_heads, f.n_kv = c_.n_kv_heads, f.hd = c_.head_dim, f.q = q_.get<float>();
-        if (op == LayerLaunch::QkvNormRope)
-          f.rope = true, f.pos = pos, f.inv_freq = inv_freq_.get<float>(), f.k_rows = k_rows, f.v_rows = v_rows;
-        else
-          f.k = k_.get<float>(), f.v = v_.get<float>();
-        product("qkv", f);
-        break;
-      }
-      case LayerLaunch::QNorm:
-        timed("qk_norm", [&] {
-          rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
-        });
-        break;
-      case LayerLaunch::KNorm:
-        timed("qk_norm", [&] {
-          rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
-        });
-        break;
-      case LayerLaunch::RopeKv:
-        timed("rope_kv", [&] {
-          rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads, c_.n_kv_heads,
-                             c_.head_dim, k_rows, v_rows, stream_, kv_);
-        });
-        break;
-      case LayerLaunch::Attention: {
-        const auto phase = timer_.scope(PhaseTimer::Attention);
-        timed("attention", attend);
-        break;
-      }
-      case LayerLaunch::OutResidual: {
-        SmallMFused f = linear_->fused_args(L.wo, T, x_.get<float>(), true);
-        f.prologue = SmallMPrologue::Quant, f.x = att_.get<float>();
-        product("o", f);
-        break;
-      }
-      case LayerLaunch::GateUpNorm: {
-        SmallMFused f = linear_->fused_args(L.w_gate_up, T, fused_.get<float>(), false);
-        normed(f, L.ffn_norm);
-        product("gate_up", f);
-        break;
-      }
-      case LayerLaunch::SwigluQuant:
-        timed("swiglu", [&] {
-          swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
-                                act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
-        });
-        break;
-      case LayerLaunch::DownResidual: {
-        SmallMFused f = linear_->fused_args(L.w_down, T, x_.get<float>(), true);
-        f.a = act_q_.get<std::uint8_t>(), f.sx = act_s_.get<float>();
-        product("down", f);
-        break;
-      }
+  // x's RMSNorm with `norm` into xn_, or as the codes and scales of l's FP8 input (the same codes
+  // as the norm then quantize_input).
+  auto norm_into_xn = [&](const DevTensor& norm) {
+    timed("norm", [&] { rmsnorm_cuda(x, norm.buf.get(), norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_); });
+  };
+  auto norm_quantized = [&](const DevTensor& norm, const DevLinear& next) {
+    timed("norm", [&] {
+      rmsnorm_quant_fp8_cuda(x, norm.buf.get(), norm.dtype, T, c_.dim, eps, next.input_scale, act_q_.get<std::uint8_t>(), act_s_.get<float>(),
+                             stream_);
+    });
+  };
+  // The fused q/k/v's (T, q | k | v) columns apart.
+  auto split_qkv = [&] {
+    split_columns(fused_.get<float>(), T, {{q_.get<float>(), c_.q_dim()}, {k_.get<float>(), c_.kv_dim()}, {v_.get<float>(), c_.kv_dim()}});
+  };
+  switch (op) {
+    // The layer of any step.
+    case LayerLaunch::AttnNormQuant: return norm_quantized(L.attn_norm, L.wqkv);
+    case LayerLaunch::AttnNorm: return norm_into_xn(L.attn_norm);
+    case LayerLaunch::QkvQuantized:
+      linear_quantized(L.wqkv, T, fused_.get<float>());
+      return split_qkv();
+    case LayerLaunch::QkvLinear:
+      linear(L.wqkv, xn_.get<float>(), T, fused_.get<float>());
+      return split_qkv();
+    case LayerLaunch::QLinear: return linear(L.wq, xn_.get<float>(), T, q_.get<float>());
+    case LayerLaunch::KLinear: return linear(L.wk, xn_.get<float>(), T, k_.get<float>());
+    case LayerLaunch::VLinear: return linear(L.wv, xn_.get<float>(), T, v_.get<float>());
+    case LayerLaunch::OutLinearResidual: return residual_linear(L.wo, att_.get<float>(), T);
+    case LayerLaunch::FfnNormQuant: return norm_quantized(L.ffn_norm, L.w_gate_up);
+    case LayerLaunch::FfnNorm: return norm_into_xn(L.ffn_norm);
+    case LayerLaunch::GateUpQuantized: return linear_quantized(L.w_gate_up, T, fused_.get<float>());
+    case LayerLaunch::GateUpLinear:
+      linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
+      return split_columns(fused_.get<float>(), T, {{gate_.get<float>(), c_.hidden_dim}, {up_.get<float>(), c_.hidden_dim}});
+    case LayerLaunch::GateLinear: return linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
+    case LayerLaunch::UpLinear: return linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
+    case LayerLaunch::Swiglu:
+      return timed("swiglu", [&] { swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_); });
+    case LayerLaunch::DownQuantizedResidual: return residual_linear(L.w_down, nullptr, T);
+    case LayerLaunch::DownLinearResidual: return residual_linear(L.w_down, gate_.get<float>(), T);
+    // Both plans: Qwen3's per-head norms, RoPE and the cache write, the attention, SwiGLU and the
+    // down input's quantization straight from the gate/up output (the same codes as the separate
+    // kernels, no column copies).
+    case LayerLaunch::QNorm:
+      return timed("qk_norm", [&] {
+        rmsnorm_cuda(q_.get<float>(), L.q_norm.buf.get(), L.q_norm.dtype, T * c_.n_heads, c_.head_dim, eps, q_.get<float>(), stream_);
+      });
+    case LayerLaunch::KNorm:
+      return timed("qk_norm", [&] {
+        rmsnorm_cuda(k_.get<float>(), L.k_norm.buf.get(), L.k_norm.dtype, T * c_.n_kv_heads, c_.head_dim, eps, k_.get<float>(), stream_);
+      });
+    case LayerLaunch::RopeKv:
+      return timed("rope_kv", [&] {
+        rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads, c_.n_kv_heads,
+                           c_.head_dim, k_rows, v_rows, stream_, kv_);
+      });
+    case LayerLaunch::Attention: {
+      const auto phase = timer_.scope(PhaseTimer::Attention);
+      return timed("attention", attend);
+    }
+    case LayerLaunch::SwigluQuant:
+      return timed("swiglu", [&] {
+        swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
+                              act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
+      });
+    // Small-M linear's fused layer: its kernel with the norm and quantization in the prologue, the
+    // heads (RoPE and the cache write) or the residual add in the epilogue.
+    case LayerLaunch::QkvNormRope:
+    case LayerLaunch::QkvNorm: {
+      SmallMFused f = linear_->fused_args(L.wqkv, T, nullptr, false);
+      normed(f, L.attn_norm);
+      f.epilogue = SmallMEpilogue::Heads, f.n_heads = c_.n_heads, f.n_kv = c_.n_kv_heads, f.hd = c_.head_dim, f.q = q_.get<float>();
+      if (op == LayerLaunch::QkvNormRope)
+        f.rope = true, f.pos = pos, f.inv_freq = inv_freq_.get<float>(), f.k_rows = k_rows, f.v_rows = v_rows;
+      else
+        f.k = k_.get<float>(), f.v = v_.get<float>();
+      return product("qkv", f);
+    }
+    case LayerLaunch::OutResidual: {
+      SmallMFused f = linear_->fused_args(L.wo, T, x, true);
+      f.prologue = SmallMPrologue::Quant, f.x = att_.get<float>();
+      return product("o", f);
+    }
+    case LayerLaunch::GateUpNorm: {
+      SmallMFused f = linear_->fused_args(L.w_gate_up, T, fused_.get<float>(), false);
+      normed(f, L.ffn_norm);
+      return product("gate_up", f);
+    }
+    case LayerLaunch::DownResidual: {
+      SmallMFused f = linear_->fused_args(L.w_down, T, x, true);
+      f.a = act_q_.get<std::uint8_t>(), f.sx = act_s_.get<float>();
+      return product("down", f);
     }
   }
-}
-
-void CudaEngine::ffn(int l, int T) {
-  const DevLayer& L = layers_[static_cast<std::size_t>(l)];
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x)
-  // fused q/k/v on FP8: rmsnorm + quantization, the gate/up GEMM, then SwiGLU + quantization
-  // straight from its output (the same codes as the separate kernels, no column copies).
-  if (L.w_gate_up.out > 0 && L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8) {
-    timed("norm", [&] {
-      rmsnorm_quant_fp8_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, L.w_gate_up.input_scale,
-                             act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_);
-    });
-    linear_quantized(L.w_gate_up, T, fused_.get<float>());
-    timed("swiglu", [&] {
-      swiglu_quant_fp8_cuda(fused_.get<float>(), fused_.get<float>() + c_.hidden_dim, T, c_.hidden_dim, L.w_down.input_scale,
-                            act_q_.get<std::uint8_t>(), act_s_.get<float>(), stream_, 2 * c_.hidden_dim);
-    });
-    residual_linear(L.w_down, nullptr, T);
-    return;
-  }
-  timed("norm", [&] { rmsnorm_cuda(x_.get<float>(), L.ffn_norm.buf.get(), L.ffn_norm.dtype, T, c_.dim, eps, xn_.get<float>(), stream_); });
-  if (L.w_gate_up.out > 0) {
-    linear(L.w_gate_up, xn_.get<float>(), T, fused_.get<float>());
-    split_columns(fused_.get<float>(), T, {{gate_.get<float>(), c_.hidden_dim}, {up_.get<float>(), c_.hidden_dim}});
-  } else {
-    linear(L.w_gate, xn_.get<float>(), T, gate_.get<float>());
-    linear(L.w_up, xn_.get<float>(), T, up_.get<float>());
-  }
-  timed("swiglu", [&] { swiglu_cuda(gate_.get<float>(), up_.get<float>(), T, c_.hidden_dim, stream_); });
-  residual_linear(L.w_down, gate_.get<float>(), T);
+  throw Error(std::string("a layer's plan holds an unknown launch: ") + launch_name(op));
 }
 
 // Rows [first, first + T), left in out, or logits_ (sized by the caller).

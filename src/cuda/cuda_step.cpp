@@ -119,13 +119,15 @@ GraphKey CudaEngine::graph_key(const StepProgram& s, const DeviceDraws* draws) c
     std::memcpy(&u, &f, 4);
     return static_cast<std::uint64_t>(u);
   };
-  // The padded T (the bucket), not the batch: a graph replays while candidates finish. The
-  // arrays' offsets are fixed per bucket; the descriptors and tables are data the graph reads.
-  // Prefix-GEMM attention's cuBLAS calls bake in each group's shape, so its key keeps the groups
-  // (below): on that path a graph still replays only while no group changes.
-  const StepLayout& lay = s.layout;
+  // The step program's shape: the padded T (the bucket), not the batch, so that a graph replays
+  // while candidates finish; which arrays it stages, their bucket's arena and their offsets (fixed
+  // per bucket: the descriptors and tables are data the graph reads). Then every StepBuffer's
+  // address, the sampling parameters the sampler bakes in, and the two paths' parts (prefix-GEMM
+  // attention's cuBLAS calls bake in each group's shape: on that path a graph replays only while
+  // no group changes).
   GraphKey key{static_cast<std::uint64_t>(s.T), s.grouped ? 1u : 0u, draws ? 1u : 0u, addr(arena_.device_base(bucket_of(s.T)))};
-  key.insert(key.end(), {lay.tokens, lay.pos, lay.lens, lay.draws, lay.map, lay.desc, lay.starts, lay.tables});
+  const auto offsets = s.layout.offsets();
+  key.insert(key.end(), offsets.begin(), offsets.end());
   step_buffers_.add_to_key(key);
   if (draws) {
     const SamplingParams& p = draws->params;

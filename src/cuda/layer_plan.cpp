@@ -1,4 +1,5 @@
-// The fused decoder layer's launch list (src/cuda/layer_plan.h).
+// A decoder layer's launch list (src/cuda/layer_plan.h): the layer of any step, and small-M
+// linear's fused layer.
 #include "cuda/layer_plan.h"
 
 #include "cuda/small_m_linear.h"
@@ -17,12 +18,64 @@ const char* launch_name(LayerLaunch l) {
     case LayerLaunch::GateUpNorm: return "gate_up_norm";
     case LayerLaunch::SwigluQuant: return "swiglu_quant";
     case LayerLaunch::DownResidual: return "down_residual";
+    case LayerLaunch::AttnNormQuant: return "attn_norm_quant";
+    case LayerLaunch::AttnNorm: return "attn_norm";
+    case LayerLaunch::QkvQuantized: return "qkv_quantized";
+    case LayerLaunch::QkvLinear: return "qkv_linear";
+    case LayerLaunch::QLinear: return "q_linear";
+    case LayerLaunch::KLinear: return "k_linear";
+    case LayerLaunch::VLinear: return "v_linear";
+    case LayerLaunch::OutLinearResidual: return "o_linear_residual";
+    case LayerLaunch::FfnNormQuant: return "ffn_norm_quant";
+    case LayerLaunch::FfnNorm: return "ffn_norm";
+    case LayerLaunch::GateUpQuantized: return "gate_up_quantized";
+    case LayerLaunch::GateUpLinear: return "gate_up_linear";
+    case LayerLaunch::GateLinear: return "gate_linear";
+    case LayerLaunch::UpLinear: return "up_linear";
+    case LayerLaunch::Swiglu: return "swiglu";
+    case LayerLaunch::DownQuantizedResidual: return "down_quantized_residual";
+    case LayerLaunch::DownLinearResidual: return "down_linear_residual";
   }
   return "?";
 }
 
-FusedLayerPlan plan_fused_layer(const FusedLayerShape& s) {
-  FusedLayerPlan p;
+LayerPlan plan_layer(const LayerShape& s) {
+  LayerPlan p;
+  auto add = [&](LayerLaunch l) { p.launch[static_cast<std::size_t>(p.n++)] = l; };
+  // attention: q, k, v = W xn (+ b: Qwen2); q, k = rmsnorm per head (Qwen3); rope(q, k);
+  // kv cache <- k, v; x += W_o attend(q, kv). Fused q/k/v on FP8: the RMSNorm and the activation
+  // quantization in one kernel (the same codes), the product on them.
+  if (s.qkv_fused && s.qkv_fp8)
+    add(LayerLaunch::AttnNormQuant), add(LayerLaunch::QkvQuantized);
+  else if (s.qkv_fused)
+    add(LayerLaunch::AttnNorm), add(LayerLaunch::QkvLinear);
+  else
+    add(LayerLaunch::AttnNorm), add(LayerLaunch::QLinear), add(LayerLaunch::KLinear), add(LayerLaunch::VLinear);
+  if (s.qk_norm) add(LayerLaunch::QNorm), add(LayerLaunch::KNorm);
+  add(LayerLaunch::RopeKv);
+  add(LayerLaunch::Attention);
+  add(LayerLaunch::OutLinearResidual);
+  // ffn: x += W_down (silu(W_gate xn) * W_up xn), xn = rmsnorm(x). Fused gate/up on FP8: the
+  // RMSNorm and the quantization in one kernel, the product, then SwiGLU and the down input's
+  // quantization straight from its output (the same codes as the separate kernels).
+  p.ffn = p.n;
+  if (s.gate_up_fused && s.ffn_fp8) {
+    add(LayerLaunch::FfnNormQuant), add(LayerLaunch::GateUpQuantized), add(LayerLaunch::SwigluQuant);
+    add(LayerLaunch::DownQuantizedResidual);
+    return p;
+  }
+  add(LayerLaunch::FfnNorm);
+  if (s.gate_up_fused)
+    add(LayerLaunch::GateUpLinear);
+  else
+    add(LayerLaunch::GateLinear), add(LayerLaunch::UpLinear);
+  add(LayerLaunch::Swiglu);
+  add(LayerLaunch::DownLinearResidual);
+  return p;
+}
+
+LayerPlan plan_fused_layer(const FusedLayerShape& s) {
+  LayerPlan p;
   const int q_dim = s.n_heads * s.hd, kv_dim = s.n_kv * s.hd;
   auto refuse = [&](std::string why) {
     p.n = 0;
@@ -54,6 +107,7 @@ FusedLayerPlan plan_fused_layer(const FusedLayerShape& s) {
   if (!rope_fused) add(LayerLaunch::RopeKv);
   add(LayerLaunch::Attention);
   add(LayerLaunch::OutResidual);
+  p.ffn = p.n;
   add(LayerLaunch::GateUpNorm);
   add(LayerLaunch::SwigluQuant);
   add(LayerLaunch::DownResidual);

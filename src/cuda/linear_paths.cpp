@@ -13,6 +13,16 @@
 
 namespace bestofn::cuda {
 
+LinearPath::LinearPath(std::span<const DevLayer> layers) {
+  for (const DevLayer& L : layers) {
+    LayerShape s;
+    s.qkv_fused = L.wqkv.out > 0, s.qkv_fp8 = L.wqkv.type == GemmInput::FP8;
+    s.gate_up_fused = L.w_gate_up.out > 0, s.ffn_fp8 = L.w_gate_up.type == GemmInput::FP8 && L.w_down.type == GemmInput::FP8;
+    s.qk_norm = L.q_norm.buf.size() > 0;
+    layers_.push_back(plan_layer(s));
+  }
+}
+
 SmallMFused LinearPath::fused_args(const DevLinear& /*l*/, int /*T*/, float* /*y*/, bool /*accumulate*/) const {
   throw Error(std::string(name()) + " has no fused layer");
 }
@@ -23,7 +33,7 @@ std::uint64_t address(const void* p) { return static_cast<std::uint64_t>(reinter
 
 class CublasLinear : public LinearPath {
  public:
-  explicit CublasLinear(const LinearSetup& setup) : s_(setup) {}
+  explicit CublasLinear(const LinearSetup& setup) : LinearPath(setup.layers), s_(setup) {}
   const char* name() const override { return "cuBLASLt"; }
   void fp8_product(const DevLinear& l, const void* w, const std::uint8_t* a, const float* sa, int T, float* y, bool accumulate) override {
     if (accumulate) throw Error(std::string(name()) + ": an FP8 product does not add to its output here");
@@ -97,9 +107,9 @@ class SmallMLinear final : public CublasLinear {
     }
   }
   void add_to_key(GraphKey& key) const override { key.insert(key.end(), {address(mma_work_.get()), address(mma_counters_.get())}); }
-  const FusedLayerPlan* fused_layer(int l, int T) const override {
+  const LayerPlan* fused_layer(int l, int T) const override {
     if (T < 1 || T > kSmallMMaxRows) return nullptr;
-    const FusedLayerPlan& p = plans_[static_cast<std::size_t>(l) * (kSmallMMaxRows + 1) + static_cast<std::size_t>(T)];
+    const LayerPlan& p = plans_[static_cast<std::size_t>(l) * (kSmallMMaxRows + 1) + static_cast<std::size_t>(T)];
     return p.n > 0 ? &p : nullptr;
   }
   bool fuses_lm_head(int T) const override {
@@ -120,7 +130,7 @@ class SmallMLinear final : public CublasLinear {
   // (lm_head quantization) takes the final norm in its prologue, unless split.
   void plan_layers(bool split) {
     const int per_layer = kSmallMMaxRows + 1;
-    plans_.assign(s_.layers.size() * static_cast<std::size_t>(per_layer), FusedLayerPlan{});
+    plans_.assign(s_.layers.size() * static_cast<std::size_t>(per_layer), LayerPlan{});
     fused_lm_head_ = !split && s_.lm_head->type == GemmInput::FP8 && s_.lm_head->w.buf.size() > 0;
     for (std::size_t l = 0; l < s_.layers.size(); ++l) {
       const DevLayer& L = s_.layers[l];
@@ -133,7 +143,7 @@ class SmallMLinear final : public CublasLinear {
       shape.kv_bf16 = s_.kv == KvFormat::BF16;
       for (int T = 1; T < per_layer; ++T) {
         shape.T = T;
-        FusedLayerPlan& p = plans_[l * static_cast<std::size_t>(per_layer) + static_cast<std::size_t>(T)];
+        LayerPlan& p = plans_[l * static_cast<std::size_t>(per_layer) + static_cast<std::size_t>(T)];
         p = plan_fused_layer(shape);
         if (l == 0 && T == 1) {
           if (p.n > 0)
@@ -149,7 +159,7 @@ class SmallMLinear final : public CublasLinear {
   bool mma_ = false;  // 9-64 rows on the tensor-core kernel (a compute capability 8.9 device)
   DeviceBuffer mma_work_, mma_counters_;  // its slices' partial sums and their counters (0 between launches)
   // The fused layer's plan of layer l for T rows at [l * (kSmallMMaxRows + 1) + T] (n == 0: unfused).
-  std::vector<FusedLayerPlan> plans_;
+  std::vector<LayerPlan> plans_;
   bool fused_lm_head_ = false;
 };
 

@@ -46,6 +46,12 @@ class LinearPath {
  public:
   virtual ~LinearPath() = default;
   virtual const char* name() const = 0;
+  // Layer l's launch list for a step of T rows (src/cuda/layer_plan.h): the fused layer where
+  // this path has one for T rows, else the layer of its weights' shape.
+  const LayerPlan& layer_plan(int l, int T) const {
+    if (const LayerPlan* fused = fused_layer(l, T)) return *fused;
+    return layers_[static_cast<std::size_t>(l)];
+  }
   // y (T, l.out) = the FP8 product of codes a / scales sa (T rows, quantized per l's scheme) and
   // weights w (l's, or the tied table), scaled and biased; accumulate (adds(l, T) only): added to y.
   virtual void fp8_product(const DevLinear& l, const void* w, const std::uint8_t* a, const float* sa, int T, float* y,
@@ -55,12 +61,19 @@ class LinearPath {
   // Its workspace for steps of up to T rows (before any such step; never inside one).
   virtual void size_rows(int T) { (void)T; }
   virtual void add_to_key(GraphKey& key) const { (void)key; }
-  // The fused layer: layer l's launch list for T rows, nullptr where the layer runs unfused.
-  virtual const FusedLayerPlan* fused_layer(int l, int T) const { (void)l, (void)T; return nullptr; }
   // The lm_head over T rows with the final norm in its prologue.
   virtual bool fuses_lm_head(int T) const { (void)T; return false; }
   // The arguments of the fused kernel for l over T rows, its epilogue Rows into y (small-M linear).
   virtual SmallMFused fused_args(const DevLinear& l, int T, float* y, bool accumulate) const;
+
+ protected:
+  // Each layer's plan_layer, from its weights.
+  explicit LinearPath(std::span<const DevLayer> layers);
+  // The fused layer: layer l's launch list for T rows, nullptr where the layer runs unfused.
+  virtual const LayerPlan* fused_layer(int l, int T) const { (void)l, (void)T; return nullptr; }
+
+ private:
+  std::vector<LayerPlan> layers_;
 };
 
 // Small-M linear when o.small_m_linear, else cuBLASLt's (the options checked by cuda_refusal

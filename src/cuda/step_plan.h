@@ -11,6 +11,7 @@
 //
 // Everything is O(rows): duplicate slots by a per-slot stamp, prefix groups by a per-prefix stamp
 // and a flat (CSR) row list, no map and no search over the batch.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -106,6 +107,8 @@ struct StepLayout {
   std::size_t tables = kAbsent; // Paged KV: the block tables, flat (ints)
   std::size_t bytes = 0;        // the bytes this step stages (the tables as they are now)
   std::size_t capacity = 0;     // the bytes for this bucket with the tables at their most (layout())
+  // Every array's offset, in the order above (what a CUDA graph of the step bakes in).
+  std::array<std::size_t, 8> offsets() const { return {tokens, pos, lens, draws, map, desc, starts, tables}; }
 };
 
 struct StepPlanConfig {
