@@ -116,8 +116,6 @@ CudaChoice with_switches(const CudaPath& p, const CudaFlags& flags) {
   return c;
 }
 
-std::string capability_text(int cap) { return std::to_string(cap / 10) + "." + std::to_string(cap % 10); }
-
 template <std::size_t N>
 bool listed(const char* const (&list)[N], const std::string& name) {
   for (const char* item : list)

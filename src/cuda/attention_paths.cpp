@@ -17,8 +17,6 @@
 namespace bestofn::cuda {
 namespace {
 
-std::uint64_t address(const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); }
-
 // Layer l's cache pointers of a step's rows: k_prefix, v_prefix, k_suffix, v_suffix, T each.
 const std::uint16_t* const* layer_pointers(const StepProgram& s, int l) {
   return s.ptrs + 4 * static_cast<std::size_t>(l) * static_cast<std::size_t>(s.T);
@@ -71,7 +69,7 @@ class DecodeKernelAttention final : public AttentionPath {
                           s.tables, s.starts, s.block, splits_, partial(), s_.kv, counters);
   }
   void add_to_key(GraphKey& key) const override {
-    key.insert(key.end(), {static_cast<std::uint64_t>(splits_), tiled_ ? 1u : 0u, address(work_.get()), address(counters_.get())});
+    key.insert(key.end(), {static_cast<std::uint64_t>(splits_), tiled_ ? 1u : 0u, key_address(work_.get()), key_address(counters_.get())});
   }
   // The planned step's shape, for prefix-GEMM attention's suffixes: the tiled kernel's chunks (0:
   // not tiled) and their states.
@@ -177,7 +175,7 @@ class PrefixGemmAttention final : public AttentionPath {
     for (std::size_t g = 0; g < map_.R.size(); ++g)
       key.insert(key.end(), {static_cast<std::uint64_t>(map_.R[g]), static_cast<std::uint64_t>(map_.base[g])});
     for (const auto& layer_groups : groups_)
-      for (const PrefixAttention::Group& g : layer_groups) key.insert(key.end(), {address(g.k), address(g.v), static_cast<std::uint64_t>(g.len)});
+      for (const PrefixAttention::Group& g : layer_groups) key.insert(key.end(), {key_address(g.k), key_address(g.v), static_cast<std::uint64_t>(g.len)});
   }
 
  private:

@@ -221,23 +221,22 @@ void CascadeAttention::run(int l, const CascadeStepPlan& s, const float* q, cons
 }
 
 void CascadeAttention::add_to_key(GraphKey& key, const CascadeStepPlan& s) const {
-  auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
   // The launches' host values: the shape (under graphs the rows, the rows again as FlashInfer's
   // groups, and its bound 2 rows - 1: the bucket alone), the arrays' offsets (fixed by the rows),
   // where the ints landed, FlashInfer's schedules (grid, tile, split, the offsets of their arrays:
   // fixed by the shape in graph mode), every buffer the launches touch and the pools.
   const CascadeLayout& lay = s.layout;
   key.insert(key.end(), {static_cast<std::uint64_t>(s.shape.rows), static_cast<std::uint64_t>(s.shape.groups),
-                         static_cast<std::uint64_t>(s.shape.row_bound), addr(s.dev), s.suffix ? 1u : 0u});
+                         static_cast<std::uint64_t>(s.shape.row_bound), key_address(s.dev), s.suffix ? 1u : 0u});
   key.insert(key.end(), {lay.order, lay.map, lay.qo_indptr, lay.page_indptr, lay.last_page_len, lay.suffix_indptr, lay.suffix_last,
                          lay.suffix_indices, lay.page_indices});
   for (std::int64_t v : s.schedule.info) key.push_back(static_cast<std::uint64_t>(v));
   if (s.suffix)
     for (std::int64_t v : s.suffix_schedule.info) key.push_back(static_cast<std::uint64_t>(v));
   for (const DeviceBuffer* b : {&q_bf16_, &o_bf16_, &lse_, &fi_float_, &fi_int_, &dec_float_, &dec_int_, &suffix_o_, &suffix_lse_})
-    key.insert(key.end(), {addr(b->get()), b->size()});
+    key.insert(key.end(), {key_address(b->get()), b->size()});
   key.insert(key.end(), {suffix_pool_.k, suffix_pool_.v, suffix_pool_.layer_stride});
-  for (std::size_t l = 0; l < k_pages_.size(); ++l) key.insert(key.end(), {addr(k_pages_[l].get()), addr(v_pages_[l].get())});
+  for (std::size_t l = 0; l < k_pages_.size(); ++l) key.insert(key.end(), {key_address(k_pages_[l].get()), key_address(v_pages_[l].get())});
 }
 
 }  // namespace bestofn::cuda

@@ -51,7 +51,6 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   if (opt.cuda.gemm_autotune) algo_cache_ = std::make_unique<GemmAlgoCache>(GemmAlgoCache::default_file());
   gemm_ = std::make_unique<Gemm>(stream_, algo_cache_.get());
   timer_.set_stream(stream_);
-  device_sampling_ = opt.cuda.device_sampling;
   if (opt.cuda.graphs) graphs_ = std::make_unique<GraphCache>();
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   // Upload every weight once.
@@ -91,7 +90,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   // rows per prompt).
   capabilities_.runs = attention_->can().runs;
   capabilities_.why_no_runs = capabilities_.runs ? "" : std::string("the cuda engine does not verify drafted tokens with ") + attention_->name();
-  capabilities_.device_sampling = device_sampling_;
+  capabilities_.device_sampling = opt.cuda.device_sampling;
   const std::vector<float> inv = rope_inv_freq(c_);
   inv_freq_.resize(inv.size() * 4);
   inv_freq_.upload(inv.data(), inv.size() * 4);
@@ -154,11 +153,11 @@ void CudaEngine::size_for_bucket(int T) {
   const auto t = static_cast<std::size_t>(n);
   scratch(n);
   logits_.resize(t * static_cast<std::size_t>(c_.vocab_size) * 4);
-  if (device_sampling_) samples_.resize(t * 8), pinned_.resize(t * 8);
+  if (capabilities_.device_sampling) samples_.resize(t * 8), pinned_.resize(t * 8);
   step_ptrs_.resize(6 * static_cast<std::size_t>(c_.n_layers) * t * sizeof(void*));
   // Every bucket's step arena up to this one: a step that shrinks as candidates finish (or after a
   // wider step of drafted runs) allocates nothing.
-  for (int b = 1; b <= n; b = bucket_of(b + 1)) arena_.reserve(b, program_->capacity(b, device_sampling_));
+  for (int b = 1; b <= n; b = bucket_of(b + 1)) arena_.reserve(b, program_->capacity(b, capabilities_.device_sampling));
   sized_bucket_T_ = n;
 }
 
@@ -166,8 +165,8 @@ void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
-  arena_.reserve_staging(program_->capacity(bucket, device_sampling_));
-  if (device_sampling_ && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
+  arena_.reserve_staging(program_->capacity(bucket, capabilities_.device_sampling));
+  if (capabilities_.device_sampling && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
   // prefill_arena_bytes) in the prefill staging buffer.
   const int pass = std::min({std::max(shape.prefill_tokens, 1), kMaxPrefillPassRows, std::max(shape.prefill_rows, 1)});

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bestofn/engine/engine.h"
@@ -128,8 +129,7 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // Runs f inside the finer split's kernel group `name` (PhaseTimer::Detail; nothing when off).
   template <class F>
   void timed(const char* name, F&& f) {
-    const auto d = timer_.detail(name);
-    f();
+    timer_.timed(name, std::forward<F>(f));
   }
   // Row r of a cache part's layer (layer: KvPart::k(l) or v(l); rows of kv_row_bytes()).
   std::uint16_t* kv_row_at(std::uint16_t* layer, std::size_t r) const {
@@ -248,7 +248,6 @@ class CudaEngine final : public Engine, public EngineStatistics {
   std::unique_ptr<AttentionPath> attention_;
   // Device sampling: the samples (T ids, T logprobs) on the device, and a pinned host buffer
   // they come back to.
-  bool device_sampling_ = false;
   StepBuffer samples_{step_buffers_};
   StepBuffer sample_ws_{step_buffers_};  // the sampler's passes (sample_token_workspace_bytes), grown before a step, never inside one
   PinnedBuffer pinned_;

@@ -113,7 +113,6 @@ void CudaEngine::truncate_slot(int s, int length) {
 }
 
 GraphKey CudaEngine::graph_key(const StepProgram& s, const DeviceDraws* draws) const {
-  auto addr = [](const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
   auto bits = [](float f) {
     std::uint32_t u = 0;
     std::memcpy(&u, &f, 4);
@@ -125,7 +124,7 @@ GraphKey CudaEngine::graph_key(const StepProgram& s, const DeviceDraws* draws) c
   // address, the sampling parameters the sampler bakes in, and the two paths' parts (prefix-GEMM
   // attention's cuBLAS calls bake in each group's shape: on that path a graph replays only while
   // no group changes).
-  GraphKey key{static_cast<std::uint64_t>(s.T), s.grouped ? 1u : 0u, draws ? 1u : 0u, addr(arena_.device_base(bucket_of(s.T)))};
+  GraphKey key{static_cast<std::uint64_t>(s.T), s.grouped ? 1u : 0u, draws ? 1u : 0u, key_address(arena_.device_base(bucket_of(s.T)))};
   const auto offsets = s.layout.offsets();
   key.insert(key.end(), offsets.begin(), offsets.end());
   step_buffers_.add_to_key(key);

@@ -18,6 +18,8 @@
 namespace bestofn::cuda {
 
 using GraphKey = std::vector<std::uint64_t>;
+// A device address as a key entry.
+inline std::uint64_t key_address(const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); }
 
 class GraphCache {
  public:

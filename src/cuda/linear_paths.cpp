@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -29,8 +30,6 @@ SmallMFused LinearPath::fused_args(const DevLinear& /*l*/, int /*T*/, float* /*y
 
 namespace {
 
-std::uint64_t address(const void* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); }
-
 class CublasLinear : public LinearPath {
  public:
   explicit CublasLinear(const LinearSetup& setup) : LinearPath(setup.layers), s_(setup) {}
@@ -41,11 +40,9 @@ class CublasLinear : public LinearPath {
   }
 
  protected:
-  // Runs f inside the finer split's kernel group `name` (PhaseTimer::Detail; nothing when off).
   template <class F>
   void timed(const char* group, F&& f) {
-    const auto d = s_.timer->detail(group);
-    f();
+    s_.timer->timed(group, std::forward<F>(f));
   }
   void gemm_and_scale(const DevLinear& l, const void* w, const std::uint8_t* a, const float* sa, int T, float* y) {
     timed("gemm", [&] { s_.gemm->run(GemmInput::FP8, w, a, y, l.out, l.in, T); });
@@ -106,7 +103,7 @@ class SmallMLinear final : public CublasLinear {
       CUDA_CHECK(cudaMemsetAsync(mma_counters_.get(), 0, mma_counters_.size(), s_.stream));
     }
   }
-  void add_to_key(GraphKey& key) const override { key.insert(key.end(), {address(mma_work_.get()), address(mma_counters_.get())}); }
+  void add_to_key(GraphKey& key) const override { key.insert(key.end(), {key_address(mma_work_.get()), key_address(mma_counters_.get())}); }
   const LayerPlan* fused_layer(int l, int T) const override {
     if (T < 1 || T > kSmallMMaxRows) return nullptr;
     const LayerPlan& p = plans_[static_cast<std::size_t>(l) * (kSmallMMaxRows + 1) + static_cast<std::size_t>(T)];

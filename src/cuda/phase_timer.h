@@ -69,6 +69,12 @@ class PhaseTimer {
     std::size_t start_ = 0;
   };
   Detail detail(const char* name) { return Detail(this, name); }
+  // Runs f inside the kernel group `name` (nothing recorded when off).
+  template <class F>
+  void timed(const char* name, F&& f) {
+    const Detail d = detail(name);
+    f();
+  }
   void set_detail_prefix(const char* prefix) { prefix_ = prefix; }
 
   // Scopes record only between begin_step and end_step (a decode step; not prefill).

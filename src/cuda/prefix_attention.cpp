@@ -100,7 +100,7 @@ void PrefixAttention::reserve_for(std::size_t state_rows, std::size_t longest, i
 }
 
 void PrefixAttention::add_to_key(GraphKey& key) const {
-  for (const DeviceBuffer* b : {&qg_, &s_, &m_, &l_, &o_}) key.push_back(reinterpret_cast<std::uintptr_t>(b->get()));
+  for (const DeviceBuffer* b : {&qg_, &s_, &m_, &l_, &o_}) key.push_back(key_address(b->get()));
 }
 
 }  // namespace bestofn::cuda

@@ -16,9 +16,8 @@ class StepBuffers {
   void add(const DeviceBuffer* b) { all_.push_back(b); }
   // Every registered buffer's address, in the order they were declared.
   void add_to_key(GraphKey& key) const {
-    for (const DeviceBuffer* b : all_) key.push_back(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(b->get())));
+    for (const DeviceBuffer* b : all_) key.push_back(key_address(b->get()));
   }
-  std::size_t size() const { return all_.size(); }
 
  private:
   std::vector<const DeviceBuffer*> all_;

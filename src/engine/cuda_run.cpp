@@ -4,11 +4,7 @@
 #include "bestofn/model/weights.h"
 
 namespace bestofn {
-namespace {
-
-std::string capability_text(int cap) { return std::to_string(cap / 10) + "." + std::to_string(cap % 10); }
-
-}  // namespace
+std::string capability_text(int capability) { return std::to_string(capability / 10) + "." + std::to_string(capability % 10); }
 
 CudaRun cuda_run(const Weights& w, EngineOptions::Kv kv, const CudaShape& shape, int capability, bool cascade_built) {
   CudaRun run;

@@ -34,6 +34,9 @@ struct CudaRun {
 
 // The run of `w` on a device of that compute capability: the shape, the weights' kind and head
 // shape from w, the KV cache asked for.
+// "9.0" for 90.
+std::string capability_text(int capability);
+
 CudaRun cuda_run(const Weights& w, EngineOptions::Kv kv, const CudaShape& shape, int capability, bool cascade_built);
 
 // Why the CUDA engine refuses `options` on `run`, in one line naming the flag; empty when it
