@@ -243,7 +243,27 @@ TEST(CudaPaths, SwitchesAddToThePath) {
   ada.capability = 89;
   EXPECT_NE(cuda_refusal(pdl, ada).find("--small-m-pdl"), std::string::npos);
   EXPECT_EQ(cuda_refusal(pdl, h200(1)), "");
+  CudaRun blackwell = h200(1);  // PDL from 9.0 on
+  blackwell.capability = 100;
+  EXPECT_EQ(cuda_refusal(pdl, blackwell), "");
   EXPECT_THROW(pick(h200(1), "turbo"), Error);
+}
+
+// What the engine refused on its own before asking cuda_refusal: an F32 KV cache, a negative pool
+// or grid cap; each in one line naming the flag.
+TEST(CudaPaths, TheEnginesOwnRefusalsAreInTheOnePlace) {
+  CudaRun f32 = h200(1);
+  f32.kv = EngineOptions::Kv::F32;
+  const std::string kv = cuda_refusal(CudaOptions{}, f32);
+  EXPECT_NE(kv.find("--kv-cache f32"), std::string::npos) << kv;
+  EXPECT_EQ(kv.find('\n'), std::string::npos);
+  CudaOptions blocks;
+  blocks.kv_blocks = -1;
+  EXPECT_NE(cuda_refusal(blocks, h200(1)).find("--kv-blocks"), std::string::npos);
+  CudaOptions grid;
+  grid.small_m_blocks_per_sm = -2;
+  EXPECT_NE(cuda_refusal(grid, h200(1)).find("--small-m-blocks-per-sm"), std::string::npos);
+  EXPECT_EQ(cuda_refusal(CudaOptions{}, h200(1)), "");
 }
 
 // A run's shape as generate's requests make it: candidates of one prompt in a step (at most
