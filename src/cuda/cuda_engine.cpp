@@ -165,6 +165,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
+  program_->drop();  // a speculation's arrays sit in a staging buffer that may move here
   arena_.reserve_staging(program_->capacity(bucket, capabilities_.device_sampling));
   if (capabilities_.device_sampling && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
