@@ -44,9 +44,8 @@ CpuEngine::CpuEngine(std::shared_ptr<const Weights> w, const EngineOptions& opt)
                  "other; the candidates are the same whatever the count)",
                  asked, available_cpus(), pool_.size());
   const bool f32 = w_->token_embedding.dtype == DType::F32;
-  kv_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
-  if (kv_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
-  kv_cache_ = kv_;
+  kv_cache_ = opt.kv != EngineOptions::Kv::Auto ? opt.kv : f32 ? EngineOptions::Kv::F32 : EngineOptions::Kv::BF16;
+  if (kv_cache_ == EngineOptions::Kv::FP8 && c_.head_dim <= 0) throw Error("--kv-cache fp8: the model has no head_dim");
   capabilities_ = {true, "", false};  // runs of drafted tokens; sampling stays on the host
   statistics_ = this;                 // it times its own phases
   // Every layer re-laid once in the GEMM's strips (cpu/gemm_fp8.h, gemm_wide.h):
@@ -176,7 +175,7 @@ std::vector<int> CpuEngine::prefill_many(std::span<const std::span<const int>> p
   for (const auto& tokens : prompts) {
     lengths.push_back(static_cast<int>(tokens.size()));
     made.push_back(std::make_unique<Prefix>(
-        Prefix{lengths.back(), 0, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))}));
+        Prefix{lengths.back(), 0, Cache(c_.n_layers, kv_cache_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))}));
   }
   for (const auto& pass : plan_prefill_passes(lengths, max_pass_tokens)) prefill_pass(pass, prompts, made, last_logits);
   std::vector<int> ids;

@@ -52,7 +52,7 @@ class CpuEngine final : public Engine, public EngineStatistics {
   }
   int add_slot(int p) override {
     prefix_at(p).slots++;
-    auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, kv_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))});
+    auto s = std::make_unique<Slot>(Slot{p, Cache(c_.n_layers, kv_cache_, static_cast<std::size_t>(c_.kv_dim()), static_cast<std::size_t>(c_.head_dim))});
     return slots_.put(std::move(s));
   }
   void release_slot(int s) override {
@@ -149,7 +149,6 @@ class CpuEngine final : public Engine, public EngineStatistics {
   };
   std::unique_ptr<std::uint8_t, FreeBytes> arena_;      // every packed layer's strips
   std::map<const Linear*, const std::uint8_t*> strips_;  // layer -> its strips in arena_
-  EngineOptions::Kv kv_ = EngineOptions::Kv::BF16;  // never Auto once constructed
   HandleTable<Prefix> prefixes_{"prefix"};
   HandleTable<Slot> slots_{"slot"};
   bool timing_ = false;  // inside decode: linear and attention time go to times_

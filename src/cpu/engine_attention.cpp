@@ -151,7 +151,7 @@ void CpuEngine::attend_decode(int layer, std::span<Slot* const> batch, const std
   // The two products for R queries over L positions of one KV head (off) of a cache: a BF16
   // cache in place when the queries are few (a widened copy of each tile serves many queries
   // better), else through widened tiles. Either gives the same bits.
-  const bool in_place = kv_ == EngineOptions::Kv::BF16 && hd % 16 == 0;
+  const bool in_place = kv_cache_ == EngineOptions::Kv::BF16 && hd % 16 == 0;
   auto scores_of = [&](const KvRows& K, std::size_t off, std::size_t L, const float* qt, std::size_t R, std::vector<float>& out) {
     if (in_place && R <= kInPlaceRows && L > 0)
       cpu::prefix_scores_bf16(K.bf16_head(off), K.tile_stride(), L, hd, qt, R, scale, out);

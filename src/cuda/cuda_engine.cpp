@@ -41,7 +41,6 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
     if (!rope_kv_fp8_fits(c_.n_kv_heads, c_.head_dim))
       throw Error("an FP8 KV cache needs n_kv_heads x head_dim a multiple of 4 (the scales after the codes) and at most " +
                   std::to_string(kMaxFp8KvDim) + ", got " + std::to_string(c_.kv_dim()));
-    kv_ = KvFormat::FP8;
     kv_cache_ = EngineOptions::Kv::FP8;
   }
   device_ = opt.cuda.device_index;
@@ -68,7 +67,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   linear.stream = stream_, linear.gemm = gemm_.get(), linear.timer = &timer_, linear.sm_count = sm_count_;
   linear.layers = layers_, linear.lm_head = &lm_head_;
   linear.dim = c_.dim, linear.hidden = c_.hidden_dim, linear.n_heads = c_.n_heads, linear.n_kv = c_.n_kv_heads, linear.hd = c_.head_dim;
-  linear.kv = kv_;
+  linear.kv = kv_format();
   linear_ = make_linear_path(opt.cuda, linear);
   // CUDA graphs pad batches to their bucket: the paged pool keeps one block aside for the
   // padding rows' writes (on top of the blocks asked for).
@@ -76,7 +75,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const Weights> w, const EngineOptions& op
   AttentionSetup attention;
   attention.stream = stream_;
   attention.n_layers = c_.n_layers, attention.n_heads = c_.n_heads, attention.n_kv = c_.n_kv_heads, attention.hd = c_.head_dim;
-  attention.kv = kv_, attention.sm_count = sm_count_;
+  attention.kv = kv_format(), attention.sm_count = sm_count_;
   // With small-M linear's fused layer the split attention's chunk states are merged in the
   // attention launch by its last block per row, not by a second launch.
   attention.split = opt.cuda.split_attention, attention.merge_inline = opt.cuda.small_m_linear && !opt.cuda.small_m_split;
@@ -165,8 +164,7 @@ void CudaEngine::reserve(const RunShape& shape) {
   use_device();
   const int bucket = bucket_of(std::max(shape.max_batch, 1));
   size_for_bucket(bucket);
-  program_->drop();  // a speculation's arrays sit in a staging buffer that may move here
-  arena_.reserve_staging(program_->capacity(bucket, capabilities_.device_sampling));
+  program_->reserve_staging(bucket, capabilities_.device_sampling);
   if (capabilities_.device_sampling && shape.sampling) sample_ws_.resize(sample_token_workspace_bytes(bucket, c_.vocab_size, *shape.sampling));
   // Prefill: a pass's activations, the logits of one prefill_many, its index arrays (bounded by
   // prefill_arena_bytes) in the prefill staging buffer.
@@ -269,7 +267,7 @@ int CudaEngine::prefill(std::span<const int> tokens, std::span<float> last_logit
     const auto li = static_cast<std::size_t>(l);
     layer(l, T, d_pos, d_rows + 2 * li * n, d_rows + (2 * li + 1) * n, [&] {
       prefill_attention_cuda(q_.get<float>(), p->kv.k(l), p->kv.v(l), T, c_.n_heads,
-                             c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
+                             c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_format());
     });
   }
   try {
@@ -363,7 +361,7 @@ std::vector<int> CudaEngine::prefill_many(std::span<const std::span<const int>> 
       const auto li = static_cast<std::size_t>(l);
       layer(l, pass.T, d_pos, d_rows + 2 * li * T, d_rows + (2 * li + 1) * T, [&] {
         prefill_attention_segments_cuda(q_.get<float>(), d_bases + 2 * li * S, d_bases + (2 * li + 1) * S, d_seg, d_pos, pass.T,
-                                        c_.n_heads, c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_);
+                                        c_.n_heads, c_.n_kv_heads, c_.head_dim, att_.get<float>(), stream_, kv_format());
       });
     }
     if (pass.m > 0) logits_rows(0, pass.m, prefill_logits_.get<float>() + pass.first * V);

@@ -125,7 +125,9 @@ class CudaEngine final : public Engine, public EngineStatistics {
   void use_device() const { CUDA_CHECK(cudaSetDevice(device_)); }
   Prefix& prefix_at(int p) const { return prefixes_.at(p); }
   Slot& slot_at(int s) const { return slots_.at(s); }
-  std::size_t kv_row_bytes() const { return cuda::kv_row_bytes(kv_, static_cast<std::size_t>(c_.kv_dim()), c_.head_dim); }
+  // The KV cache's format, as the kernels take it (kv_cache_: BF16 or FP8).
+  KvFormat kv_format() const { return kv_cache_ == EngineOptions::Kv::FP8 ? KvFormat::FP8 : KvFormat::BF16; }
+  std::size_t kv_row_bytes() const { return cuda::kv_row_bytes(kv_format(), static_cast<std::size_t>(c_.kv_dim()), c_.head_dim); }
   // Runs f inside the finer split's kernel group `name` (PhaseTimer::Detail; nothing when off).
   template <class F>
   void timed(const char* name, F&& f) {
@@ -237,7 +239,6 @@ class CudaEngine final : public Engine, public EngineStatistics {
   // paged KV the pool's scratch block instead).
   std::unique_ptr<Prefix> padding_;
   int sized_bucket_T_ = 0;  // size_for_bucket's bucket
-  KvFormat kv_ = KvFormat::BF16;  // The KV cache's format
   int scratch_T_ = 0;
   int sm_count_ = 1;
   std::unique_ptr<GraphCache> graphs_;  // CUDA graphs

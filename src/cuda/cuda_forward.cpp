@@ -5,6 +5,7 @@
 // The class is in cuda_engine.h; the step around the forward is in cuda_step.cpp, its arrays in
 // step_program.cpp.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <utility>
 
@@ -27,9 +28,12 @@ void CudaEngine::forward(const StepProgram& s, const DeviceDraws* draws) {
                               stream_);
   });
   timed("embedding", [&] { embedding_cuda(embed_.buf.get(), embed_.dtype, s.tokens, T, c_.dim, x_.get<float>(), stream_); });
+  int at = 0;  // the layer whose attention runs: one callback for the step, not one per layer
+  const std::function<void()> attend = [&] { attention_->attend(at, s, q_.get<float>(), att_.get<float>()); };
   for (int l = 0; l < c_.n_layers; ++l) {
     const auto li = static_cast<std::size_t>(l);
-    layer(l, T, s.pos, s.rows + 2 * li * n, s.rows + (2 * li + 1) * n, [&] { attention_->attend(l, s, q_.get<float>(), att_.get<float>()); });
+    at = l;
+    layer(l, T, s.pos, s.rows + 2 * li * n, s.rows + (2 * li + 1) * n, attend);
   }
   logits_rows(0, T);
   if (draws) {  // Device sampling: sample_token's draws, on the device
@@ -128,7 +132,7 @@ void CudaEngine::launch(LayerLaunch op, int l, int T, const int* pos, std::uint1
     case LayerLaunch::RopeKv:
       return timed("rope_kv", [&] {
         rope_kv_write_cuda(q_.get<float>(), k_.get<float>(), v_.get<float>(), pos, inv_freq_.get<float>(), T, c_.n_heads, c_.n_kv_heads,
-                           c_.head_dim, k_rows, v_rows, stream_, kv_);
+                           c_.head_dim, k_rows, v_rows, stream_, kv_format());
       });
     case LayerLaunch::Attention: {
       const auto phase = timer_.scope(PhaseTimer::Attention);

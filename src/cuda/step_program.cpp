@@ -18,6 +18,15 @@
 #include "cuda/attention_paths.h"
 
 namespace bestofn::cuda {
+namespace {
+
+// The sampling indexes of a step's rows, as the planner writes them (none without device sampling).
+std::optional<StepDraws> draw_indexes(const DeviceDraws* draws) {
+  if (!draws) return std::nullopt;
+  return StepDraws{draws->prompt, draws->candidate, draws->step};
+}
+
+}  // namespace
 
 StepProgrammer::StepProgrammer(const StepProgramSetup& setup) : setup_(setup), planner_(setup.plan) {
   if (setup_.attention->can().ahead) ahead_ = std::make_unique<StepAhead>(planner_);
@@ -64,32 +73,11 @@ void StepProgrammer::plan(StepProgram& s, std::span<const int> slots, std::span<
   s.batch.resize(n_real);
   for (std::size_t i = 0; i < n_real; ++i) {
     Slot& slot = slot_at(slots[i]);
-    const Prefix& pre = prefix_at(slot.prefix);
-    StepRow& r = rows[i];
-    r.run = runs.empty() ? 0 : runs[i];
-    r.slot = slots[i], r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len + r.run, r.token = tokens[i];
-    r.prefix_kv = pre.kv.layout();
-    r.blocks = {};
+    rows[i] = row_of(slots[i], slot, runs.empty() ? 0 : runs[i], tokens[i]);
     s.batch[i] = &slot;
   }
   planner_.check(rows);  // nothing below runs for a batch that fails its checks
-  // Each row's suffix: the slot's own contiguous part, grown first, or the block pools with the
-  // blocks taken that this step's rows reach (paged KV). A run's last row reaches the furthest:
-  // the blocks and the growth are its, and the rows' layouts are read after every part has grown.
-  auto last_of_run = [&](std::size_t i) { return i + 1 == n_real || rows[i + 1].run == 0; };
-  if (setup_.paged) {
-    std::vector<PagedSlot*> paged;
-    std::vector<int> lens;
-    for (std::size_t i = 0; i < n_real; ++i)
-      if (last_of_run(i)) paged.push_back(&s.batch[i]->paged), lens.push_back(rows[i].suffix_len);
-    setup_.paged->take(paged, lens);
-    const KvLayout pools = setup_.paged->layout();
-    for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = pools, rows[i].blocks = s.batch[i]->paged.blocks;
-  } else {
-    for (std::size_t i = 0; i < n_real; ++i)
-      if (last_of_run(i)) setup_.grow_suffix(s.batch[i]->kv, rows[i].suffix_len + 1);
-    for (std::size_t i = 0; i < n_real; ++i) rows[i].suffix_kv = s.batch[i]->kv.layout();
-  }
+  make_room(rows, s.batch);
   const int Tn = s.T = planner_.padded(T);
   setup_.size_for(Tn, draws ? &draws->params : nullptr);
   // Prefix-GEMM attention: the rows grouped by prompt, and their state-row map written with the
@@ -99,10 +87,37 @@ void StepProgrammer::plan(StepProgram& s, std::span<const int> slots, std::span<
   s.grouped = !map.empty();
   const StepLayout& lay = s.layout = planner_.layout(T, draws != nullptr, s.grouped, planner_.table_entries(rows));
   char* staged = setup_.arena->stage(lay.capacity);
-  std::optional<StepDraws> d;
-  if (draws) d = StepDraws{draws->prompt, draws->candidate, draws->step};
+  const std::optional<StepDraws> d = draw_indexes(draws);
   planner_.write(rows, lay, d ? &*d : nullptr, map, staged);
   setup_.arena->upload(bucket_of(s.T), lay.bytes, setup_.stream);
+}
+
+StepRow StepProgrammer::row_of(int handle, const Slot& slot, int run, int token) const {
+  const Prefix& pre = prefix_at(slot.prefix);
+  StepRow r;
+  r.slot = handle, r.run = run, r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len + run, r.token = token;
+  r.prefix_kv = pre.kv.layout();
+  return r;
+}
+
+// Each row's suffix: the slot's own contiguous part, grown first, or the block pools with the
+// blocks taken that this step's rows reach (paged KV). A run's last row reaches the furthest:
+// the blocks and the growth are its, and the rows' layouts are read after every part has grown.
+void StepProgrammer::make_room(std::span<StepRow> rows, std::span<Slot* const> batch) {
+  const std::size_t n = rows.size();
+  auto last_of_run = [&](std::size_t i) { return i + 1 == n || rows[i + 1].run == 0; };
+  if (setup_.paged) {
+    room_slots_.clear(), room_lens_.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      if (last_of_run(i)) room_slots_.push_back(&batch[i]->paged), room_lens_.push_back(rows[i].suffix_len);
+    setup_.paged->take(room_slots_, room_lens_);
+    const KvLayout pools = setup_.paged->layout();
+    for (std::size_t i = 0; i < n; ++i) rows[i].suffix_kv = pools, rows[i].blocks = batch[i]->paged.blocks;
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      if (last_of_run(i)) setup_.grow_suffix(batch[i]->kv, rows[i].suffix_len + 1);
+    for (std::size_t i = 0; i < n; ++i) rows[i].suffix_kv = batch[i]->kv.layout();
+  }
 }
 
 // The device addresses of the staged arrays.
@@ -130,42 +145,24 @@ bool StepProgrammer::patch(StepProgram& s, std::span<const int> slots, std::span
   const std::span<const int> src = ahead_->source();
   const auto T = slots.size();
   s.batch.resize(T);
-  fresh_rows_.clear();
-  std::vector<Slot*> fresh;
+  fresh_rows_.clear(), fresh_batch_.clear();
   for (std::size_t i = 0; i < T; ++i) {
     if (src[i] >= 0) {
       s.batch[i] = spec_batch_[static_cast<std::size_t>(src[i])];
       continue;
     }
     Slot& slot = slot_at(slots[i]);
-    const Prefix& pre = prefix_at(slot.prefix);
-    StepRow r;
-    r.slot = slots[i], r.prefix = slot.prefix, r.prefix_len = pre.kv.len, r.suffix_len = slot.kv.len, r.token = tokens[i];
-    r.prefix_kv = pre.kv.layout();
-    fresh_rows_.push_back(r), fresh.push_back(&slot);
+    fresh_rows_.push_back(row_of(slots[i], slot, 0, tokens[i])), fresh_batch_.push_back(&slot);
     s.batch[i] = &slot;
   }
   if (!fresh_rows_.empty()) planner_.check(fresh_rows_);
-  // The fresh rows' room, as plan takes it.
-  if (setup_.paged) {
-    std::vector<PagedSlot*> paged(fresh.size());
-    std::vector<int> lens(fresh.size());
-    for (std::size_t k = 0; k < fresh.size(); ++k) paged[k] = &fresh[k]->paged, lens[k] = fresh[k]->kv.len;
-    setup_.paged->take(paged, lens);
-    for (std::size_t k = 0; k < fresh.size(); ++k) fresh_rows_[k].suffix_kv = setup_.paged->layout(), fresh_rows_[k].blocks = fresh[k]->paged.blocks;
-  } else {
-    for (std::size_t k = 0; k < fresh.size(); ++k) {
-      setup_.grow_suffix(fresh[k]->kv, fresh[k]->kv.len + 1);
-      fresh_rows_[k].suffix_kv = fresh[k]->kv.layout();
-    }
-  }
+  make_room(fresh_rows_, fresh_batch_);  // the fresh rows' room, as plan takes it
   s.T = planner_.padded(static_cast<int>(T));
   setup_.size_for(s.T, draws ? &draws->params : nullptr);
   const StepLayout lay = s.layout = ahead_->layout(fresh_rows_, draws != nullptr);
   const bool inside = ahead_->in_place(fresh_rows_, lay) && setup_.arena->is_current(ahead_->buffer());
   char* out = inside ? setup_.arena->current() : setup_.arena->stage(lay.capacity);
-  std::optional<StepDraws> d;
-  if (draws) d = StepDraws{draws->prompt, draws->candidate, draws->step};
+  const std::optional<StepDraws> d = draw_indexes(draws);
   ahead_->patch(fresh_rows_, tokens, d ? &*d : nullptr, lay, out);
   setup_.arena->upload(bucket_of(s.T), lay.bytes, setup_.stream);
   (inside ? stats_.in_place : stats_.copied)++;
@@ -175,9 +172,7 @@ bool StepProgrammer::patch(StepProgram& s, std::span<const int> slots, std::span
 void StepProgrammer::speculate(std::span<const int> slots, const StepProgram& s, const DeviceDraws* draws) {
   if (!ahead_) return;
   try {
-    spec_rows_.clear(), spec_batch_.clear();
-    std::vector<PagedSlot*> need;
-    std::vector<int> lens;
+    spec_rows_.clear(), spec_batch_.clear(), room_slots_.clear(), room_lens_.clear();
     for (std::size_t i = 0; i < s.batch.size(); ++i) {
       Slot* slot = s.batch[i];
       const Prefix& pre = prefix_at(slot->prefix);
@@ -189,17 +184,15 @@ void StepProgrammer::speculate(std::span<const int> slots, const StepProgram& s,
       if (setup_.paged) {
         const bool needs = len / PagedKv::kBlockTokens >= static_cast<int>(slot->paged.blocks.size());
         if (needs && slot->paged.budget_left == 0) continue;
-        if (needs) need.push_back(&slot->paged), lens.push_back(len);
+        if (needs) room_slots_.push_back(&slot->paged), room_lens_.push_back(len);
       } else if (len + 1 > slot->kv.capacity) {
         continue;
       }
-      StepRow r;
-      r.slot = slots[i], r.prefix = slot->prefix, r.prefix_len = pre.kv.len, r.suffix_len = len, r.token = 0;
-      r.prefix_kv = pre.kv.layout();
+      StepRow r = row_of(slots[i], *slot, 0, 0);
       r.suffix_kv = setup_.paged ? setup_.paged->layout() : slot->kv.layout();
       spec_rows_.push_back(r), spec_batch_.push_back(slot);
     }
-    if (!need.empty()) setup_.paged->take(need, lens);  // the block tables grown ahead
+    if (!room_slots_.empty()) setup_.paged->take(room_slots_, room_lens_);  // the block tables grown ahead
     if (setup_.paged)
       for (std::size_t j = 0; j < spec_rows_.size(); ++j) spec_rows_[j].blocks = spec_batch_[j]->paged.blocks;
     if (spec_rows_.empty()) return ahead_->drop();

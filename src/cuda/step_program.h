@@ -99,6 +99,12 @@ class StepProgrammer {
   }
   // The arena bytes of a step of T rows (Engine::reserve).
   std::size_t capacity(int T, bool draws) const;
+  // Both staging buffers sized for steps of up to `bucket` rows (Engine::reserve), a step made
+  // ahead dropped first: its arrays sit in one of them, which may move.
+  void reserve_staging(int bucket, bool draws) {
+    drop();
+    setup_.arena->reserve_staging(capacity(bucket, draws));
+  }
   // The host work done ahead so far (EngineStatistics::ahead_stats; the cascade counts are the
   // attention path's).
   EngineStatistics::AheadStats stats() const { return stats_; }
@@ -109,11 +115,18 @@ class StepProgrammer {
   void plan(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const DeviceDraws* draws, std::span<const int> runs);
   bool patch(StepProgram& s, std::span<const int> slots, std::span<const int> tokens, const DeviceDraws* draws);
   void bind(StepProgram& s, const DeviceDraws* draws) const;
+  // The row of slot `handle` feeding `token`, `run` positions into its run (StepRow::run); its
+  // suffix's room is make_room's.
+  StepRow row_of(int handle, const Slot& slot, int run, int token) const;
+  // Each row's suffix room (batch[i]: row i's slot): grown, or its blocks taken (paged KV).
+  void make_room(std::span<StepRow> rows, std::span<Slot* const> batch);
   StepProgramSetup setup_;
   StepPlanner planner_;
   std::unique_ptr<StepAhead> ahead_;  // the next step's program, made during this one
   std::vector<StepRow> rows_, spec_rows_, fresh_rows_;  // the batch's descriptors, reused from step to step
-  std::vector<Slot*> spec_batch_;                      // the speculated rows' slots
+  std::vector<Slot*> spec_batch_, fresh_batch_;        // the speculated rows' slots; a patch's fresh rows' slots
+  std::vector<PagedSlot*> room_slots_;                 // paged KV: the slots whose blocks a step takes, and
+  std::vector<int> room_lens_;                         // the lengths they take them for
   EngineStatistics::AheadStats stats_;
 };
 

@@ -32,11 +32,11 @@ struct CudaRun {
   int head_dim = 0, n_heads = 0, n_kv_heads = 0;
 };
 
-// The run of `w` on a device of that compute capability: the shape, the weights' kind and head
-// shape from w, the KV cache asked for.
 // "9.0" for 90.
 std::string capability_text(int capability);
 
+// The run of `w` on a device of that compute capability: the shape, the weights' kind and head
+// shape from w, the KV cache asked for.
 CudaRun cuda_run(const Weights& w, EngineOptions::Kv kv, const CudaShape& shape, int capability, bool cascade_built);
 
 // Why the CUDA engine refuses `options` on `run`, in one line naming the flag; empty when it
