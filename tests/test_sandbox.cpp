@@ -9,15 +9,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "bestofn/util/error.h"
 #include "bestofn/verifier/sandbox.h"
 #include "test_util.h"
+#include "verifier/cgroup.h"
 
 using namespace bestofn;
 
@@ -611,4 +615,32 @@ TEST(SandboxFresh, OneInterpreterPerCandidateKeepsTheRules) {
   EXPECT_EQ(s.run("def sq(x):\n    return x + x\n" + kCheck + "check(sq)").result, "failed: AssertionError");
   EXPECT_EQ(s.run("import os\nos._exit(0)\n" + kCheck).status, Verdict::Status::Failed);
   EXPECT_EQ(s.run("while True:\n    pass\n").status, Verdict::Status::TimedOut);
+}
+
+// Two runs on one host: one starting (CgroupSupport::detect removes the worker cgroups no run
+// holds) while the other makes its workers' cgroups. A cgroup made and not yet locked looked
+// stale to the sweep, which removed it under its maker: "cannot lock the worker's cgroup: No such
+// file or directory" (seen in a parallel ctest run, 2026-12-07).
+TEST(SandboxCgroups, ARunStartingBesideAnotherNeverRemovesItsNewCgroups) {
+  const CgroupSupport support = CgroupSupport::detect();
+  if (support.version == CgroupSupport::Version::None) GTEST_SKIP() << "no cgroups here: " << support.why_not;
+  std::atomic<bool> done{false};
+  std::thread other_run([&] {
+    while (!done) CgroupSupport::detect();
+  });
+  int failures = 0, made = 0;
+  std::string first;
+  for (int i = 0; i < 300; ++i) {
+    try {
+      const WorkerCgroup g = WorkerCgroup::create(support, i, 64u << 20, 16, 1.0);
+      if (!std::filesystem::is_directory(g.memory_dir())) throw Error(g.memory_dir() + ": made, then gone");
+      ++made;
+    } catch (const Error& e) {
+      if (failures++ == 0) first = e.what();
+    }
+  }
+  done = true;
+  other_run.join();
+  EXPECT_EQ(failures, 0) << "of 300, first: " << first;
+  EXPECT_EQ(made, 300);
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -93,11 +94,32 @@ void warn_no_cpu_bound(const std::string& why) {
   std::call_once(once, [&] { spdlog::warn("verifier: no CPU bound per worker ({}): a candidate's processes may take other workers' share", why); });
 }
 
-// The directory, opened and locked for as long as the worker lives (see remove_stale).
-int hold(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) throw Error(dir + ": cannot lock the worker's cgroup: " + std::strerror(errno));
-  return fd;
+// Makes cgroup `dir` and returns it opened and locked, held for as long as the worker lives (see
+// remove_stale). Another run starting on this host sweeps the cgroups no run holds: between the
+// mkdir and the flock it may take the lock first and remove the new directory. Then the directory
+// is made again; a lock is kept only on the directory that is still there (the same inode as the
+// path's), since a lock on a removed one holds nothing.
+int make_held(const std::string& dir) {
+  constexpr int kTries = 20;
+  for (int attempt = 1;; ++attempt) {
+    // EEXIST only on a retry: the sweep that holds the directory has not removed it yet.
+    if (mkdir(dir.c_str(), 0755) != 0 && !(errno == EEXIST && attempt > 1))
+      throw Error(dir + ": cannot make the worker's cgroup: " + std::strerror(errno));
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      struct stat held{}, there{};
+      if (fstat(fd, &held) == 0 && stat(dir.c_str(), &there) == 0 && held.st_dev == there.st_dev && held.st_ino == there.st_ino)
+        return fd;
+      errno = ENOENT;
+    }
+    const int saved = errno;
+    if (fd >= 0) close(fd);
+    if (attempt == kTries) {
+      rmdir(dir.c_str());  // ours, or already gone: nothing is left for a later sweep
+      throw Error(dir + ": cannot lock the worker's cgroup: " + std::strerror(saved));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * attempt));
+  }
 }
 
 }  // namespace
@@ -236,9 +258,8 @@ WorkerCgroup WorkerCgroup::create(const CgroupSupport& support, int worker, std:
   WorkerCgroup g;
   auto make = [&](const std::string& parent, int i) {
     const std::string dir = parent + "/" + name;
-    if (mkdir(dir.c_str(), 0755) != 0) throw Error(dir + ": cannot make the worker's cgroup: " + std::strerror(errno));
+    g.locks_[i] = make_held(dir);
     (i == 0 ? g.memory_dir_ : i == 1 ? g.pids_dir_ : g.cpu_dir_) = dir;
-    g.locks_[i] = hold(dir);
     return dir;
   };
   auto set = [&](const std::string& file, const std::string& value, bool optional = false) {
